@@ -1,0 +1,134 @@
+"""Baseline files: read and validate, merge blessed results, write atomically. Imports jsonschema lazily."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+SCHEMA_RESOURCE = "baseline-v1.schema.json"
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be used; the message names the file and what is wrong."""
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    text = resources.files("speedgate").joinpath("schema", SCHEMA_RESOURCE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def validate(doc: Any, path: Path | str) -> None:
+    """Raise BaselineError naming path and the first schema violation."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        raise BaselineError(f"{path}: does not match the baseline schema at {where}: {first.message}{more}")
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """The validated contents of path, or None when it does not exist."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot be read: {exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: is not valid JSON: {exc}") from exc
+    validate(doc, path)
+    return doc
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an update did to one case: 'added', 'updated' or 'kept' (moved less than the rewrite threshold)."""
+
+    case_id: str
+    action: str
+    old_speedup: float | None
+    new_speedup: float
+
+
+def merge(
+    existing: dict[str, Any] | None,
+    *,
+    hardware_key: str,
+    fingerprint: dict[str, Any],
+    entries: dict[str, dict[str, Any]],
+    rewrite_fraction: dict[str, float],
+) -> tuple[dict[str, Any], list[Change]]:
+    """Fold blessed entries into a baseline document; cases not in entries are kept as they are.
+
+    An entry already present is rewritten only when its speedup moved by more than rewrite_fraction[case]
+    (a third of its tolerance), so a re-bless shows real moves in the diff and not noise.
+    """
+    cases = dict(existing["cases"]) if existing else {}
+    changes = []
+    for case_id in sorted(entries):
+        new = entries[case_id]
+        old = cases.get(case_id)
+        if old is None:
+            cases[case_id] = new
+            changes.append(Change(case_id, "added", None, new["speedup"]))
+            continue
+        moved = abs(new["speedup"] - old["speedup"]) / old["speedup"]
+        if moved > rewrite_fraction.get(case_id, 0.0):
+            cases[case_id] = new
+            changes.append(Change(case_id, "updated", old["speedup"], new["speedup"]))
+        else:
+            changes.append(Change(case_id, "kept", old["speedup"], new["speedup"]))
+    touched = any(c.action != "kept" for c in changes)
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "hardware_key": hardware_key,
+        # The fingerprint is the one of the latest run that changed something.
+        "fingerprint": fingerprint if touched or not existing else existing["fingerprint"],
+        "updated_at": now_iso() if touched or not existing else existing.get("updated_at", now_iso()),
+        "cases": cases,
+    }
+    return doc, changes
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """Stable formatting: sorted keys, two-space indent, trailing newline, so a re-bless is a small diff."""
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    """Validate, write to a temporary file beside path, then rename over it: readers never see half a file."""
+    validate(doc, path)
+    text = dumps(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,266 @@
+"""The `perf` fixture's object: assert_close, and compare() which measures, judges and records one case."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from .closeness import Closeness, assert_close
+from .measure import Measurement, Policy, measure_pair
+from .verdict import Judgement, Verdict, judge
+
+if TYPE_CHECKING:
+    from .session import SpeedgateSession
+    from .timers import Timer
+
+
+class CaseError(Exception):
+    """A compared callable raised; the message says which side and what it raised."""
+
+
+class SpeedRegression(AssertionError):
+    """Raised after a test body when one of its comparisons regressed (or, in strict mode, was not gated)."""
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """One comparison as measured and judged. Times in milliseconds; speedup = reference_ms / optimized_ms."""
+
+    case_id: str
+    nodeid: str
+    name: str | None
+    hardware_key: str
+    timed: bool
+    verdict: str
+    note: str
+    tolerance: float
+    speedup: float | None = None
+    reference_ms: float | None = None
+    optimized_ms: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    noise: float | None = None
+    reference_cv: float | None = None
+    optimized_cv: float | None = None
+    rounds: int | None = None
+    timer: str | None = None
+    stopped_by: str | None = None
+    reference_first_ms: float | None = None
+    optimized_first_ms: float | None = None
+    baseline: float | None = None
+    change: float | None = None
+    remeasured: bool = False
+    flops: float | None = None
+    bytes: float | None = None
+    max_abs_error: float | None = None
+    rel_error: float | None = None
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        """The optimized side's arithmetic rate, when flops= was given."""
+        if self.flops is None or not self.optimized_ms:
+            return None
+        return self.flops / (self.optimized_ms * 1e-3) / 1e12
+
+    @property
+    def achieved_gbps(self) -> float | None:
+        """The optimized side's memory rate, when bytes= was given."""
+        if self.bytes is None or not self.optimized_ms:
+            return None
+        return self.bytes / (self.optimized_ms * 1e-3) / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["achieved_tflops"] = self.achieved_tflops
+        record["achieved_gbps"] = self.achieved_gbps
+        return record
+
+
+def _guard(fn: Callable[[], Any], side: str, case_id: str) -> Callable[[], Any]:
+    if not callable(fn):
+        raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def call() -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            raise CaseError(f"speedgate: {case_id}: the {side} callable raised {type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
+def interpreter_active() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Perf:
+    """What a test gets from the `perf` fixture."""
+
+    def __init__(self, session: "SpeedgateSession", nodeid: str, timer: "Timer | None" = None) -> None:
+        self._session = session
+        self._timer = timer
+        self.nodeid = nodeid
+        self.results: list[CompareResult] = []
+        self.failures: list[str] = []
+
+    def assert_close(self, actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> Closeness:
+        """Fail unless actual matches expected (see speedgate.closeness.assert_close); returns the errors seen."""
+        return assert_close(actual, expected, rtol, atol)
+
+    def compare(
+        self,
+        reference: Callable[[], Any],
+        optimized: Callable[[], Any],
+        *,
+        name: str | None = None,
+        tolerance: float | None = None,
+        flops: float | None = None,
+        bytes: float | None = None,  # noqa: A002 - the contract's name; the optimized side's minimum traffic
+        check: bool = True,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> CompareResult:
+        """Check that optimized() matches reference(), time both side by side, and gate the speedup.
+
+        check=True compares the two callables' first return values with assert_close (skipped when
+        either returns None, as in-place kernels do). flops= and bytes= are the optimized side's work,
+        for achieved TFLOP/s and GB/s. A regression does not raise here: the test fails after its body,
+        so every comparison in it is measured and reported.
+        """
+        case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
+        if name is not None and (not name or any(c in name for c in "\n\r\t")):
+            raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
+        if any(r.case_id == case_id for r in self.results):
+            raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
+        settings = self._session.settings
+        tol = settings.tolerance if tolerance is None else float(tolerance)
+        if not (math.isfinite(tol) and 0.0 <= tol < 1.0):
+            raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
+        for label, value in (("flops", flops), ("bytes", bytes)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
+        ref = _guard(reference, "reference", case_id)
+        opt = _guard(optimized, "optimized", case_id)
+        closeness: list[Closeness] = []
+
+        def check_outputs(ref_out: Any, opt_out: Any) -> None:
+            if not check or ref_out is None or opt_out is None:
+                return
+            try:
+                closeness.append(assert_close(opt_out, ref_out, rtol, atol))
+            except AssertionError as exc:
+                raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
+
+        common = dict(
+            case_id=case_id,
+            nodeid=self.nodeid,
+            name=name,
+            hardware_key=self._session.hardware_key,
+            tolerance=tol,
+            flops=flops,
+            bytes=bytes,
+        )
+        untimed = self._untimed_reason()
+        if untimed:
+            check_outputs(ref(), opt())
+            result = CompareResult(timed=False, verdict=Verdict.UNTIMED.value, note=f"timing skipped: {untimed}", **common, **_errors(closeness))
+            self._record(result)
+            return result
+
+        timer = self._timer or self._session.timer()
+        policy = Policy(budget_s=settings.budget_s, target_rel_halfwidth=settings.target_noise)
+        with self._session.device_turn():
+            measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs)
+            _check_measurable(case_id, measurement)
+            entry = self._session.baseline_entry(case_id)
+            baseline = entry["speedup"] if entry else None
+            judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
+            remeasured = False
+            first = measurement
+            if judgement.verdict is Verdict.REGRESSED and not settings.update_baselines:
+                # Re-measure once before failing: a transient (another process, a clock dip) must not fail CI.
+                remeasured = True
+                measurement = measure_pair(ref, opt, timer, policy)
+                _check_measurable(case_id, measurement)
+                judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
+        note = judgement.note
+        if remeasured:
+            note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
+        result = CompareResult(
+            timed=True,
+            verdict=judgement.verdict.value,
+            note=note,
+            **common,
+            **_measured(measurement, judgement),
+            remeasured=remeasured,
+            **_errors(closeness),
+        )
+        self._record(result)
+        if not settings.update_baselines and judgement.fails(settings.strict):
+            self.failures.append(self._failure_message(result, judgement))
+        return result
+
+    def _untimed_reason(self) -> str:
+        if self._session.settings.correctness_only:
+            return "correctness-only mode"
+        if interpreter_active():
+            return "Triton interpreter (TRITON_INTERPRET=1): interpreted kernels are not timed"
+        return ""
+
+    def _record(self, result: CompareResult) -> None:
+        self.results.append(result)
+        self._session.record(result)
+
+    def _failure_message(self, result: CompareResult, judgement: Judgement) -> str:
+        key = self._session.hardware_key
+        path = self._session.baseline_path
+        if judgement.verdict is Verdict.REGRESSED:
+            steps = (
+                "Next: re-run this test to confirm; if the slowdown is intended, re-bless with "
+                f"`pytest --update-baselines {self.nodeid}`"
+            )
+        elif judgement.verdict is Verdict.NO_BASELINE_FILE:
+            steps = f"strict mode: there is no baseline file {path} for hardware key {key}; create it with `pytest --update-baselines`"
+        elif judgement.verdict is Verdict.NEW:
+            steps = f"strict mode: {path} has no entry for this case; bless it with `pytest --update-baselines {self.nodeid}`"
+        else:
+            steps = f"strict mode: bless the improvement with `pytest --update-baselines {self.nodeid}`"
+        return f"{result.case_id}: {result.note or judgement.verdict.value}\n  {steps}"
+
+
+def _check_measurable(case_id: str, m: Measurement) -> None:
+    if not (m.reference_ms > 0 and m.optimized_ms > 0):
+        raise CaseError(
+            f"speedgate: {case_id}: a median time is zero (reference {m.reference_ms} ms, optimized {m.optimized_ms} ms): "
+            "the work is below the clock's resolution; make the case larger"
+        )
+
+
+def _measured(m: Measurement, j: Judgement) -> dict[str, Any]:
+    return dict(
+        speedup=m.speedup,
+        reference_ms=m.reference_ms,
+        optimized_ms=m.optimized_ms,
+        ci_low=m.estimate.low,
+        ci_high=m.estimate.high,
+        noise=m.estimate.rel_halfwidth,
+        reference_cv=m.reference_cv,
+        optimized_cv=m.optimized_cv,
+        rounds=m.rounds,
+        timer=m.timer,
+        stopped_by=m.stopped_by,
+        reference_first_ms=m.reference_first_ms,
+        optimized_first_ms=m.optimized_first_ms,
+        baseline=j.baseline,
+        change=j.change,
+    )
+
+
+def _errors(closeness: list[Closeness]) -> dict[str, Any]:
+    if not closeness:
+        return {}
+    return dict(max_abs_error=closeness[0].max_abs_error, rel_error=closeness[0].rel_error)

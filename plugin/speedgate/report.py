@@ -1,0 +1,68 @@
+"""The summary table of every case, as plain text lines."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .verdict import SEVERITY, Verdict
+
+COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "rate", "verdict")
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def _rate(record: dict[str, Any]) -> str:
+    if record.get("achieved_tflops") is not None:
+        return f"{record['achieved_tflops']:.1f} TFLOP/s"
+    if record.get("achieved_gbps") is not None:
+        return f"{record['achieved_gbps']:.0f} GB/s"
+    return "-"
+
+
+def row(record: dict[str, Any], failed_test: bool) -> tuple[str, ...]:
+    timed = record["timed"]
+    verdict = record["verdict"]
+    if failed_test and verdict != Verdict.REGRESSED.value:
+        verdict += " (test failed)"
+    if record.get("remeasured"):
+        verdict += ", re-measured"
+    return (
+        record["case_id"],
+        _ms(record.get("reference_ms")),
+        _ms(record.get("optimized_ms")),
+        f"{record['speedup']:.3f}x" if timed else "-",
+        f"{record['ci_low']:.3f}-{record['ci_high']:.3f}" if timed else "-",
+        f"{record['baseline']:.3f}x" if record.get("baseline") else "-",
+        f"{record['change']:+.1%}" if record.get("change") is not None else "-",
+        _rate(record) if timed else "-",
+        verdict,
+    )
+
+
+def table(records: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[str]:
+    """Aligned text table, regressions first, then the rest in the order they ran."""
+    ordered = sorted(
+        enumerate(records), key=lambda ir: (SEVERITY.get(Verdict(ir[1]["verdict"]), 9), ir[0])
+    )
+    rows = [COLUMNS] + [row(r, r["nodeid"] in failed_nodeids) for _, r in ordered]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = []
+    for i, cells in enumerate(rows):
+        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:-1], widths[1:-1])] + [cells[-1]]
+        lines.append("  ".join(parts).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def notes(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The non-empty notes of cases that are not plain passes, one line each."""
+    out = []
+    for record in records:
+        if record["note"] and record["verdict"] != Verdict.UNTIMED.value:
+            out.append(f"{record['case_id']}: {record['note']}")
+    return out

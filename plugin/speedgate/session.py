@@ -1,0 +1,221 @@
+"""One pytest run's speedgate state: fingerprint, baseline, timer, results, and the work at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import baseline as baseline_file
+from .devices import Assignment, DeviceLock
+from .fixture import CompareResult
+from .hardware import Fingerprint, detect, software_drift
+from .options import Settings
+from .timers import Timer, make_timer
+from .verdict import Verdict
+
+_ENTRY_FIELDS = (
+    "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "reference_cv", "optimized_cv",
+    "rounds", "timer", "reference_first_ms", "optimized_first_ms", "flops", "bytes", "tolerance",
+)
+
+
+def _round(value: Any) -> Any:
+    """Four significant digits: enough for a gate with a 10% tolerance, few enough for small diffs."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    return value
+
+
+def baseline_entry_from(record: dict[str, Any], software: dict[str, Any], measured_at: str) -> dict[str, Any]:
+    entry = {name: _round(record[name]) for name in _ENTRY_FIELDS if record.get(name) is not None}
+    entry["measured_at"] = measured_at
+    entry["software"] = dict(software)
+    return entry
+
+
+@dataclass
+class FinishReport:
+    """What the end of the run did, for the terminal summary."""
+
+    lines: list[str]
+    errors: list[str]
+
+
+class SpeedgateSession:
+    def __init__(self, settings: Settings, assignment: Assignment | None = None) -> None:
+        self.settings = settings
+        self.assignment = assignment
+        self._fingerprint: Fingerprint | None = None
+        self._baseline: dict[str, Any] | None = None
+        self._baseline_loaded = False
+        self._timer: Timer | None = None
+        self.records: list[dict[str, Any]] = []
+        self.failed_nodeids: set[str] = set()
+        self.fingerprints: dict[str, dict[str, Any]] = {}
+        self.used = False
+
+    # -- what the fixture asks for ---------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> Fingerprint:
+        if self._fingerprint is None:
+            self._fingerprint = detect(self.settings.hardware_key)
+        return self._fingerprint
+
+    @property
+    def hardware_key(self) -> str:
+        return self.fingerprint.key
+
+    @property
+    def baseline_path(self) -> Path:
+        return self.settings.baseline_dir / f"{self.hardware_key}.json"
+
+    def load_baseline(self) -> None:
+        """Read and validate this hardware's baseline file once; BaselineError if it is unusable."""
+        if not self._baseline_loaded:
+            self._baseline = baseline_file.read(self.baseline_path)
+            self._baseline_loaded = True
+
+    @property
+    def baseline_found(self) -> bool:
+        self.load_baseline()
+        return self._baseline is not None
+
+    def baseline_entry(self, case_id: str) -> dict[str, Any] | None:
+        self.load_baseline()
+        return None if self._baseline is None else self._baseline["cases"].get(case_id)
+
+    def timer(self) -> Timer:
+        if self._timer is None:
+            self._timer = make_timer(self.settings.timer)
+        return self._timer
+
+    @contextlib.contextmanager
+    def device_turn(self) -> Iterator[None]:
+        """Hold the device's lock while measuring when xdist workers share it; a no-op otherwise."""
+        if self.assignment is None or not self.assignment.shared:
+            yield
+            return
+        lock = DeviceLock(self.assignment.device)
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def record(self, result: CompareResult) -> None:
+        self.used = True
+        self.records.append(result.to_json())
+        self.fingerprints.setdefault(result.hardware_key, self.fingerprint.to_json())
+
+    # -- xdist ---------------------------------------------------------------------------------------------
+    def worker_payload(self) -> str:
+        return json.dumps(
+            {"records": self.records, "failed": sorted(self.failed_nodeids), "fingerprints": self.fingerprints}
+        )
+
+    def absorb(self, payload: str) -> None:
+        data = json.loads(payload)
+        self.records.extend(data["records"])
+        self.failed_nodeids.update(data["failed"])
+        for key, fp in data["fingerprints"].items():
+            self.fingerprints.setdefault(key, fp)
+        self.used = self.used or bool(data["records"])
+
+    # -- the end of the run ---------------------------------------------------------------------------------
+    def blessable(self) -> list[dict[str, Any]]:
+        """Timed results of tests that passed: a failed correctness check or error never reaches a baseline."""
+        return [r for r in self.records if r["timed"] and r["nodeid"] not in self.failed_nodeids]
+
+    def update_baselines(self) -> FinishReport:
+        lines: list[str] = []
+        errors: list[str] = []
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for record in self.blessable():
+            by_key.setdefault(record["hardware_key"], []).append(record)
+        skipped = sorted({r["case_id"] for r in self.records if r["timed"] and r["nodeid"] in self.failed_nodeids})
+        for case_id in skipped:
+            lines.append(f"not blessed (its test failed): {case_id}")
+        for key, records in sorted(by_key.items()):
+            path = self.settings.baseline_dir / f"{key}.json"
+            fingerprint = self.fingerprints.get(key) or self.fingerprint.to_json()
+            try:
+                existing = baseline_file.read(path)
+            except baseline_file.BaselineError as exc:
+                errors.append(f"{exc}; nothing was written (fix or remove the file, then re-bless)")
+                continue
+            measured_at = baseline_file.now_iso()
+            entries = {r["case_id"]: baseline_entry_from(r, fingerprint["software"], measured_at) for r in records}
+            rewrite = {r["case_id"]: r["tolerance"] / 3.0 for r in records}
+            doc, changes = baseline_file.merge(
+                existing, hardware_key=key, fingerprint=fingerprint, entries=entries, rewrite_fraction=rewrite
+            )
+            counts = {action: sum(c.action == action for c in changes) for action in ("added", "updated", "kept")}
+            if counts["added"] or counts["updated"] or existing is None:
+                try:
+                    baseline_file.write_atomic(path, doc)
+                except (OSError, baseline_file.BaselineError) as exc:
+                    errors.append(f"{path}: could not be written: {exc}; the previous file is unchanged")
+                    continue
+            lines.append(
+                f"baseline {path}: {counts['added']} added, {counts['updated']} updated, "
+                f"{counts['kept']} kept (moved less than a third of their tolerance), "
+                f"{len(doc['cases']) - len(changes)} other cases untouched"
+            )
+            for change in changes:
+                if change.action != "kept":
+                    old = f"{change.old_speedup:.3f}x -> " if change.old_speedup else ""
+                    lines.append(f"  {change.action}: {change.case_id}: {old}{change.new_speedup:.3f}x")
+        return FinishReport(lines, errors)
+
+    def header_lines(self) -> list[str]:
+        """Hardware key, baseline file state and software drift, for the top of the summary."""
+        if not self.used and not self.records:
+            return []
+        lines = []
+        keys = sorted({r["hardware_key"] for r in self.records}) or [self.hardware_key]
+        for key in keys:
+            path = self.settings.baseline_dir / f"{key}.json"
+            try:
+                doc = baseline_file.read(path)
+            except baseline_file.BaselineError as exc:
+                lines.append(f"hardware key {key}: {exc}")
+                continue
+            if doc is None:
+                state = "not found"
+                if not self.settings.update_baselines:
+                    state += " (create it with `pytest --update-baselines` on this hardware)"
+            else:
+                state = f"found, {len(doc['cases'])} cases"
+            lines.append(f"hardware key {key}; baseline {path}: {state}")
+            current = self.fingerprints.get(key)
+            if doc is not None and current is not None:
+                drift = software_drift(doc["fingerprint"].get("software", {}), current.get("software", {}))
+                if drift:
+                    lines.append(f"  software drift since the baseline: {', '.join(drift)}")
+        return lines
+
+    def json_report(self) -> dict[str, Any]:
+        return {
+            "speedgate_report_version": 1,
+            "settings": {
+                "tolerance": self.settings.tolerance,
+                "strict": self.settings.strict,
+                "update_baselines": self.settings.update_baselines,
+                "correctness_only": self.settings.correctness_only,
+                "baseline_dir": str(self.settings.baseline_dir),
+            },
+            "fingerprints": self.fingerprints,
+            "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
+        }
+
+    def verdict_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in self.records:
+            counts[record["verdict"]] = counts.get(record["verdict"], 0) + 1
+        return counts
+
+
+__all__ = ["SpeedgateSession", "FinishReport", "Verdict"]

@@ -1,0 +1,44 @@
+"""A scripted timer for testing gates without real clocks: each callable's times come from a table."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable, Mapping, Sequence
+
+from .timers import Fn
+
+
+class ScriptedTimer:
+    """Times by the callable's __name__: a number (always that), or a list of numbers taken in turn.
+
+    The callables still run (so outputs and errors are real); only the clock is replaced. Override the
+    `speedgate_timer` fixture to return one.
+    """
+
+    name = "scripted"
+
+    def __init__(self, times: Mapping[str, float | Sequence[float]]) -> None:
+        self._cycles: dict[str, Any] = {}
+        for fn_name, value in times.items():
+            values: Iterable[float] = [value] if isinstance(value, (int, float)) else list(value)
+            self._cycles[fn_name] = itertools.cycle(values)
+
+    def _time(self, fn: Fn) -> float:
+        inner = getattr(fn, "__wrapped__", fn)
+        fn_name = getattr(inner, "__name__", repr(inner))
+        if fn_name not in self._cycles:
+            raise KeyError(f"ScriptedTimer has no times for callable {fn_name!r}")
+        return float(next(self._cycles[fn_name]))
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        return self._time(fn), fn()
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        out = []
+        for fn in fns:
+            fn()
+            out.append(self._time(fn))
+        return out
+
+    def describe(self) -> str:
+        return "scripted times (tests only)"

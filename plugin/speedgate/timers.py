@@ -1,0 +1,120 @@
+"""Timing back ends: a monotonic host clock for CPU work, CUDA events with an L2 flush for GPU work."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+Fn = Callable[[], Any]
+
+TIMER_CHOICES = ("auto", "cpu", "cuda")
+
+
+class Timer(Protocol):
+    """What the measurement loop needs from a clock."""
+
+    name: str
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        """Run fn once, synchronised, and return (milliseconds, its result)."""
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        """Run each fn once, in order, and return each one's milliseconds."""
+
+    def describe(self) -> str:
+        """One line for reports: what is timed and how."""
+
+
+class CpuTimer:
+    """time.perf_counter_ns around each call; for plain Python and CPU torch work (which is synchronous)."""
+
+    name = "cpu-monotonic"
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        start = time.perf_counter_ns()
+        out = fn()
+        return (time.perf_counter_ns() - start) / 1e6, out
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        times = []
+        clock = time.perf_counter_ns
+        for fn in fns:
+            start = clock()
+            fn()
+            times.append((clock() - start) / 1e6)
+        return times
+
+    def describe(self) -> str:
+        return "host monotonic clock (perf_counter_ns), one call per sample"
+
+
+class CudaTimer:
+    """CUDA events around each call on the current stream, with the L2 cache flushed before every call.
+
+    The flush writes a buffer twice the size of the device's L2 so that no input of the timed call is
+    still cached from the previous call; the flush itself lies outside the events. Events of a batch
+    are read after one synchronisation, so the host does not stall between calls.
+    """
+
+    name = "cuda-events"
+
+    def __init__(self, torch: Any) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("speedgate: the CUDA timer was asked for, but torch.cuda.is_available() is False")
+        self._torch = torch
+        device = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(device)
+        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or 64 * 2**20
+        self.l2_bytes = l2_bytes
+        self._flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
+        self.device_name = props.name
+
+    def _sync(self) -> None:
+        self._torch.cuda.synchronize()
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        self._sync()
+        start = time.perf_counter_ns()
+        out = fn()
+        self._sync()
+        return (time.perf_counter_ns() - start) / 1e6, out
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        event = self._torch.cuda.Event
+        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in fns]
+        for fn, (start, end) in zip(fns, pairs):
+            self._flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        self._sync()
+        return [start.elapsed_time(end) for start, end in pairs]
+
+    def describe(self) -> str:
+        return (
+            f"CUDA events on {self.device_name}, L2 flushed before each call "
+            f"({2 * self.l2_bytes // 2**20} MiB written), one call per sample"
+        )
+
+
+def cuda_usable() -> bool:
+    """True when torch is already imported and sees a GPU. Never imports torch itself."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver reads as "no GPU" here; an explicit --speedgate-timer=cuda says why
+        return False
+
+
+def make_timer(kind: str) -> Timer:
+    """Build the timer named by --speedgate-timer; 'auto' picks CUDA events when torch sees a GPU."""
+    if kind not in TIMER_CHOICES:
+        raise ValueError(f"unknown timer {kind!r}; choose one of {', '.join(TIMER_CHOICES)}")
+    if kind == "cpu" or (kind == "auto" and not cuda_usable()):
+        return CpuTimer()
+    import torch
+
+    return CudaTimer(torch)

@@ -1,0 +1,76 @@
+"""The gate: what a measured speedup means against its baseline entry, and whether the test fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .stats import RatioEstimate
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    NEW = "new"
+    NO_BASELINE_FILE = "no-baseline-file"
+    UNTIMED = "untimed"
+    BLESSED = "blessed"
+
+
+# Order of severity for reports: regressions first.
+SEVERITY = {
+    Verdict.REGRESSED: 0,
+    Verdict.IMPROVED: 1,
+    Verdict.NEW: 2,
+    Verdict.NO_BASELINE_FILE: 3,
+    Verdict.PASS: 4,
+    Verdict.BLESSED: 5,
+    Verdict.UNTIMED: 6,
+}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    baseline: float | None
+    floor: float | None
+    change: float | None  # measured / baseline - 1
+    note: str
+
+    def fails(self, strict: bool) -> bool:
+        if self.verdict is Verdict.REGRESSED:
+            return True
+        return strict and self.verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
+
+
+def fmt_ci(est: RatioEstimate) -> str:
+    return f"{est.ratio:.3f}x ({est.confidence:.0%} CI {est.low:.3f}-{est.high:.3f}, {est.rounds} rounds)"
+
+
+def judge(estimate: RatioEstimate, baseline: float | None, tolerance: float, *, file_found: bool) -> Judgement:
+    """Fail only on a clear regression: the whole interval below baseline * (1 - tolerance).
+
+    An interval wholly above baseline * (1 + tolerance) is an improvement to re-bless; anything that
+    straddles either bound is a pass, with a note when the point estimate itself is past the bound.
+    """
+    if baseline is None:
+        if not file_found:
+            return Judgement(Verdict.NO_BASELINE_FILE, None, None, None, "")
+        return Judgement(Verdict.NEW, None, None, None, "")
+    floor = baseline * (1.0 - tolerance)
+    ceiling = baseline * (1.0 + tolerance)
+    change = estimate.ratio / baseline - 1.0
+    if estimate.high < floor:
+        note = (
+            f"speedup regressed: measured {fmt_ci(estimate)} vs baseline {baseline:.3f}x; "
+            f"tolerance {tolerance:.0%} puts the floor at {floor:.3f}x and the whole interval lies below it"
+        )
+        return Judgement(Verdict.REGRESSED, baseline, floor, change, note)
+    if estimate.low > ceiling:
+        note = f"improved beyond tolerance: {fmt_ci(estimate)} vs baseline {baseline:.3f}x (re-bless with --update-baselines)"
+        return Judgement(Verdict.IMPROVED, baseline, floor, change, note)
+    note = ""
+    if estimate.ratio < floor:
+        note = f"point estimate {estimate.ratio:.3f}x is below the floor {floor:.3f}x, but within noise"
+    return Judgement(Verdict.PASS, baseline, floor, change, note)

@@ -1,0 +1,81 @@
+"""Shared helpers for speedgate's own tests (pytester, CPU only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+# A conftest for pytester projects: a scripted clock, so verdicts do not depend on this machine's speed.
+SCRIPTED_CONFTEST = """
+import os
+import pytest
+from speedgate.testing import ScriptedTimer
+
+TIMES = {times!r}
+
+@pytest.fixture
+def speedgate_timer():
+    return ScriptedTimer(TIMES)
+"""
+
+# Callables named after their scripted times.
+CASES = """
+def ref_2ms():
+    return 1.0
+
+def opt_1ms():
+    return 1.0
+
+def opt_2ms():
+    return 1.0
+
+def opt_500us():
+    return 1.0
+"""
+
+DEFAULT_TIMES = {"ref_2ms": 2.0, "opt_1ms": 1.0, "opt_2ms": 2.0, "opt_500us": 0.5}
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester project with a scripted clock and a fixed hardware key."""
+    pytester.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    return pytester
+
+
+def baseline_doc(cases: dict[str, float], key: str = "test-box") -> dict[str, Any]:
+    """A schema-valid baseline document with the given speedups."""
+    return {
+        "schema_version": 1,
+        "hardware_key": key,
+        "fingerprint": {"hardware": {"kind": "cpu", "name": "test"}, "software": {"torch": "0.0"}},
+        "updated_at": "2026-01-01T00:00:00Z",
+        "cases": {
+            case_id: {
+                "speedup": speedup,
+                "reference_ms": 2.0,
+                "optimized_ms": 2.0 / speedup,
+                "ci_low": speedup * 0.99,
+                "ci_high": speedup * 1.01,
+                "noise": 0.01,
+                "rounds": 20,
+                "timer": "scripted",
+                "measured_at": "2026-01-01T00:00:00Z",
+                "software": {"torch": "0.0"},
+            }
+            for case_id, speedup in cases.items()
+        },
+    }
+
+
+def write_baseline(root: Path, cases: dict[str, float], key: str = "test-box") -> Path:
+    path = root / "baselines" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(baseline_doc(cases, key), indent=2, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,59 @@
+"""The measurement loop, driven by a scripted clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedgate.measure import Policy, measure_pair
+from speedgate.testing import ScriptedTimer
+
+
+def ref() -> int:
+    return 1
+
+
+def opt() -> int:
+    return 2
+
+
+def test_constant_times_converge_at_min_rounds() -> None:
+    m = measure_pair(ref, opt, ScriptedTimer({"ref": 3.0, "opt": 1.5}), Policy(warmup_s=0))
+    assert m.speedup == pytest.approx(2.0)
+    assert m.stopped_by == "converged" and m.rounds >= Policy().min_rounds
+    assert m.estimate.low == m.estimate.high == pytest.approx(2.0)
+
+
+def test_first_calls_are_kept_out_of_the_samples() -> None:
+    # The first call of each side is slow (compile); it must not leak into the medians.
+    timer = ScriptedTimer({"ref": [500.0] + [2.0] * 10_000, "opt": [900.0] + [1.0] * 10_000})
+    m = measure_pair(ref, opt, timer, Policy(warmup_s=0))
+    assert m.reference_first_ms == 500.0 and m.optimized_first_ms == 900.0
+    assert m.reference_ms == 2.0 and m.optimized_ms == 1.0
+    assert max(m.reference_samples) == 2.0
+
+
+def test_noisy_times_stop_on_round_limit() -> None:
+    timer = ScriptedTimer({"ref": [1.0, 3.0, 2.0, 5.0, 1.5], "opt": [1.0, 0.5, 2.0]})
+    m = measure_pair(ref, opt, timer, Policy(warmup_s=0, max_rounds=40, target_rel_halfwidth=0.0))
+    assert m.rounds == 40 and m.stopped_by == "max-rounds"
+    assert m.estimate.low < m.speedup < m.estimate.high
+
+
+def test_rounds_interleave_and_alternate_order() -> None:
+    calls: list[str] = []
+
+    def a() -> None:
+        calls.append("a")
+
+    def b() -> None:
+        calls.append("b")
+
+    measure_pair(a, b, ScriptedTimer({"a": 1.0, "b": 1.0}), Policy(warmup_s=0, warmup_calls=0, min_rounds=4, max_rounds=4))
+    timed = calls[2:]  # after the two first calls (no warm-up asked for)
+    assert timed == ["a", "b", "b", "a", "a", "b", "b", "a"]
+
+
+def test_first_outputs_are_handed_to_the_check() -> None:
+    seen = []
+    measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), on_first_outputs=lambda r, o: seen.append((r, o)))
+    assert seen == [(1, 2)]
