@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+# Imported here, once, so that pytester's in-process runs find torch already loaded: pytester drops the
+# modules a run imported, and importing torch a second time in one process crashes it.
+import torch  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 # A conftest for pytester projects: a scripted clock, so verdicts do not depend on this machine's speed.

@@ -1,0 +1,166 @@
+"""The gate end to end through pytester: verdicts, failures, strict mode, messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import CASES, write_baseline
+
+
+def make_tests(pytester: pytest.Pytester, body: str) -> None:
+    pytester.makepyfile(test_cases=CASES + body)
+
+
+def test_regression_fails_that_test_only(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_slow(perf):
+    perf.compare(ref_2ms, opt_2ms)   # 1.0x against a blessed 2.0x
+
+def test_fine(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_plain():
+    assert True
+""",
+    )
+    write_baseline(project.path, {"test_cases.py::test_slow": 2.0, "test_cases.py::test_fine": 2.0})
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*SpeedRegression: test_cases.py::test_slow: speedup regressed: measured 1.000x (95% CI 1.000-1.000,*"
+            " vs baseline 2.000x; tolerance 10% puts the floor at 1.800x*",
+            "*Next: re-run this test to confirm*--update-baselines test_cases.py::test_slow*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*test_cases.py::test_slow*regressed, re-measured*", "*test_cases.py::test_fine*2.000x*pass*"])
+
+
+def test_all_compares_in_a_test_run_before_it_fails(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_many(perf):
+    perf.compare(ref_2ms, opt_2ms, name="a")
+    perf.compare(ref_2ms, opt_2ms, name="b")
+    print("body finished")
+""",
+    )
+    write_baseline(project.path, {"test_cases.py::test_many::a": 2.0, "test_cases.py::test_many::b": 2.0})
+    result = project.runpytest("-s")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*body finished*", "*test_many::a: speedup regressed*", "*test_many::b: speedup regressed*"])
+
+
+def test_within_tolerance_passes(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_ok(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    write_baseline(project.path, {"test_cases.py::test_ok": 2.1})  # -4.8%, inside 10%
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_cases.py::test_ok*2.000x*2.100x*-4.8%*pass"])
+
+
+def test_tolerance_option_and_per_call_tolerance(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_default(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_own(perf):
+    perf.compare(ref_2ms, opt_1ms, tolerance=0.5)
+""",
+    )
+    # 2.0x measured against 2.15x blessed: -7%, inside the default 10%, outside 5%.
+    write_baseline(project.path, {"test_cases.py::test_default": 2.15, "test_cases.py::test_own": 2.15})
+    project.runpytest().assert_outcomes(passed=2)
+    result = project.runpytest("--speedup-tolerance", "0.05")
+    result.assert_outcomes(passed=1, failed=1)  # the per-call tolerance wins over the option
+    result.stdout.fnmatch_lines(["*test_default: speedup regressed*tolerance 5%*"])
+    ini = project.runpytest("-o", "speedgate_tolerance=0.05")
+    ini.assert_outcomes(passed=1, failed=1)
+
+
+def test_improvement_reported_and_strict_fails_it(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_fast(perf):\n    perf.compare(ref_2ms, opt_500us)\n")
+    write_baseline(project.path, {"test_cases.py::test_fast": 2.0})
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_fast: improved beyond tolerance: 4.000x*re-bless with --update-baselines*"])
+    strict = project.runpytest("--speedgate-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*strict mode: bless the improvement*"])
+
+
+def test_new_case_reported_and_strict_fails_it(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_new(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    write_baseline(project.path, {"test_cases.py::other": 2.0})
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_cases.py::test_new*2.000x*new"])
+    strict = project.runpytest("--speedgate-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*has no entry for this case; bless it with `pytest --update-baselines test_cases.py::test_new`*"])
+
+
+def test_missing_baseline_file_passes_with_instructions(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_new(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*hardware key test-box; baseline *baselines/test-box.json: not found (create it with `pytest --update-baselines` on this hardware)*"]
+    )
+    strict = project.runpytest("--speedgate-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*strict mode: there is no baseline file *test-box.json for hardware key test-box*"])
+    assert not (project.path / "baselines").exists()  # a gate run never writes
+
+
+def test_result_object_and_named_cases(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_result(perf):
+    r = perf.compare(ref_2ms, opt_1ms, name="pair", flops=2e9, bytes=4e6)
+    assert r.case_id == "test_cases.py::test_result::pair"
+    assert r.speedup == 2.0 and r.reference_ms == 2.0 and r.optimized_ms == 1.0
+    assert r.ci_low <= r.speedup <= r.ci_high
+    assert r.achieved_tflops == 2.0 and r.achieved_gbps == 4.0
+    assert r.reference_first_ms == 2.0
+""",
+    )
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_result::pair*2.0 TFLOP/s*"])
+
+
+def test_duplicate_case_names_are_refused(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_dup(perf):\n    perf.compare(ref_2ms, opt_1ms, name='x')\n    perf.compare(ref_2ms, opt_1ms, name='x')\n")
+    result = project.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*already compared in this test; give each compare a distinct name=*"])
+
+
+def test_json_report(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    write_baseline(project.path, {"test_cases.py::test_a": 2.0})
+    project.runpytest("--speedgate-json", "out/report.json").assert_outcomes(passed=1)
+    report = json.loads((project.path / "out" / "report.json").read_text())
+    (case,) = report["cases"]
+    assert case["case_id"] == "test_cases.py::test_a" and case["verdict"] == "pass"
+    assert case["speedup"] == 2.0 and case["baseline"] == 2.0 and case["test_failed"] is False
+    assert "test-box" in report["fingerprints"]
+
+
+def test_plugin_is_inert_without_the_fixture(project: pytest.Pytester) -> None:
+    project.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    (project.path / "baselines").mkdir()
+    (project.path / "baselines" / "test-box.json").write_text("{corrupt")
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    assert "= speedgate =" not in result.stdout.str()
