@@ -45,6 +45,13 @@ def opt_500us():
 DEFAULT_TIMES = {"ref_2ms": 2.0, "opt_1ms": 1.0, "opt_2ms": 2.0, "opt_500us": 0.5}
 
 
+@pytest.fixture(autouse=True)
+def _timed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root conftest switches the Triton interpreter on for CPU-only machines, which turns timing off;
+    these tests time scripted or plain-Python callables and decide that per test."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester project with a scripted clock and a fixed hardware key."""

@@ -1,0 +1,1 @@
+"""Kernels under test, each with its launcher and eager reference."""
