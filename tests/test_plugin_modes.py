@@ -64,7 +64,7 @@ def test_xdist_workers_get_their_own_gpu_or_take_turns(project: pytest.Pytester,
         + """
 import os
 from speedgate.devices import worker_from_env
-def test_env(perf, request):
+def test_env(request):
     assignment = request.config.stash[__import__("speedgate.plugin").plugin.ASSIGNMENT_KEY]
     index, count = worker_from_env()
     print("ASSIGN", index, count, os.environ.get("CUDA_VISIBLE_DEVICES"), assignment.device, assignment.shared)

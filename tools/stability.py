@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for `perftests`, imported by do_bench_ratios
+
 
 def gate_runs(runs: int, out: Path, extra: list[str]) -> list[dict]:
     reports = []

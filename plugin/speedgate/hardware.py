@@ -104,7 +104,14 @@ def gpu_hardware(token: str) -> dict[str, Any] | None:
     try:
         if pynvml.nvmlDeviceGetCount() == 0:
             return None
-        handle = _nvml_handle(pynvml, token)
+        try:
+            handle = _nvml_handle(pynvml, token)
+        except pynvml.NVMLError as exc:
+            # Never fall back to the CPU key here: GPU numbers would land in a CPU baseline file.
+            raise RuntimeError(
+                f"speedgate: CUDA_VISIBLE_DEVICES entry {token!r} names no GPU that NVML knows ({exc}); "
+                "fix CUDA_VISIBLE_DEVICES"
+            ) from None
         info: dict[str, Any] = {"kind": "gpu", "name": _decode(pynvml.nvmlDeviceGetName(handle))}
         memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
         if memory is not None:

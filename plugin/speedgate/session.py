@@ -90,6 +90,9 @@ class SpeedgateSession:
     def timer(self) -> Timer:
         if self._timer is None:
             self._timer = make_timer(self.settings.timer)
+            # What NVML does not report (SM count, L2) the CUDA timer read off the device: keep it.
+            for name, value in getattr(self._timer, "properties", {}).items():
+                self.fingerprint.hardware.setdefault(name, value)
         return self._timer
 
     @contextlib.contextmanager

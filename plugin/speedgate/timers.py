@@ -69,6 +69,11 @@ class CudaTimer:
         self.l2_bytes = l2_bytes
         self._flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
         self.device_name = props.name
+        self.properties = {
+            "sm_count": int(props.multi_processor_count),
+            "l2_mib": l2_bytes // 2**20,
+            "compute_capability": f"{props.major}.{props.minor}",
+        }
 
     def _sync(self) -> None:
         self._torch.cuda.synchronize()
