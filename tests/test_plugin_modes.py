@@ -80,7 +80,30 @@ def test_env(request):
         result.assert_outcomes(passed=5)
 
 
-def test_shared_device_serialises_timing(tmp_path) -> None:
+def test_workers_sharing_a_device_take_turns_whole_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: both workers share the CPU
+    log = project.path / "intervals.txt"
+    project.makepyfile(
+        test_cases=CASES
+        + f"""
+import time
+def _run(perf):
+    start = time.time()
+    time.sleep(0.15)
+    perf.compare(ref_2ms, opt_1ms)
+    with open({str(log)!r}, "a") as f:
+        f.write(f"{{start}} {{time.time()}}\\n")
+"""
+        + "".join(f"\ndef test_{i}(perf):\n    _run(perf)\n" for i in range(6))
+    )
+    project.runpytest_subprocess("-n", "2").assert_outcomes(passed=6)
+    intervals = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    assert len(intervals) == 6
+    for (_, end), (start, _) in zip(intervals, intervals[1:]):
+        assert start >= end - 0.01, "two workers sharing one device ran tests at the same time"
+
+
+def test_device_lock_excludes_other_holders(tmp_path) -> None:
     import threading
     import time
 

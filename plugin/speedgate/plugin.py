@@ -78,6 +78,13 @@ def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None, Any, Any]:
+    # xdist workers that share a device take turns, one whole test at a time.
+    with _session(item.config).device_turn():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     result = yield
     perf_obj = item.stash.get(PERF_KEY, None)

@@ -97,7 +97,11 @@ class SpeedgateSession:
 
     @contextlib.contextmanager
     def device_turn(self) -> Iterator[None]:
-        """Hold the device's lock while measuring when xdist workers share it; a no-op otherwise."""
+        """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
+
+        A whole test, not only its timed loop: another worker's untimed kernels (its correctness check, its
+        warm-up) on the same GPU would corrupt this worker's samples just as well.
+        """
         if self.assignment is None or not self.assignment.shared:
             yield
             return
