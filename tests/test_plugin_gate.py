@@ -164,3 +164,37 @@ def test_plugin_is_inert_without_the_fixture(project: pytest.Pytester) -> None:
     result = project.runpytest()
     result.assert_outcomes(passed=1)
     assert "= speedgate =" not in result.stdout.str()
+
+
+def test_config_is_recorded_and_a_change_reported(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_tests(
+        project,
+        """
+import os
+def test_tuned(perf):
+    perf.compare(ref_2ms, opt_1ms, config={"BLOCK_M": int(os.environ.get("BM", "128")), "num_warps": 8})
+""",
+    )
+    project.runpytest("--update-baselines").assert_outcomes(passed=1)
+    entry = json.loads((project.path / "baselines" / "test-box.json").read_text())["cases"]["test_cases.py::test_tuned"]
+    assert entry["config"] == {"BLOCK_M": 128, "num_warps": 8}
+    monkeypatch.setenv("BM", "64")
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*configuration changed since the baseline: {'BLOCK_M': 128, 'num_warps': 8} -> {'BLOCK_M': 64, 'num_warps': 8}*"])
+
+
+def test_bad_flops_dtype_and_config(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_dtype(perf):
+    perf.compare(ref_2ms, opt_1ms, flops=1e9, flops_dtype="int4")
+
+def test_config(perf):
+    perf.compare(ref_2ms, opt_1ms, config={"fn": object()})
+""",
+    )
+    result = project.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*flops_dtype='int4' is not one of bf16, fp16, fp8, tf32, fp32*", "*config= must hold plain JSON values*"])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measure_pair
 from .verdict import Judgement, Verdict, judge
@@ -57,6 +59,10 @@ class CompareResult:
     bytes: float | None = None
     max_abs_error: float | None = None
     rel_error: float | None = None
+    flops_dtype: str | None = None
+    peak_fraction: float | None = None
+    bound: str | None = None
+    config: dict[str, Any] | None = None
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -123,12 +129,17 @@ class Perf:
         check: bool = True,
         rtol: float | None = None,
         atol: float | None = None,
+        flops_dtype: str | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> CompareResult:
         """Check that optimized() matches reference(), time both side by side, and gate the speedup.
 
         check=True compares the two callables' first return values with assert_close (skipped when
         either returns None, as in-place kernels do). flops= and bytes= are the optimized side's work,
-        for achieved TFLOP/s and GB/s. A regression does not raise here: the test fails after its body,
+        for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings measured
+        in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
+        the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
+        one is reported. A regression does not raise here: the test fails after its body,
         so every comparison in it is measured and reported.
         """
         case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
@@ -143,6 +154,8 @@ class Perf:
         for label, value in (("flops", flops), ("bytes", bytes)):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
+        if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
         ref = _guard(reference, "reference", case_id)
         opt = _guard(optimized, "optimized", case_id)
         closeness: list[Closeness] = []
@@ -155,6 +168,7 @@ class Perf:
             except AssertionError as exc:
                 raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
 
+        config_json = _plain_config(case_id, config)
         common = dict(
             case_id=case_id,
             nodeid=self.nodeid,
@@ -163,6 +177,8 @@ class Perf:
             tolerance=tol,
             flops=flops,
             bytes=bytes,
+            flops_dtype=flops_dtype,
+            config=config_json,
         )
         untimed = self._untimed_reason()
         if untimed:
@@ -189,6 +205,9 @@ class Perf:
         note = judgement.note
         if remeasured:
             note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
+        if entry and entry.get("config") is not None and config_json is not None and entry["config"] != config_json:
+            note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config_json}".lstrip("; ")
+        roofline = self._session.roofline(timer, measurement.optimized_ms, flops, bytes, flops_dtype)
         result = CompareResult(
             timed=True,
             verdict=judgement.verdict.value,
@@ -196,6 +215,7 @@ class Perf:
             **common,
             **_measured(measurement, judgement),
             remeasured=remeasured,
+            **roofline,
             **_errors(closeness),
         )
         self._record(result)
@@ -257,6 +277,16 @@ def _measured(m: Measurement, j: Judgement) -> dict[str, Any]:
         baseline=j.baseline,
         change=j.change,
     )
+
+
+def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The config as plain JSON values (it travels to xdist's controller and into the baseline file)."""
+    if config is None:
+        return None
+    try:
+        return json.loads(json.dumps(dict(config), sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"speedgate: {case_id}: config= must hold plain JSON values: {exc}") from None
 
 
 def _errors(closeness: list[Closeness]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from .verdict import SEVERITY, Verdict
 
-COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "rate", "verdict")
+COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "rate", "% peak", "verdict")
 
 
 def _ms(value: float | None) -> str:
@@ -39,6 +39,7 @@ def row(record: dict[str, Any], failed_test: bool) -> tuple[str, ...]:
         f"{record['baseline']:.3f}x" if record.get("baseline") else "-",
         f"{record['change']:+.1%}" if record.get("change") is not None else "-",
         _rate(record) if timed else "-",
+        f"{record['peak_fraction']:.0%} {record['bound'][:3]}" if record.get("peak_fraction") is not None else "-",
         verdict,
     )
 

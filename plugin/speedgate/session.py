@@ -13,12 +13,14 @@ from .devices import Assignment, DeviceLock
 from .fixture import CompareResult
 from .hardware import Fingerprint, detect, software_drift
 from .options import Settings
-from .timers import Timer, make_timer
+from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
+from .timers import CudaTimer, Timer, make_timer
 from .verdict import Verdict
 
 _ENTRY_FIELDS = (
     "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "reference_cv", "optimized_cv",
     "rounds", "timer", "reference_first_ms", "optimized_first_ms", "flops", "bytes", "tolerance",
+    "flops_dtype", "peak_fraction", "config",
 )
 
 
@@ -56,6 +58,8 @@ class SpeedgateSession:
         self.failed_nodeids: set[str] = set()
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.used = False
+        self._ceilings: Ceilings | None = None
+        self.ceilings_seen: dict[str, dict[str, Any]] = {}
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
     @property
@@ -95,6 +99,24 @@ class SpeedgateSession:
                 self.fingerprint.hardware.setdefault(name, value)
         return self._timer
 
+    def roofline(
+        self, timer: Timer, optimized_ms: float, flops: float | None, nbytes: float | None, flops_dtype: str | None
+    ) -> dict[str, Any]:
+        """peak_fraction (roofline floor / measured time) and the bound, on the GPU; empty elsewhere."""
+        if timer.name != CudaTimer.name or not (flops or nbytes):
+            return {}
+        import torch
+
+        if self._ceilings is None:
+            self._ceilings = Ceilings(copy_gbps=measure_copy_gbps(torch))
+        if flops and flops_dtype and flops_dtype not in self._ceilings.matmul_tflops:
+            self._ceilings.matmul_tflops[flops_dtype] = measure_matmul_tflops(torch, flops_dtype)
+        floor = self._ceilings.floor_ms(flops, nbytes, flops_dtype)
+        if floor is None:
+            return {}
+        self.ceilings_seen[self.hardware_key] = self._ceilings.to_json()
+        return {"peak_fraction": floor[0] / optimized_ms, "bound": floor[1]}
+
     @contextlib.contextmanager
     def device_turn(self) -> Iterator[None]:
         """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
@@ -120,7 +142,12 @@ class SpeedgateSession:
     # -- xdist ---------------------------------------------------------------------------------------------
     def worker_payload(self) -> str:
         return json.dumps(
-            {"records": self.records, "failed": sorted(self.failed_nodeids), "fingerprints": self.fingerprints}
+            {
+                "records": self.records,
+                "failed": sorted(self.failed_nodeids),
+                "fingerprints": self.fingerprints,
+                "ceilings": self.ceilings_seen,
+            }
         )
 
     def absorb(self, payload: str) -> None:
@@ -129,6 +156,8 @@ class SpeedgateSession:
         self.failed_nodeids.update(data["failed"])
         for key, fp in data["fingerprints"].items():
             self.fingerprints.setdefault(key, fp)
+        for key, ceilings in data.get("ceilings", {}).items():
+            self.ceilings_seen.setdefault(key, ceilings)
         self.used = self.used or bool(data["records"])
 
     # -- the end of the run ---------------------------------------------------------------------------------
@@ -197,6 +226,10 @@ class SpeedgateSession:
             else:
                 state = f"found, {len(doc['cases'])} cases"
             lines.append(f"hardware key {key}; baseline {path}: {state}")
+            ceilings = self.ceilings_seen.get(key)
+            if ceilings:
+                rates = ", ".join(f"{d} matmul {r:.0f} TFLOP/s" for d, r in sorted(ceilings["matmul_tflops"].items()))
+                lines.append(f"  ceilings measured in this run: copy {ceilings['copy_gbps']:.0f} GB/s" + (f", {rates}" if rates else ""))
             current = self.fingerprints.get(key)
             if doc is not None and current is not None:
                 drift = software_drift(doc["fingerprint"].get("software", {}), current.get("software", {}))
@@ -215,6 +248,7 @@ class SpeedgateSession:
                 "baseline_dir": str(self.settings.baseline_dir),
             },
             "fingerprints": self.fingerprints,
+            "ceilings": self.ceilings_seen,
             "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
         }
 
