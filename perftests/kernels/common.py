@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import torch
 
@@ -22,3 +23,28 @@ def reduction_atol(expected: torch.Tensor, terms: int, safety: float = 8.0) -> f
     """
     scale = float(expected.detach().abs().max().float())
     return safety * math.sqrt(terms) * FP32_EPS * scale
+
+
+def intermediate_rounding_atol(expected: torch.Tensor, dtype: torch.dtype, factor: float = 2.0) -> float:
+    """Absolute tolerance when one side rounds an intermediate to `dtype` (flash attention's P) and the other
+    does not: `factor` units of that dtype's roundoff at the output's largest magnitude."""
+    unit = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: FP32_EPS}[dtype]
+    return factor * unit * float(expected.detach().abs().max().float())
+
+
+def best_config(kernel: Any) -> dict[str, Any] | None:
+    """An autotuned kernel's choice for the last key it ran, as plain values (recorded with the case's result)."""
+    config = getattr(kernel, "best_config", None)
+    if config is None:
+        return None
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def cuda_kernel_names(fn: Any) -> list[str]:
+    """Names of the GPU kernels one call of fn launches (through the profiler): which library path ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})

@@ -12,10 +12,7 @@ import triton.language as tl
 
 
 def _row_launch(n_cols: int) -> tuple[int, int]:
-    """(BLOCK, num_warps) for a row of n_cols: the whole row in one block; 8 warps up to 4096 wide, 16 beyond.
-
-    Chosen on the H100 at 8192 x 8192 bf16 (tools/sweep.py results in NOTES.md).
-    """
+    """(BLOCK, num_warps) for a row of n_cols: the whole row in one block; 8 warps up to 4096 wide, 16 beyond."""
     block = triton.next_power_of_2(n_cols)
     warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
     return block, warps

@@ -1,0 +1,257 @@
+"""Matmul kernels: a tiled, autotuned kernel with fused epilogues, and a persistent kernel on TMA descriptors.
+
+Layout throughout: y = x @ w.T with x (M, K) and w (N, K) row-major, as nn.Linear stores its weight; K is
+contiguous in both operands, the layout Hopper's wgmma (and fp8 in particular) wants.
+Work: 2*M*N*K flops; the fewest bytes are (M*K + N*K + M*N) * itemsize.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .common import INTERPRETING, best_config  # noqa: F401 (re-exported for the tests)
+
+ACTIVATIONS = (None, "gelu_tanh")
+
+
+def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
+    """Tile shapes to autotune over on the GPU; one small config under the interpreter (which cannot autotune)."""
+    if INTERPRETING:
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}, num_warps=4, num_stages=1, pre_hook=pre_hook)]
+    shapes = [
+        # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps)
+        (128, 256, 64, 3, 8),
+        (256, 128, 64, 3, 8),
+        (128, 128, 64, 4, 8),
+        (128, 128, 64, 3, 4),
+        (128, 256, 128, 3, 8),  # wide K tiles: pays off for fp8 (half the bytes per element)
+        (256, 128, 128, 3, 8),
+        (64, 256, 64, 4, 4),
+        (128, 64, 64, 4, 4),
+    ]
+    return [
+        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w, pre_hook=pre_hook)
+        for m, n, k, s, w in shapes
+    ]
+
+
+def _prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
+    """Keep 128-deep K tiles for 8-bit operands only: with 16-bit ones they overflow shared memory."""
+    if INTERPRETING:
+        return configs
+    x = named_args["x_ptr"] if "x_ptr" in named_args else named_args["x_desc"].base
+    itemsize = x.element_size()
+    kept = [c for c in configs if c.kwargs["BLOCK_K"] * itemsize <= 128]
+    return kept or configs
+
+
+@triton.jit
+def _gelu_tanh(x):
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with tanh(u) = 2 sigmoid(2u) - 1
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
+
+
+@triton.autotune(configs=_tile_configs(), key=["M", "N", "K", "HAS_BIAS", "ACTIVATION", "HAS_SCALE", "HAS_ROW_SCALE"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _matmul_kernel(
+    x_ptr, w_ptr, y_ptr, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Grouped order: GROUP_M row-tiles share each column-tile while it is hot in L2.
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Rows past the edge read row (m mod M): valid memory, never stored.
+    x_ptrs = x_ptr + (offs_m[:, None] % M).to(tl.int64) * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + (offs_n[None, :] % N).to(tl.int64) * stride_wn + offs_k[:, None] * stride_wk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(x, w, acc)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    if HAS_SCALE:
+        acc = acc * (tl.load(scale_x_ptr) * tl.load(scale_w_ptr))
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if ACTIVATION == "gelu_tanh":
+        acc = _gelu_tanh(acc)
+    y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def _check_operands(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int, int]:
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"expected x (M, K) and w (N, K); got {tuple(x.shape)} and {tuple(w.shape)}")
+    if x.dtype != w.dtype or x.device != w.device:
+        raise ValueError(f"x and w must share dtype and device; got {x.dtype}/{x.device} and {w.dtype}/{w.device}")
+    return x.shape[0], w.shape[0], x.shape[1]
+
+
+def matmul(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    scale_x: torch.Tensor | None = None,
+    scale_w: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y = act((x @ w.T) * scale_x * scale_w * row_scale[:, None] + bias), accumulated in fp32, rounded once.
+
+    scale_x and scale_w are scalar fp32 tensors (per-tensor fp8 scaling); row_scale an fp32 (M,) vector.
+    """
+    M, N, K = _check_operands(x, w)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if (scale_x is None) != (scale_w is None):
+        raise ValueError("pass both scale_x and scale_w, or neither")
+    out_dtype = out_dtype or (x.dtype if x.element_size() >= 2 else torch.bfloat16)
+    if out is None:
+        out = torch.empty((M, N), device=x.device, dtype=out_dtype)
+    elif out.shape != (M, N) or out.dtype != out_dtype:
+        raise ValueError(f"out must be ({M}, {N}) {out_dtype}")
+    dummy = out  # never read when its flag is off
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    _matmul_kernel[grid](
+        x, w, out,
+        bias if bias is not None else dummy,
+        scale_x if scale_x is not None else dummy,
+        scale_w if scale_w is not None else dummy,
+        row_scale if row_scale is not None else dummy,
+        M, N, K,
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1),
+        HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_SCALE=scale_x is not None, HAS_ROW_SCALE=row_scale is not None,
+    )
+    return out
+
+
+def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["x_desc"].block_shape = [bm, bk]
+    nargs["w_desc"].block_shape = [bn, bk]
+    nargs["y_desc"].block_shape = [bm, bn]
+
+
+@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _matmul_tma_persistent_kernel(
+    x_desc, w_desc, y_desc, M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    # One program per SM walks the output tiles with a stride of NUM_SMS: no tail wave, no launch per tile.
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS):
+        group_id = tile_id // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_size_m)
+        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
+            w = w_desc.load([off_n, ki * BLOCK_K])
+            acc = tl.dot(x, w.T, acc)
+        y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # the interpreter: a few programs, so the persistent loop runs more than once
+
+
+def matmul_tma_persistent(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ w.T with TMA descriptors and a persistent grid of one program per SM (Hopper)."""
+    M, N, K = _check_operands(x, w)
+    if (K * x.element_size()) % 16 or (N * x.element_size()) % 16:
+        raise ValueError("TMA needs 16-byte aligned rows: K and N times the item size must be multiples of 16")
+    if out is not None and (out.shape != (M, N) or out.dtype != x.dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous ({M}, {N}) {x.dtype} tensor")
+    y = out if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
+    # Block shapes are placeholders; the autotuner's pre_hook sets them per config.
+    x_desc = TensorDescriptor.from_tensor(x, [32, 32])
+    w_desc = TensorDescriptor.from_tensor(w, [32, 32])
+    y_desc = TensorDescriptor.from_tensor(y, [32, 32])
+    sms = num_sms(x.device)
+    grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, M, N, K, NUM_SMS=sms)
+    return y
+
+
+def matmul_flops(M: int, N: int, K: int) -> int:
+    return 2 * M * N * K
+
+
+def matmul_bytes(M: int, N: int, K: int, in_itemsize: int, out_itemsize: int) -> int:
+    return (M * K + N * K) * in_itemsize + M * N * out_itemsize
+
+
+@triton.jit
+def _rstd_kernel(rstd_ptr, x_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        acc += x * x
+    tl.store(rstd_ptr + row, 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps))
+
+
+def _rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x^2) + eps) per row, in fp32: the RMSNorm statistic, M * K * itemsize bytes read."""
+    rstd = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    block = min(triton.next_power_of_2(x.shape[1]), 4096)
+    _rstd_kernel[(x.shape[0],)](rstd, x, x.stride(0), x.shape[1], eps, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+    return rstd
+
+
+def fused_rmsnorm_linear_gelu(x: torch.Tensor, w_folded: torch.Tensor, eps: float) -> torch.Tensor:
+    """gelu(rmsnorm(x) @ w.T) as one statistics pass and one GEMM.
+
+    rmsnorm(x) = x * rstd[m] * g; since rstd[m] is a per-row scalar, (x * rstd * g) @ w.T = rstd[m] * (x @ (w * g).T).
+    The gain g is folded into the weight once, when the layer is loaded (w_folded = w * g), and rstd is
+    applied in the GEMM's epilogue, before the GELU: the normalized x is never written to memory.
+    """
+    rstd = _rstd(x, eps)
+    return matmul(x, w_folded, activation="gelu_tanh", row_scale=rstd)
+
+
+def fold_gain(w: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+    """w * g along K, in fp32 then rounded once to w's dtype."""
+    return (w.float() * gain.float()[None, :]).to(w.dtype)
+
+

@@ -1,0 +1,61 @@
+"""Flash-attention forward in Triton against eager attention (materialized scores) and against SDPA.
+
+Shapes keep B * S = 16384 tokens and H * D = 1024 (16 heads of 64, 8 of 128). Eager at S = 8192 materializes
+B * H * S^2 scores: 4 GiB in bf16 plus 8 GiB in fp32 for the softmax, so it runs, slowly, on an 80 GB card.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perftests.kernels import attention as attn
+from perftests.kernels.common import best_config, cuda_kernel_names, intermediate_rounding_atol
+
+pytestmark = pytest.mark.triton
+
+BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): fp16 on the CPU"
+
+
+def sdpa_kernel(sdpa) -> str:
+    """The SDPA backend that ran, from the name of the kernel it launched (GPU only)."""
+    names = [n for n in cuda_kernel_names(sdpa) if any(t in n.lower() for t in ("fmha", "flash", "cudnn", "attention", "sm90"))]
+    return names[0][:80] if names else "unknown"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq", [2048, 8192])
+def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
+    if device == "cuda":
+        dtype, B, S = torch.bfloat16, 16384 // seq, seq
+        H = 1024 // head_dim
+    else:
+        dtype, B, S, H = torch.float16, 1, 64 if seq == 2048 else 96, 2
+    q, k, v = (torch.randn(B, H, S, head_dim, device=device, dtype=dtype) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    attn.flash_attention(q, k, v, causal, out=out)
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = sdpa()
+    # Outputs are convex combinations of v's rows. The flash kernel rounds P to 16 bits before the PV product
+    # (as SDPA's fused kernels do, in their own order): outputs near zero need an absolute bound of a few
+    # 16-bit roundoffs at the output's scale; the dtype's rtol covers the rest.
+    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(expected, dtype))
+    perf.assert_close(out, expected, **tol)
+    flash = lambda: attn.flash_attention(q, k, v, causal)  # noqa: E731
+    flops = attn.attention_flops(B, H, S, head_dim, causal)
+    config = None
+    if device == "cuda":
+        config = {"triton": best_config(attn._attn_fwd_kernel), "sdpa_kernel": sdpa_kernel(sdpa)}
+    perf.compare(sdpa, flash, name="vs_sdpa", **tol, flops=flops, flops_dtype="bf16", config=config)
+
+    # Eager rounds the (S, S) scores to 16 bits before its softmax, so it is less exact than both fused kernels:
+    # a score s is off by up to u * |s|, each probability by a factor up to exp(u * max|s|), the output by
+    # about u * max|s| * max|v| per side of the normalisation. max|s| is bounded by Cauchy-Schwarz. That bound
+    # is asserted against SDPA here, and the eager pair below is compared for speed only.
+    unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    max_score = float(q.float().norm(dim=-1).max() * k.float().norm(dim=-1).max()) / head_dim**0.5
+    eager = lambda: attn.attention_eager(q, k, v, causal)  # noqa: E731
+    perf.assert_close(eager(), expected, rtol=tol["rtol"], atol=tol["atol"] + 2 * unit * max_score * float(v.abs().max()))
+    perf.compare(eager, flash, name="vs_eager", check=False, flops=flops, flops_dtype="bf16")

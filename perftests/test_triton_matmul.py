@@ -1,0 +1,119 @@
+"""Matmul in Triton against cuBLAS (torch.matmul / F.linear): tiled + autotuned, persistent + TMA, fused
+bias + GELU epilogue, and FP8 (e4m3, per-tensor scales) against torch._scaled_mm and against bf16 cuBLAS.
+
+y = x @ w.T, x (M, K), w (N, K): the nn.Linear layout. Each case records the autotuner's chosen config.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perftests.kernels import matmul as mm
+from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
+
+pytestmark = pytest.mark.triton
+
+GPU_SHAPES = {"4096": (4096, 4096, 4096), "8192": (8192, 8192, 8192), "llm": (8192, 28672, 4096)}
+CPU_SHAPE = (96, 80, 72)  # odd multiples of the interpreter's 32-wide tiles: edge tiles are exercised
+FP8_MAX = 448.0  # largest finite e4m3fn value
+
+BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): bf16 runs on the GPU only"
+
+
+def dims(device: str, shape_id: str) -> tuple[int, int, int]:
+    return GPU_SHAPES[shape_id] if device == "cuda" else CPU_SHAPE
+
+
+def skip_bf16_on_cpu(device: str, dtype: torch.dtype) -> None:
+    if device == "cpu" and dtype == torch.bfloat16:
+        pytest.skip(BF16_ON_CPU)
+
+
+def operands(device: str, dtype: torch.dtype, M: int, N: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Scaled by 1/sqrt(K) so outputs stay near unit size whatever K is.
+    x = torch.randn(M, K, device=device, dtype=dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    return x, w
+
+
+@pytest.mark.parametrize(
+    ("shape_id", "dtype"),
+    [("4096", torch.bfloat16), ("8192", torch.bfloat16), ("llm", torch.bfloat16), ("4096", torch.float16)],
+    ids=["4096-bfloat16", "8192-bfloat16", "llm-bfloat16", "4096-float16"],
+)
+@pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
+def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtype) -> None:
+    skip_bf16_on_cpu(device, dtype)
+    M, N, K = dims(device, shape_id)
+    x, w = operands(device, dtype, M, N, K)
+    out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+    launch, tuner = (mm.matmul, mm._matmul_kernel) if kernel == "tiled" else (mm.matmul_tma_persistent, mm._matmul_tma_persistent_kernel)
+    launch(x, w, out=out)
+    expected = F.linear(x, w)
+    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=reduction_atol(expected, K))
+    perf.assert_close(out, expected, **tol)
+    perf.compare(
+        lambda: F.linear(x, w), lambda: launch(x, w), name="vs_cublas", **tol,
+        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
+        config=mm.best_config(tuner),
+    )
+
+
+@pytest.mark.parametrize("shape_id", ["4096", "8192"])
+def test_matmul_bias_gelu(perf, device: str, shape_id: str) -> None:
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    M, N, K = dims(device, shape_id)
+    x, w = operands(device, dtype, M, N, K)
+    bias = torch.randn(N, device=device, dtype=dtype)
+    out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+    mm.matmul(x, w, bias, "gelu_tanh", out=out)
+    eager = lambda: F.gelu(F.linear(x, w, bias), approximate="tanh")  # noqa: E731
+    expected = eager()
+    # Eager rounds the GEMM output and then the biased pre-activation to 16 bits before the GELU; the fused
+    # epilogue rounds once, at the end. Those two roundings are each up to half a unit of the pre-activation's
+    # magnitude, and |GELU'| <= 1.13 carries them through: an absolute bound at the pre-activation's scale.
+    pre = F.linear(x, w, bias)
+    tol = dict(
+        rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3,
+        atol=reduction_atol(expected, K) + intermediate_rounding_atol(pre, dtype, factor=2 * 1.13),
+    )
+    del pre
+    perf.assert_close(out, expected, **tol)
+    perf.compare(
+        eager, lambda: mm.matmul(x, w, bias, "gelu_tanh"), name="vs_eager", **tol,
+        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
+        config=mm.best_config(mm._matmul_kernel),
+    )
+
+
+def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor scaling: scale = amax / 448, q = t / scale in e4m3 (t ~= q * scale)."""
+    scale = (t.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
+    return (t / scale).to(torch.float8_e4m3fn), scale
+
+
+@pytest.mark.parametrize("shape_id", ["4096", "8192"])
+def test_fp8_matmul(perf, device: str, shape_id: str) -> None:
+    M, N, K = dims(device, shape_id)
+    x, w = operands(device, torch.float32, M, N, K)
+    x8, sx = quantize_e4m3(x)
+    w8, sw = quantize_e4m3(w)
+    out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
+    fp8 = lambda: mm.matmul(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
+    scaled_mm = lambda: torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)  # noqa: E731
+    mm.matmul(x8, w8, scale_x=sx, scale_w=sw, out=out)
+    expected = scaled_mm()
+    tol = dict(rtol=1.6e-2, atol=reduction_atol(expected, K))
+    perf.assert_close(out, expected, **tol)
+    flops = mm.matmul_flops(M, N, K)
+    perf.compare(scaled_mm, fp8, name="vs_scaled_mm", **tol, flops=flops, flops_dtype="fp8", config=mm.best_config(mm._matmul_kernel))
+
+    # Against bf16 cuBLAS on the unquantized data: a precision change by design, so the outputs are not
+    # held to bf16 tolerance; e4m3's 3 mantissa bits bound each operand's error by 2^-4 relative, and
+    # the relative L2 error of the product by about 2^-4 * sqrt(2) ~= 0.09.
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    rel = float((out.float() - F.linear(xb, wb).float()).norm() / F.linear(xb, wb).float().norm())
+    assert rel < 0.09, f"fp8 result is {rel:.3f} (relative L2) from bf16: more than e4m3 quantization explains"
+    perf.compare(lambda: F.linear(xb, wb), fp8, name="vs_bf16_cublas_precision_change", check=False, flops=flops, flops_dtype="fp8")

@@ -1,0 +1,47 @@
+"""The chapter's fused MLP block: RMSNorm -> Linear -> GELU, with the norm and the activation fused around the GEMM.
+
+Fused: one pass for the per-row RMS statistic, then one GEMM whose epilogue applies rstd and the GELU; the gain
+g is folded into the weight when the layer is loaded. Eager writes the normalized x, the GEMM output and the
+GELU output: 2 * M * N * itemsize more bytes than the fused path, plus the norm's passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perftests.kernels import matmul as mm
+from perftests.kernels.common import best_config, intermediate_rounding_atol
+from perftests.kernels.rowwise import rms_norm_eager
+
+pytestmark = pytest.mark.triton
+
+EPS = 1e-6
+
+
+def test_fused_mlp_block(perf, device: str) -> None:
+    if device == "cuda":
+        dtype, (M, K, N) = torch.bfloat16, (8192, 4096, 16384)  # tokens, d_model, d_ff
+    else:
+        dtype, (M, K, N) = torch.float16, (64, 96, 80)
+    x = torch.randn(M, K, device=device, dtype=dtype)
+    gain = (torch.rand(K, device=device) + 0.5).to(dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    w_folded = mm.fold_gain(w, gain)  # once, at load time: not part of either timed side
+    eager = lambda: F.gelu(F.linear(rms_norm_eager(x, gain, EPS), w), approximate="tanh")  # noqa: E731
+    fused = lambda: mm.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
+    expected = eager()
+    # The sides round different 16-bit operands of the GEMM: eager the normalized x, fused w * g. Each operand
+    # is off by up to one roundoff u, so a K-term dot product is off by up to u * sum|x_k w_k| per operand,
+    # which for these random unit-scale rows is a few u at the pre-activation's largest magnitude (and
+    # |GELU'| <= 1.13). The rounding of the outputs themselves is the dtype's rtol.
+    pre = F.linear(rms_norm_eager(x, gain, EPS), w)
+    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(pre, dtype, factor=4 * 1.13))
+    del pre
+    perf.assert_close(fused(), expected, **tol)
+    perf.compare(
+        eager, fused, name="vs_eager", **tol,
+        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
+        config=best_config(mm._matmul_kernel),
+    )
