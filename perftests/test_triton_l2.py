@@ -15,12 +15,16 @@ from perftests.kernels.streaming import stream_add, stream_add_eager
 pytestmark = pytest.mark.triton
 
 
-def test_l2_eviction_hints(perf, device: str) -> None:
+@pytest.mark.parametrize("table_mib", [16, 32])
+def test_l2_eviction_hints(perf, device: str, table_mib: int) -> None:
     if device == "cuda":
-        # 1 GiB stream, a 16 MiB table (a third of the H100's 50 MiB L2), rows of 4096 fp32.
-        rows, table_rows, cols = 65536, 1024, 4096
+        # A 1 GiB stream and a table of 16 or 32 MiB (the H100's L2 is 50 MiB), rows of 4096 fp32 (16 KiB).
+        # Between two uses of a table row, 2 * table_rows * 16 KiB of stream and out pass through L2: 32 MiB
+        # for the small table (it can stay without help), 64 MiB for the large one (it cannot, unless hinted).
+        rows, cols = 65536, 4096
+        table_rows = table_mib * 2**20 // (cols * 4)
     else:
-        rows, table_rows, cols = 24, 4, 300
+        rows, table_rows, cols = 24, 4 if table_mib == 16 else 8, 300
     stream = torch.randn(rows, cols, device=device)
     table = torch.randn(table_rows, cols, device=device)
     out = torch.full_like(stream, float("nan"))

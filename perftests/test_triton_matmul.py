@@ -16,7 +16,8 @@ from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
 pytestmark = pytest.mark.triton
 
 GPU_SHAPES = {"4096": (4096, 4096, 4096), "8192": (8192, 8192, 8192), "llm": (8192, 28672, 4096)}
-CPU_SHAPE = (96, 80, 72)  # odd multiples of the interpreter's 32-wide tiles: edge tiles are exercised
+# Not multiples of the interpreter's 32-wide tiles, so edge tiles are exercised; K and N keep TMA's 16-byte rows.
+CPU_SHAPE = (100, 80, 80)
 FP8_MAX = 448.0  # largest finite e4m3fn value
 
 BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): bf16 runs on the GPU only"
@@ -49,7 +50,7 @@ def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtyp
     M, N, K = dims(device, shape_id)
     x, w = operands(device, dtype, M, N, K)
     out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
-    launch, tuner = (mm.matmul, mm._matmul_kernel) if kernel == "tiled" else (mm.matmul_tma_persistent, mm._matmul_tma_persistent_kernel)
+    launch, tuner = mm.launcher(kernel)
     launch(x, w, out=out)
     expected = F.linear(x, w)
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=reduction_atol(expected, K))
@@ -62,13 +63,15 @@ def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtyp
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
-def test_matmul_bias_gelu(perf, device: str, shape_id: str) -> None:
+@pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
+def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None:
+    launch, tuner = mm.launcher(kernel)
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     M, N, K = dims(device, shape_id)
     x, w = operands(device, dtype, M, N, K)
     bias = torch.randn(N, device=device, dtype=dtype)
     out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
-    mm.matmul(x, w, bias, "gelu_tanh", out=out)
+    launch(x, w, bias, "gelu_tanh", out=out)
     eager = lambda: F.gelu(F.linear(x, w, bias), approximate="tanh")  # noqa: E731
     expected = eager()
     # Eager rounds the GEMM output and then the biased pre-activation to 16 bits before the GELU; the fused
@@ -82,9 +85,9 @@ def test_matmul_bias_gelu(perf, device: str, shape_id: str) -> None:
     del pre
     perf.assert_close(out, expected, **tol)
     perf.compare(
-        eager, lambda: mm.matmul(x, w, bias, "gelu_tanh"), name="vs_eager", **tol,
+        eager, lambda: launch(x, w, bias, "gelu_tanh"), name="vs_eager", **tol,
         flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
-        config=mm.best_config(mm._matmul_kernel),
+        config=mm.best_config(tuner),
     )
 
 
@@ -95,20 +98,22 @@ def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
-def test_fp8_matmul(perf, device: str, shape_id: str) -> None:
+@pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
+def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
+    launch, tuner = mm.launcher(kernel)
     M, N, K = dims(device, shape_id)
     x, w = operands(device, torch.float32, M, N, K)
     x8, sx = quantize_e4m3(x)
     w8, sw = quantize_e4m3(w)
     out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
-    fp8 = lambda: mm.matmul(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
+    fp8 = lambda: launch(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
     scaled_mm = lambda: torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)  # noqa: E731
-    mm.matmul(x8, w8, scale_x=sx, scale_w=sw, out=out)
+    launch(x8, w8, scale_x=sx, scale_w=sw, out=out)
     expected = scaled_mm()
     tol = dict(rtol=1.6e-2, atol=reduction_atol(expected, K))
     perf.assert_close(out, expected, **tol)
     flops = mm.matmul_flops(M, N, K)
-    perf.compare(scaled_mm, fp8, name="vs_scaled_mm", **tol, flops=flops, flops_dtype="fp8", config=mm.best_config(mm._matmul_kernel))
+    perf.compare(scaled_mm, fp8, name="vs_scaled_mm", **tol, flops=flops, flops_dtype="fp8", config=mm.best_config(tuner))
 
     # Against bf16 cuBLAS on the unquantized data: a precision change by design, so the outputs are not
     # held to bf16 tolerance; e4m3's 3 mantissa bits bound each operand's error by 2^-4 relative, and

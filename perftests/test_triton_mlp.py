@@ -43,5 +43,5 @@ def test_fused_mlp_block(perf, device: str) -> None:
     perf.compare(
         eager, fused, name="vs_eager", **tol,
         flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
-        config=best_config(mm._matmul_kernel),
+        config=best_config(mm._matmul_tma_persistent_kernel),
     )

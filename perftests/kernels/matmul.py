@@ -57,13 +57,32 @@ def _gelu_tanh(x):
     return 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
 
 
-@triton.autotune(configs=_tile_configs(), key=["M", "N", "K", "HAS_BIAS", "ACTIVATION", "HAS_SCALE", "HAS_ROW_SCALE"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+              HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr):
+    """Everything after the K loop, on the fp32 accumulator: scales, row scale, bias, activation."""
+    if HAS_SCALE:
+        acc = acc * (tl.load(scale_x_ptr) * tl.load(scale_w_ptr))
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if ACTIVATION == "gelu_tanh":
+        acc = _gelu_tanh(acc)
+    return acc
+
+
+_EPILOGUE_KEYS = ["HAS_BIAS", "ACTIVATION", "HAS_SCALE", "HAS_ROW_SCALE", "FP8_PRECISE"]
+
+
+@triton.autotune(configs=_tile_configs(), key=["M", "N", "K", *_EPILOGUE_KEYS], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _matmul_kernel(
     x_ptr, w_ptr, y_ptr, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
     M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
+    FP8_PRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -88,18 +107,17 @@ def _matmul_kernel(
         k_left = K - k * BLOCK_K
         x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(x, w, acc)
+        if FP8_PRECISE:
+            # Hopper's fp8 MMAs accumulate in reduced precision; promote to fp32 after every K tile, as
+            # torch._scaled_mm does by default (its use_fast_accum=False).
+            acc = tl.dot(x, w, acc, max_num_imprecise_acc=BLOCK_K)
+        else:
+            acc = tl.dot(x, w, acc)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
-    if HAS_SCALE:
-        acc = acc * (tl.load(scale_x_ptr) * tl.load(scale_w_ptr))
-    if HAS_ROW_SCALE:
-        acc = acc * tl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
-    if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    if ACTIVATION == "gelu_tanh":
-        acc = _gelu_tanh(acc)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+                    HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE)
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :] * stride_yn
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
@@ -110,6 +128,33 @@ def _check_operands(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int, int]:
     if x.dtype != w.dtype or x.device != w.device:
         raise ValueError(f"x and w must share dtype and device; got {x.dtype}/{x.device} and {w.dtype}/{w.device}")
     return x.shape[0], w.shape[0], x.shape[1]
+
+
+def _epilogue_args(
+    x: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
+    scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, row_scale: torch.Tensor | None,
+) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]:
+    """The epilogue's pointer arguments (out stands in for absent ones: never read) and its constexpr flags."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if (scale_x is None) != (scale_w is None):
+        raise ValueError("pass both scale_x and scale_w, or neither")
+    pointers = tuple(t if t is not None else out for t in (bias, scale_x, scale_w, row_scale))
+    flags = dict(
+        HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_SCALE=scale_x is not None,
+        HAS_ROW_SCALE=row_scale is not None, FP8_PRECISE=x.element_size() == 1 and x.device.type == "cuda",
+    )
+    return pointers, flags
+
+
+def _output(x: torch.Tensor, M: int, N: int, out: torch.Tensor | None, out_dtype: torch.dtype | None) -> torch.Tensor:
+    # 8-bit operands produce bf16, as torch._scaled_mm is asked to here; 16-bit ones their own dtype.
+    out_dtype = out_dtype or (x.dtype if x.element_size() >= 2 else torch.bfloat16)
+    if out is None:
+        return torch.empty((M, N), device=x.device, dtype=out_dtype)
+    if out.shape != (M, N) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({M}, {N}) {out_dtype} tensor")
+    return out
 
 
 def matmul(
@@ -129,26 +174,12 @@ def matmul(
     scale_x and scale_w are scalar fp32 tensors (per-tensor fp8 scaling); row_scale an fp32 (M,) vector.
     """
     M, N, K = _check_operands(x, w)
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if (scale_x is None) != (scale_w is None):
-        raise ValueError("pass both scale_x and scale_w, or neither")
-    out_dtype = out_dtype or (x.dtype if x.element_size() >= 2 else torch.bfloat16)
-    if out is None:
-        out = torch.empty((M, N), device=x.device, dtype=out_dtype)
-    elif out.shape != (M, N) or out.dtype != out_dtype:
-        raise ValueError(f"out must be ({M}, {N}) {out_dtype}")
-    dummy = out  # never read when its flag is off
+    out = _output(x, M, N, out, out_dtype)
+    pointers, flags = _epilogue_args(x, out, bias, activation, scale_x, scale_w, row_scale)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     _matmul_kernel[grid](
-        x, w, out,
-        bias if bias is not None else dummy,
-        scale_x if scale_x is not None else dummy,
-        scale_w if scale_w is not None else dummy,
-        row_scale if row_scale is not None else dummy,
-        M, N, K,
-        x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1),
-        HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_SCALE=scale_x is not None, HAS_ROW_SCALE=row_scale is not None,
+        x, w, out, *pointers, M, N, K,
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1), **flags,
     )
     return out
 
@@ -160,10 +191,12 @@ def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
     nargs["y_desc"].block_shape = [bm, bn]
 
 
-@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _matmul_tma_persistent_kernel(
-    x_desc, w_desc, y_desc, M, N, K,
+    x_desc, w_desc, y_desc, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr, M, N, K,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
+    FP8_PRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -184,7 +217,14 @@ def _matmul_tma_persistent_kernel(
         for ki in range(k_tiles):
             x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
             w = w_desc.load([off_n, ki * BLOCK_K])
-            acc = tl.dot(x, w.T, acc)
+            if FP8_PRECISE:
+                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
+            else:
+                acc = tl.dot(x, w.T, acc)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+                        HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE)
         y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
 
 
@@ -194,22 +234,41 @@ def num_sms(device: torch.device) -> int:
     return 4  # the interpreter: a few programs, so the persistent loop runs more than once
 
 
-def matmul_tma_persistent(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ w.T with TMA descriptors and a persistent grid of one program per SM (Hopper)."""
+def matmul_tma_persistent(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    scale_x: torch.Tensor | None = None,
+    scale_w: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper)."""
     M, N, K = _check_operands(x, w)
-    if (K * x.element_size()) % 16 or (N * x.element_size()) % 16:
+    y = _output(x, M, N, out, out_dtype)
+    if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
         raise ValueError("TMA needs 16-byte aligned rows: K and N times the item size must be multiples of 16")
-    if out is not None and (out.shape != (M, N) or out.dtype != x.dtype or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous ({M}, {N}) {x.dtype} tensor")
-    y = out if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
+    pointers, flags = _epilogue_args(x, y, bias, activation, scale_x, scale_w, row_scale)
     # Block shapes are placeholders; the autotuner's pre_hook sets them per config.
     x_desc = TensorDescriptor.from_tensor(x, [32, 32])
     w_desc = TensorDescriptor.from_tensor(w, [32, 32])
     y_desc = TensorDescriptor.from_tensor(y, [32, 32])
     sms = num_sms(x.device)
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, M, N, K, NUM_SMS=sms)
+    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms)
     return y
+
+
+KERNELS = {"tiled": (matmul, "_matmul_kernel"), "tma_persistent": (matmul_tma_persistent, "_matmul_tma_persistent_kernel")}
+
+
+def launcher(kernel: str) -> tuple[Any, Any]:
+    """(launch function, its autotuned kernel) for 'tiled' or 'tma_persistent'."""
+    fn, name = KERNELS[kernel]
+    return fn, globals()[name]
 
 
 def matmul_flops(M: int, N: int, K: int) -> int:
@@ -247,7 +306,7 @@ def fused_rmsnorm_linear_gelu(x: torch.Tensor, w_folded: torch.Tensor, eps: floa
     applied in the GEMM's epilogue, before the GELU: the normalized x is never written to memory.
     """
     rstd = _rstd(x, eps)
-    return matmul(x, w_folded, activation="gelu_tanh", row_scale=rstd)
+    return matmul_tma_persistent(x, w_folded, activation="gelu_tanh", row_scale=rstd)
 
 
 def fold_gain(w: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
