@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels import attention as attn
 from perftests.kernels.common import best_config, cuda_kernel_names, intermediate_rounding_atol
 
@@ -59,3 +60,5 @@ def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: boo
     eager = lambda: attn.attention_eager(q, k, v, causal)  # noqa: E731
     perf.assert_close(eager(), expected, rtol=tol["rtol"], atol=tol["atol"] + 2 * unit * max_score * float(v.abs().max()))
     perf.compare(eager, flash, name="vs_eager", check=False, flops=flops, flops_dtype="bf16")
+    # The compiled eager form keeps eager's 16-bit scores: checked against SDPA with eager's bound, like eager.
+    compare_with_compiled(perf, device, attn.attention_eager, (q, k, v, causal), flash, check=False, flops=flops, flops_dtype="bf16")

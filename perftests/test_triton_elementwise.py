@@ -7,6 +7,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels.elementwise import add_relu_scale, add_relu_scale_eager, vector_add
 
 pytestmark = pytest.mark.triton
@@ -27,6 +28,11 @@ def inputs(device: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]
     return torch.randn(n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)
 
 
+def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """torch.add as a Python function, for torch.compile."""
+    return x + y
+
+
 def pair(kind: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Callable[[], Any], Callable[[], Any], int]:
     """(reference, optimized, bytes the optimized side must move) for one kind; shared with tools/stability.py."""
     traffic = 3 * x.numel() * x.element_size()  # read x and y, write out
@@ -45,6 +51,7 @@ def test_vector_add(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, torch.add(x, y))
     reference, optimized, traffic = pair("vector_add", x, y)
     perf.compare(reference, optimized, bytes=traffic)
+    compare_with_compiled(perf, device, add, (x, y), optimized, bytes=traffic)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -57,3 +64,4 @@ def test_add_relu_scale(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, expected)
     reference, optimized, traffic = pair("add_relu_scale", x, y)
     perf.compare(reference, optimized, bytes=traffic)
+    compare_with_compiled(perf, device, add_relu_scale_eager, (x, y, SCALE), optimized, bytes=traffic)

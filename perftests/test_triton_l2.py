@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels.streaming import stream_add, stream_add_eager
 
 pytestmark = pytest.mark.triton
@@ -34,3 +35,4 @@ def test_l2_eviction_hints(perf, device: str, table_mib: int) -> None:
     hinted = lambda: stream_add(stream, table, hints=True)  # noqa: E731
     perf.compare(lambda: stream_add(stream, table, hints=False), hinted, name="vs_no_hints", bytes=nbytes)
     perf.compare(lambda: stream_add_eager(stream, table), hinted, name="vs_eager", bytes=nbytes)
+    compare_with_compiled(perf, device, stream_add_eager, (stream, table), hinted, bytes=nbytes)

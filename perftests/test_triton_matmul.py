@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
 from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
 
@@ -25,6 +26,19 @@ BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patte
 
 def dims(device: str, shape_id: str) -> tuple[int, int, int]:
     return GPU_SHAPES[shape_id] if device == "cuda" else CPU_SHAPE
+
+
+# Eager references as functions of their tensors, so that torch.compile sees the same function every time.
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, w)
+
+
+def linear_bias_gelu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, bias), approximate="tanh")
+
+
+def scaled_mm(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
 
 
 def skip_bf16_on_cpu(device: str, dtype: torch.dtype) -> None:
@@ -55,11 +69,9 @@ def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtyp
     expected = F.linear(x, w)
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=reduction_atol(expected, K))
     perf.assert_close(out, expected, **tol)
-    perf.compare(
-        lambda: F.linear(x, w), lambda: launch(x, w), name="vs_cublas", **tol,
-        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
-        config=mm.best_config(tuner),
-    )
+    work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16")
+    perf.compare(lambda: linear(x, w), lambda: launch(x, w), name="vs_cublas", **tol, **work, config=mm.best_config(tuner))
+    compare_with_compiled(perf, device, linear, (x, w), lambda: launch(x, w), **tol, **work)
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
@@ -72,7 +84,7 @@ def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None
     bias = torch.randn(N, device=device, dtype=dtype)
     out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
     launch(x, w, bias, "gelu_tanh", out=out)
-    eager = lambda: F.gelu(F.linear(x, w, bias), approximate="tanh")  # noqa: E731
+    eager = lambda: linear_bias_gelu(x, w, bias)  # noqa: E731
     expected = eager()
     # Eager rounds the GEMM output and then the biased pre-activation to 16 bits before the GELU; the fused
     # epilogue rounds once, at the end. Those two roundings are each up to half a unit of the pre-activation's
@@ -84,11 +96,10 @@ def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None
     )
     del pre
     perf.assert_close(out, expected, **tol)
-    perf.compare(
-        eager, lambda: launch(x, w, bias, "gelu_tanh"), name="vs_eager", **tol,
-        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
-        config=mm.best_config(tuner),
-    )
+    fused = lambda: launch(x, w, bias, "gelu_tanh")  # noqa: E731
+    work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16")
+    perf.compare(eager, fused, name="vs_eager", **tol, **work, config=mm.best_config(tuner))
+    compare_with_compiled(perf, device, linear_bias_gelu, (x, w, bias), fused, **tol, **work)
 
 
 def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,13 +118,13 @@ def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
     w8, sw = quantize_e4m3(w)
     out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
     fp8 = lambda: launch(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
-    scaled_mm = lambda: torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)  # noqa: E731
     launch(x8, w8, scale_x=sx, scale_w=sw, out=out)
-    expected = scaled_mm()
+    expected = scaled_mm(x8, w8, sx, sw)
     tol = dict(rtol=1.6e-2, atol=reduction_atol(expected, K))
     perf.assert_close(out, expected, **tol)
     flops = mm.matmul_flops(M, N, K)
-    perf.compare(scaled_mm, fp8, name="vs_scaled_mm", **tol, flops=flops, flops_dtype="fp8", config=mm.best_config(tuner))
+    perf.compare(lambda: scaled_mm(x8, w8, sx, sw), fp8, name="vs_scaled_mm", **tol, flops=flops, flops_dtype="fp8", config=mm.best_config(tuner))
+    compare_with_compiled(perf, device, scaled_mm, (x8, w8, sx, sw), fp8, **tol, flops=flops, flops_dtype="fp8")
 
     # Against bf16 cuBLAS on the unquantized data: a precision change by design, so the outputs are not
     # held to bf16 tolerance; e4m3's 3 mantissa bits bound each operand's error by 2^-4 relative, and

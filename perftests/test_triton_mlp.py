@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
 from perftests.kernels.common import best_config, intermediate_rounding_atol
 from perftests.kernels.rowwise import rms_norm_eager
@@ -18,6 +19,10 @@ from perftests.kernels.rowwise import rms_norm_eager
 pytestmark = pytest.mark.triton
 
 EPS = 1e-6
+
+
+def mlp_block_eager(x: torch.Tensor, gain: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(rms_norm_eager(x, gain, EPS), w), approximate="tanh")
 
 
 def test_fused_mlp_block(perf, device: str) -> None:
@@ -29,7 +34,7 @@ def test_fused_mlp_block(perf, device: str) -> None:
     gain = (torch.rand(K, device=device) + 0.5).to(dtype)
     w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
     w_folded = mm.fold_gain(w, gain)  # once, at load time: not part of either timed side
-    eager = lambda: F.gelu(F.linear(rms_norm_eager(x, gain, EPS), w), approximate="tanh")  # noqa: E731
+    eager = lambda: mlp_block_eager(x, gain, w)  # noqa: E731
     fused = lambda: mm.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
     expected = eager()
     # The sides round different 16-bit operands of the GEMM: eager the normalized x, fused w * g. Each operand
@@ -40,8 +45,6 @@ def test_fused_mlp_block(perf, device: str) -> None:
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(pre, dtype, factor=4 * 1.13))
     del pre
     perf.assert_close(fused(), expected, **tol)
-    perf.compare(
-        eager, fused, name="vs_eager", **tol,
-        flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16",
-        config=best_config(mm._matmul_tma_persistent_kernel),
-    )
+    work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16")
+    perf.compare(eager, fused, name="vs_eager", **tol, **work, config=best_config(mm._matmul_tma_persistent_kernel))
+    compare_with_compiled(perf, device, mlp_block_eager, (x, gain, w), fused, **tol, **work)

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perftests.compiled import compare_with_compiled
 from perftests.kernels import rowwise
 
 pytestmark = pytest.mark.triton
@@ -41,6 +42,7 @@ def test_softmax(perf, device: str, dtype: torch.dtype) -> None:
     fused = lambda: rowwise.softmax(x)  # noqa: E731
     perf.compare(lambda: rowwise.softmax_eager(x), fused, name="vs_eager", bytes=traffic(x))
     perf.compare(lambda: torch.softmax(x, dim=-1), fused, name="vs_torch", bytes=traffic(x))
+    compare_with_compiled(perf, device, rowwise.softmax_eager, (x,), fused, bytes=traffic(x))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -54,6 +56,7 @@ def test_rms_norm(perf, device: str, dtype: torch.dtype) -> None:
     nbytes = traffic(x, w.numel() * w.element_size())
     perf.compare(lambda: rowwise.rms_norm_eager(x, w, EPS), fused, name="vs_eager", bytes=nbytes)
     perf.compare(lambda: F.rms_norm(x, (x.shape[1],), w, EPS), fused, name="vs_torch", bytes=nbytes)
+    compare_with_compiled(perf, device, rowwise.rms_norm_eager, (x, w, EPS), fused, bytes=nbytes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -68,3 +71,4 @@ def test_layer_norm(perf, device: str, dtype: torch.dtype) -> None:
     nbytes = traffic(x, 2 * w.numel() * w.element_size())
     perf.compare(lambda: rowwise.layer_norm_eager(x, w, b, EPS), fused, name="vs_eager", bytes=nbytes)
     perf.compare(lambda: F.layer_norm(x, (x.shape[1],), w, b, EPS), fused, name="vs_torch", bytes=nbytes)
+    compare_with_compiled(perf, device, rowwise.layer_norm_eager, (x, w, b, EPS), fused, bytes=nbytes)

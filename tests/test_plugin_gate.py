@@ -198,3 +198,20 @@ def test_config(perf):
     result = project.runpytest()
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*flops_dtype='int4' is not one of bf16, fp16, fp8, tf32, fp32*", "*config= must hold plain JSON values*"])
+
+
+def test_pairs_of_a_test_are_shown_side_by_side(project: pytest.Pytester) -> None:
+    make_tests(
+        project,
+        """
+def test_kernel(perf):
+    perf.compare(ref_2ms, opt_1ms, name="vs_eager")
+    perf.compare(ref_2ms, opt_500us, name="vs_vendor")
+    perf.compare(opt_2ms, opt_1ms, name="vs_compile")
+""",
+    )
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["speedup of the optimized side against each reference, per test:", "test_cases.py::test_kernel  vs_eager 2.000x  vs_vendor 4.000x  vs_compile 2.000x"]
+    )

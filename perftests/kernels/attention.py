@@ -1,63 +1,68 @@
 """Flash-attention forward in Triton: online softmax over key blocks, scores never leave the chip.
 
-q, k, v: (B, H, S, D) contiguous. Work: 4 * B * H * S^2 * D flops (QK^T and PV), half of it when causal.
-The fewest bytes: read q, k, v and write o, 4 * B * H * S * D * itemsize.
+q, k, v: (B, H, S, D) contiguous, seen as (B * H * S, D) matrices through TMA descriptors (tiles never straddle
+two heads: S is a multiple of every tile height). Work: 4 * B * H * S^2 * D flops (QK^T and PV), half of it
+when causal. The fewest bytes: read q, k, v and write o, 4 * B * H * S * D * itemsize.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import INTERPRETING
 
 
+def _set_block_shapes(nargs: dict[str, Any]) -> None:
+    d = nargs["HEAD_DIM"]
+    nargs["q_desc"].block_shape = [nargs["BLOCK_M"], d]
+    nargs["o_desc"].block_shape = [nargs["BLOCK_M"], d]
+    nargs["k_desc"].block_shape = [nargs["BLOCK_N"], d]
+    nargs["v_desc"].block_shape = [nargs["BLOCK_N"], d]
+
+
 def _configs() -> list[triton.Config]:
     if INTERPRETING:
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1, pre_hook=_set_block_shapes)]
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
         for bm, bn, w, s in [
             (128, 64, 8, 3),
             (128, 128, 8, 3),
+            (128, 128, 8, 2),
             (128, 64, 4, 3),
             (64, 64, 4, 3),
-            (128, 32, 4, 4),
             (64, 128, 4, 3),
+            (128, 32, 4, 4),
         ]
     ]
 
 
-def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    # The causal split below needs BLOCK_M to be a multiple of BLOCK_N; head dim 128 with 128x128 tiles
-    # spills on Hopper, so keep the widest tiles to head dim 64.
-    head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
-    kept = [
-        c for c in configs
-        if c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0 and not (head_dim == 128 and c.kwargs["BLOCK_N"] == 128)
-    ]
+def _prune(configs: list[triton.Config], named_args: dict, **kwargs: Any) -> list[triton.Config]:
+    # The causal split below needs BLOCK_M to be a multiple of BLOCK_N.
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0]
     return kept or configs
 
 
 @triton.jit
-def _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, start, stop, qk_scale,
-                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(start, stop, BLOCK_N):
-        cols = start_n + offs_n
-        k = tl.load(k_base + cols[None, :] * HEAD_DIM + offs_d[:, None])  # (D, BLOCK_N)
-        qk = tl.dot(q, k) * qk_scale  # log2 domain: exp2 below
+        k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
+        qk = tl.dot(q, k.T) * qk_scale  # log2 domain: exp2 below
         if MASKED:
-            qk = tl.where(offs_m[:, None] >= cols[None, :], qk, -float("inf"))
+            qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         p = tl.math.exp2(qk - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + cols[:, None] * HEAD_DIM + offs_d[None, :])  # (BLOCK_N, D)
+        v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
@@ -65,29 +70,26 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, start, stop, qk_scale,
 
 @triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
-def _attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, S,
+def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)  # flattened batch * heads
-    base = head * S * HEAD_DIM
+    row0 = tl.program_id(1) * S  # first row of this (batch, head) in the (B*H*S, D) view
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :])
+    q = q_desc.load([row0 + start_m * BLOCK_M, 0])
     m_i = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # 1 / ln 2
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptr + base, v_ptr + base, offs_m, 0, start_m * BLOCK_M,
-                                    qk_scale, HEAD_DIM, BLOCK_N, False)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptr + base, v_ptr + base, offs_m, start_m * BLOCK_M,
-                                    (start_m + 1) * BLOCK_M, qk_scale, HEAD_DIM, BLOCK_N, True)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
+                                    qk_scale, BLOCK_N, False)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start_m * BLOCK_M,
+                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptr + base, v_ptr + base, offs_m, 0, S,
-                                    qk_scale, HEAD_DIM, BLOCK_N, False)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False)
     out = acc / l_i[:, None]
-    tl.store(o_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], out.to(o_ptr.dtype.element_ty))
+    o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
 
 
 # The largest tile any config uses: S must be a multiple of it (no ragged-edge masks in the kernel).
@@ -111,8 +113,10 @@ def flash_attention(
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
     o = out if out is not None else torch.empty_like(q)
+    # Placeholder block shapes: the autotuner's pre_hook sets them per config.
+    descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
-    _attn_fwd_kernel[grid](q, k, v, o, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal)
+    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal)
     return o
 
 

@@ -29,8 +29,12 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
         (256, 128, 64, 3, 8),
         (128, 128, 64, 4, 8),
         (128, 128, 64, 3, 4),
-        (128, 256, 128, 3, 8),  # wide K tiles: pays off for fp8 (half the bytes per element)
+        # 128-deep K tiles, kept for 8-bit operands only (see _prune): fp8 promotes its accumulator once per
+        # K tile, and 128x128 tiles leave registers for the second accumulator that promotion needs.
+        (128, 256, 128, 3, 8),
         (256, 128, 128, 3, 8),
+        (128, 128, 128, 4, 8),
+        (128, 128, 128, 5, 8),
         (64, 256, 64, 4, 4),
         (128, 64, 64, 4, 4),
     ]

@@ -135,6 +135,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_line(f"{mode}; {tolerance}; timer {state.settings.timer}")
     for line in report.table(state.records, state.failed_nodeids):
         tr.write_line(line)
+    for line in report.by_test(state.records):
+        tr.write_line(line)
     for line in report.notes(state.records):
         tr.write_line(line)
     for line in config.stash.get(FINISH_KEY, []):

@@ -67,3 +67,23 @@ def notes(records: Sequence[dict[str, Any]]) -> list[str]:
         if record["note"] and record["verdict"] != Verdict.UNTIMED.value:
             out.append(f"{record['case_id']}: {record['note']}")
     return out
+
+
+def by_test(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per test that compared several named pairs: each pair's speedup side by side.
+
+    For a kernel gated against eager, a vendor library and the compiler, this is the three ratios in a row.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["timed"] and record.get("name"):
+            groups.setdefault(record["nodeid"], []).append(record)
+    rows = [(nodeid, group) for nodeid, group in groups.items() if len(group) > 1]
+    if not rows:
+        return []
+    width = max(len(nodeid) for nodeid, _ in rows)
+    lines = ["speedup of the optimized side against each reference, per test:"]
+    for nodeid, group in rows:
+        cells = "  ".join(f"{r['name']} {r['speedup']:.3f}x" for r in group)
+        lines.append(f"{nodeid.ljust(width)}  {cells}")
+    return lines

@@ -1,0 +1,41 @@
+"""The compiler as the alternative: a Triton kernel against torch.compile of its own eager reference.
+
+Each eager reference is a module-level function of its tensors, compiled once (fullgraph, static shapes) in
+max-autotune-no-cudagraphs mode; a new shape recompiles under its own guards. The compiled function's first
+call (trace, inductor, autotuning) is the case's `reference_first_ms`: compile time is recorded, never timed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+MODE = "max-autotune-no-cudagraphs"
+NAME = "vs_compile"
+# Every parametrization of a case is a new shape or dtype for the same function: room for all of them,
+# so dynamo never falls back to eager silently after its default of 8.
+RECOMPILE_LIMIT = 64
+
+_compiled: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if fn not in _compiled:
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        _compiled[fn] = torch.compile(fn, mode=MODE, dynamic=False, fullgraph=True)
+    return _compiled[fn]
+
+
+def compare_with_compiled(
+    perf: Any, device: str, eager: Callable[..., Any], args: tuple[Any, ...], optimized: Callable[[], Any], **kwargs: Any
+) -> Any:
+    """perf.compare(torch.compile(eager)(*args), optimized, name='vs_compile'), on the GPU.
+
+    On the CPU nothing is timed (the Triton side runs in the interpreter), and compiling every reference
+    through inductor's C++ backend would spend CI minutes checking inductor rather than our kernels: skipped.
+    """
+    if device != "cuda":
+        return None
+    fn = compiled(eager)
+    return perf.compare(lambda: fn(*args), optimized, name=NAME, **kwargs)
