@@ -133,3 +133,38 @@ def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
     rel = float((out.float() - F.linear(xb, wb).float()).norm() / F.linear(xb, wb).float().norm())
     assert rel < 0.09, f"fp8 result is {rel:.3f} (relative L2) from bf16: more than e4m3 quantization explains"
     perf.compare(lambda: F.linear(xb, wb), fp8, name="vs_bf16_cublas_precision_change", check=False, flops=flops, flops_dtype="fp8")
+
+
+def scaled_mm_fast(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((actual.float() - exact).norm() / exact.norm())
+
+
+@pytest.mark.parametrize("shape_id", ["4096", "8192"])
+@pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
+def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) -> None:
+    """FP8 with the MMAs' reduced-precision accumulation kept over all of K, against the vendor's same mode.
+
+    A precision trade, so named: both sides are held to the exact product of the same fp8 operands (fp32
+    products summed in fp64-free fp32 on upcast inputs), and ours must be no less accurate than the vendor's
+    fast mode, within a factor of two, rather than to bf16 tolerance against each other.
+    """
+    if device != "cuda":
+        pytest.skip("fast accumulation is a property of Hopper's fp8 MMAs; the interpreter's dot is exact")
+    launch, tuner = mm.launcher(kernel)
+    M, N, K = dims(device, shape_id)
+    x, w = operands(device, torch.float32, M, N, K)
+    x8, sx = quantize_e4m3(x)
+    w8, sw = quantize_e4m3(w)
+    fast = lambda: launch(x8, w8, scale_x=sx, scale_w=sw, fp8_fast_accum=True)  # noqa: E731
+    exact = (x8.float() @ w8.float().t()) * (sx * sw)
+    ours, vendor = rel_l2(fast(), exact), rel_l2(scaled_mm_fast(x8, w8, sx, sw), exact)
+    assert ours <= max(2 * vendor, 2.0**-9), f"fast-accum error {ours:.2e} vs the vendor's {vendor:.2e} (relative L2)"
+    del exact
+    perf.compare(
+        lambda: scaled_mm_fast(x8, w8, sx, sw), fast, name="vs_scaled_mm_fast_accum", check=False,
+        flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", config={**(mm.best_config(tuner) or {}), "errors": [round(ours, 7), round(vendor, 7)]},
+    )

@@ -34,12 +34,28 @@ def op_counts(sass: str) -> Counter:
     return counts
 
 
+def _sass(compiled: Any) -> str:
+    """SASS of a compiled kernel: its cubin through cuobjdump (the CUDA toolkit's, else the one Triton ships)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = shutil.which("cuobjdump") or str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+
+
 def report(label: str, compiled: Any, out: Path | None) -> None:
-    sass = compiled.asm["sass"]  # computed on first access (cuobjdump on the cubin)
+    sass = _sass(compiled)
     counts = op_counts(sass)
     meta = compiled.metadata
     print(
         f"{label:<44} regs {compiled.n_regs:>3}  spills {compiled.n_spills:>3}  smem {meta.shared // 1024:>3} KiB  "
+        + f"  SASS lines {len(sass.splitlines())}  "
         + "  ".join(f"{name} {counts[name]}" for name in OPS if counts[name])
     )
     if out is not None:

@@ -137,6 +137,7 @@ def _check_operands(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int, int]:
 def _epilogue_args(
     x: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
     scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, row_scale: torch.Tensor | None,
+    fp8_fast_accum: bool = False,
 ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]:
     """The epilogue's pointer arguments (out stands in for absent ones: never read) and its constexpr flags."""
     if activation not in ACTIVATIONS:
@@ -146,7 +147,8 @@ def _epilogue_args(
     pointers = tuple(t if t is not None else out for t in (bias, scale_x, scale_w, row_scale))
     flags = dict(
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_SCALE=scale_x is not None,
-        HAS_ROW_SCALE=row_scale is not None, FP8_PRECISE=x.element_size() == 1 and x.device.type == "cuda",
+        HAS_ROW_SCALE=row_scale is not None,
+        FP8_PRECISE=x.element_size() == 1 and x.device.type == "cuda" and not fp8_fast_accum,
     )
     return pointers, flags
 
@@ -172,14 +174,17 @@ def matmul(
     row_scale: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     out: torch.Tensor | None = None,
+    fp8_fast_accum: bool = False,
 ) -> torch.Tensor:
     """y = act((x @ w.T) * scale_x * scale_w * row_scale[:, None] + bias), accumulated in fp32, rounded once.
 
     scale_x and scale_w are scalar fp32 tensors (per-tensor fp8 scaling); row_scale an fp32 (M,) vector.
+    fp8_fast_accum=True leaves Hopper's fp8 MMAs in their reduced-precision accumulation for the whole K loop
+    (torch._scaled_mm's use_fast_accum=True); by default the accumulator is promoted to fp32 every K tile.
     """
     M, N, K = _check_operands(x, w)
     out = _output(x, M, N, out, out_dtype)
-    pointers, flags = _epilogue_args(x, out, bias, activation, scale_x, scale_w, row_scale)
+    pointers, flags = _epilogue_args(x, out, bias, activation, scale_x, scale_w, row_scale, fp8_fast_accum)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     _matmul_kernel[grid](
         x, w, out, *pointers, M, N, K,
@@ -249,13 +254,14 @@ def matmul_tma_persistent(
     row_scale: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     out: torch.Tensor | None = None,
+    fp8_fast_accum: bool = False,
 ) -> torch.Tensor:
     """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper)."""
     M, N, K = _check_operands(x, w)
     y = _output(x, M, N, out, out_dtype)
     if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
         raise ValueError("TMA needs 16-byte aligned rows: K and N times the item size must be multiples of 16")
-    pointers, flags = _epilogue_args(x, y, bias, activation, scale_x, scale_w, row_scale)
+    pointers, flags = _epilogue_args(x, y, bias, activation, scale_x, scale_w, row_scale, fp8_fast_accum)
     # Block shapes are placeholders; the autotuner's pre_hook sets them per config.
     x_desc = TensorDescriptor.from_tensor(x, [32, 32])
     w_desc = TensorDescriptor.from_tensor(w, [32, 32])
