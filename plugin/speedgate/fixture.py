@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measure_pair
+from .stats import sample_stats
 from .verdict import Judgement, Verdict, judge
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class CompareResult:
     max_abs_error: float | None = None
     rel_error: float | None = None
     flops_dtype: str | None = None
+    reference_stats: dict[str, Any] | None = None
+    optimized_stats: dict[str, Any] | None = None
     peak_fraction: float | None = None
     bound: str | None = None
     config: dict[str, Any] | None = None
@@ -274,6 +277,8 @@ def _measured(m: Measurement, j: Judgement) -> dict[str, Any]:
         stopped_by=m.stopped_by,
         reference_first_ms=m.reference_first_ms,
         optimized_first_ms=m.optimized_first_ms,
+        reference_stats=sample_stats(m.reference_samples),
+        optimized_stats=sample_stats(m.optimized_samples),
         baseline=j.baseline,
         change=j.change,
     )

@@ -21,6 +21,8 @@ HELP_BASELINE_DIR = "folder of <hardware_key>.json baseline files (default: <roo
 HELP_HARDWARE_KEY = "use this hardware key instead of the detected fingerprint (env SPEEDGATE_HARDWARE_KEY)"
 HELP_TOLERANCE = f"allowed fractional drop of a speedup below its baseline, in [0, 1) (default: {DEFAULT_TOLERANCE})"
 HELP_JSON = "write every case's measurement and verdict to this JSON file"
+HELP_MARKDOWN = "write the summary table as Markdown to this file (also appended to $GITHUB_STEP_SUMMARY when set)"
+HELP_BENCHMARK_JSON = "write timed cases in pytest-benchmark's JSON layout (readable by `pytest-benchmark compare`)"
 HELP_CORRECTNESS = "run every comparison's correctness check but time nothing and gate nothing"
 HELP_STRICT = "also fail new cases, improvements beyond tolerance and a missing baseline file"
 HELP_TIMER = "clock for comparisons: auto (CUDA events when torch sees a GPU, else the host clock), cpu, cuda (default: auto)"
@@ -71,6 +73,8 @@ def add_options(parser: Any) -> None:
     group.addoption("--hardware-key", default=None, metavar="KEY", type=_hardware_key, help=HELP_HARDWARE_KEY)
     group.addoption("--speedup-tolerance", default=None, metavar="FRACTION", type=_fraction, help=HELP_TOLERANCE)
     group.addoption("--speedgate-json", default=None, metavar="PATH", help=HELP_JSON)
+    group.addoption("--speedgate-markdown", default=None, metavar="PATH", help=HELP_MARKDOWN)
+    group.addoption("--speedgate-benchmark-json", default=None, metavar="PATH", help=HELP_BENCHMARK_JSON)
     group.addoption("--correctness-only", action="store_true", default=None, help=HELP_CORRECTNESS)
     group.addoption("--speedgate-strict", action="store_true", default=None, help=HELP_STRICT)
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
@@ -92,6 +96,8 @@ class Settings:
     hardware_key: str | None
     tolerance: float
     json_path: Path | None
+    markdown_path: Path | None
+    benchmark_json_path: Path | None
     correctness_only: bool
     strict: bool
     timer: str
@@ -145,6 +151,8 @@ def read_settings(config: Any) -> Settings:
         hardware_key=key,
         tolerance=pick("speedup_tolerance", "speedgate_tolerance", _fraction, DEFAULT_TOLERANCE),
         json_path=Path(json_path).absolute() if json_path else None,
+        markdown_path=Path(opt("speedgate_markdown")).absolute() if opt("speedgate_markdown") else None,
+        benchmark_json_path=Path(opt("speedgate_benchmark_json")).absolute() if opt("speedgate_benchmark_json") else None,
         correctness_only=bool(pick("correctness_only", "speedgate_correctness_only", bool, False)),
         strict=bool(pick("speedgate_strict", "speedgate_strict", bool, False)),
         timer=pick("speedgate_timer", "speedgate_timer", _timer, "auto"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Generator
 
@@ -18,6 +19,11 @@ from .session import SpeedgateSession
 SESSION_KEY = pytest.StashKey[SpeedgateSession]()
 PERF_KEY = pytest.StashKey[Perf]()
 ASSIGNMENT_KEY = pytest.StashKey["Assignment | None"]()
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 FINISH_KEY = pytest.StashKey[list]()
 ERRORS_KEY = pytest.StashKey[list]()
 WORKER_OUTPUT = "speedgate"
@@ -86,8 +92,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    result = yield
-    perf_obj = item.stash.get(PERF_KEY, None)
+    try:
+        result = yield
+    finally:
+        perf_obj = item.stash.get(PERF_KEY, None)
+        if perf_obj is not None:
+            # Each metric as a JUnit XML property of its test (written by --junitxml; travels under xdist).
+            item.user_properties.extend(report.junit_properties(perf_obj.results))
     if perf_obj is not None and perf_obj.failures:
         raise SpeedRegression("\n".join(perf_obj.failures))
     return result
@@ -113,9 +124,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         config.stash[FINISH_KEY] = finished.lines
         finish_errors = finished.errors
     if state.settings.json_path is not None:
-        path = Path(state.settings.json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(state.json_report(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        _write(state.settings.json_path, json.dumps(state.json_report(), indent=2, sort_keys=True) + "\n")
+    if state.settings.benchmark_json_path is not None:
+        _write(state.settings.benchmark_json_path, json.dumps(state.benchmark_report(), indent=2) + "\n")
+    if state.records:
+        text = report.markdown(state.records, state.failed_nodeids, state.header_lines())
+        if state.settings.markdown_path is not None:
+            _write(state.settings.markdown_path, text)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(text)
     if finish_errors:
         config.stash[ERRORS_KEY] = finish_errors
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -44,12 +44,15 @@ def row(record: dict[str, Any], failed_test: bool) -> tuple[str, ...]:
     )
 
 
+def ordered(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Regressions first, then improvements, new cases, passes; in run order within each."""
+    ranked = sorted(enumerate(records), key=lambda ir: (SEVERITY.get(Verdict(ir[1]["verdict"]), 9), ir[0]))
+    return [record for _, record in ranked]
+
+
 def table(records: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[str]:
     """Aligned text table, regressions first, then the rest in the order they ran."""
-    ordered = sorted(
-        enumerate(records), key=lambda ir: (SEVERITY.get(Verdict(ir[1]["verdict"]), 9), ir[0])
-    )
-    rows = [COLUMNS] + [row(r, r["nodeid"] in failed_nodeids) for _, r in ordered]
+    rows = [COLUMNS] + [row(r, r["nodeid"] in failed_nodeids) for r in ordered(records)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = []
     for i, cells in enumerate(rows):
@@ -87,3 +90,78 @@ def by_test(records: Sequence[dict[str, Any]]) -> list[str]:
         cells = "  ".join(f"{r['name']} {r['speedup']:.3f}x" for r in group)
         lines.append(f"{nodeid.ljust(width)}  {cells}")
     return lines
+
+
+def markdown(records: Sequence[dict[str, Any]], failed_nodeids: set[str], header: Sequence[str] = ()) -> str:
+    """The terminal table as GitHub-flavoured Markdown, regressions first, with a one-line tally on top."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record["verdict"]] = counts.get(record["verdict"], 0) + 1
+    tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: SEVERITY.get(Verdict(kv[0]), 9)))
+    lines = ["## speedgate", "", f"**{len(records)} cases: {tally or 'none'}**", ""]
+    lines += [f"- {line.strip()}" for line in header]
+    if header:
+        lines.append("")
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("| " + " | ".join(["---"] + ["---:"] * (len(COLUMNS) - 2) + ["---"]) + " |")
+    for record in ordered(records):
+        cells = list(row(record, record["nodeid"] in failed_nodeids))
+        cells[0] = f"`{cells[0]}`"
+        if record["verdict"] == Verdict.REGRESSED.value:
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    notes_ = notes(records)
+    if notes_:
+        lines += ["", *[f"- {n}" for n in notes_]]
+    return "\n".join(lines) + "\n"
+
+
+JUNIT_FIELDS = ("speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "baseline", "change", "peak_fraction", "verdict")
+
+
+def junit_properties(results: Sequence[Any]) -> list[tuple[str, Any]]:
+    """('speedgate.<pair>.<metric>', value) for each result of a test; <pair> is its name=, or 'case'."""
+    props = []
+    for result in results:
+        record = result.to_json()
+        for field in JUNIT_FIELDS:
+            value = record.get(field)
+            if value is not None:
+                props.append((f"speedgate.{record['name'] or 'case'}.{field}", value))
+    return props
+
+
+GATE_FIELDS = ("case_id", "speedup", "ci_low", "ci_high", "noise", "baseline", "change", "tolerance", "verdict",
+               "peak_fraction", "achieved_tflops", "achieved_gbps", "config")
+
+
+def benchmark_json(records: Sequence[dict[str, Any]], fingerprints: dict[str, Any], machine_info: dict[str, Any],
+                   commit_info: dict[str, Any], version: str, now: str) -> dict[str, Any]:
+    """pytest-benchmark's JSON layout: two benchmarks per timed case (reference, optimized) in one group.
+
+    Each benchmark's extra_info carries the gate's fields, so tools that read pytest-benchmark files see the
+    speedup and verdict beside the times.
+    """
+    benchmarks = []
+    for record in records:
+        if not record["timed"] or not record.get("reference_stats"):
+            continue
+        gate = {k: record.get(k) for k in GATE_FIELDS}
+        for side in ("reference", "optimized"):
+            benchmarks.append({
+                "group": record["case_id"],
+                "name": f"{record['case_id'].rpartition('/')[2]}[{side}]",
+                "fullname": f"{record['case_id']}[{side}]",
+                "params": {"side": side},
+                "param": side,
+                "extra_info": {**gate, "side": side, "first_call_ms": record.get(f"{side}_first_ms")},
+                "options": {"timer": record.get("timer"), "speedgate": True},
+                "stats": record[f"{side}_stats"],
+            })
+    return {
+        "machine_info": {**machine_info, "speedgate_fingerprints": fingerprints},
+        "commit_info": commit_info,
+        "benchmarks": benchmarks,
+        "datetime": now,
+        "version": version,
+    }

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import baseline as baseline_file
+from . import report
 from .devices import Assignment, DeviceLock
 from .fixture import CompareResult
 from .hardware import Fingerprint, detect, software_drift
@@ -251,6 +252,19 @@ class SpeedgateSession:
             "ceilings": self.ceilings_seen,
             "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
         }
+
+    def benchmark_report(self) -> dict[str, Any]:
+        """The run in pytest-benchmark's JSON layout (its machine and commit info, our cases)."""
+        import platform
+
+        from pytest_benchmark import __version__ as benchmark_version
+        from pytest_benchmark.utils import get_commit_info
+
+        machine = {"node": platform.node(), "processor": platform.processor(), "machine": platform.machine(),
+                   "python_implementation": platform.python_implementation(), "python_version": platform.python_version(),
+                   "system": platform.system(), "release": platform.release()}
+        return report.benchmark_json(self.records, self.fingerprints, machine, get_commit_info(), benchmark_version,
+                                     baseline_file.now_iso())
 
     def verdict_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

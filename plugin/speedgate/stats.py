@@ -82,3 +82,31 @@ def bootstrap_ratio(
     low = ratios[max(0, int(math.floor(tail * resamples)))]
     high = ratios[min(resamples - 1, int(math.ceil((1.0 - tail) * resamples)) - 1)]
     return RatioEstimate(point, min(low, point), max(high, point), confidence, n)
+
+
+def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int]:
+    """Summary of one side's samples in seconds, with pytest-benchmark's field names (for its JSON layout)."""
+    data = sorted(x / 1e3 for x in samples_ms)
+    n = len(data)
+    if n == 0:
+        return {}
+    mean = sum(data) / n
+    stddev = math.sqrt(sum((x - mean) ** 2 for x in data) / (n - 1)) if n > 1 else 0.0
+
+    def quantile(q: float) -> float:
+        pos = q * (n - 1)
+        lo = int(math.floor(pos))
+        hi = min(lo + 1, n - 1)
+        return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+    q1, q3 = quantile(0.25), quantile(0.75)
+    iqr = q3 - q1
+    low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+    iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
+    stddev_outliers = sum(1 for x in data if x < mean - stddev or x > mean + stddev)
+    return {
+        "min": data[0], "max": data[-1], "mean": mean, "stddev": stddev, "median": median(data), "q1": q1, "q3": q3,
+        "iqr": iqr, "rounds": n, "iterations": 1, "total": sum(data), "ops": 1.0 / mean if mean > 0 else 0.0,
+        "ld15iqr": next(x for x in data if x >= low_fence), "hd15iqr": next(x for x in reversed(data) if x <= high_fence),
+        "iqr_outliers": iqr_outliers, "stddev_outliers": stddev_outliers, "outliers": f"{stddev_outliers};{iqr_outliers}",
+    }

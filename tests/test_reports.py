@@ -1,0 +1,74 @@
+"""Report formats through pytester: Markdown summary (and GitHub's step summary)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import CASES, write_baseline
+
+TESTS = CASES + """
+def test_slow(perf):
+    perf.compare(ref_2ms, opt_2ms)
+
+def test_fine(perf):
+    perf.compare(ref_2ms, opt_1ms, name="pair")
+"""
+
+
+def test_markdown_summary_regressions_first(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.makepyfile(test_cases=TESTS)
+    write_baseline(project.path, {"test_cases.py::test_slow": 2.0, "test_cases.py::test_fine::pair": 2.0})
+    step_summary = project.path / "step_summary.md"
+    step_summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    result = project.runpytest("--speedgate-markdown", "out/summary.md")
+    result.assert_outcomes(passed=1, failed=1)
+    text = (project.path / "out" / "summary.md").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "## speedgate"
+    assert "**2 cases: 1 regressed, 1 pass**" in text
+    table = [line for line in lines if line.startswith("| `")]
+    assert table[0].startswith("| `test_cases.py::test_slow`") and table[0].endswith("| **regressed, re-measured** |")
+    assert table[1].startswith("| `test_cases.py::test_fine::pair` | 2 | 1 | 2.000x |")
+    assert "| case | ref ms | opt ms | speedup | 95% CI | baseline | change | rate | % peak | verdict |" in text
+    assert step_summary.read_text() == "earlier step\n" + text  # appended, never overwritten
+
+
+def test_junit_properties(project: pytest.Pytester) -> None:
+    import xml.etree.ElementTree as ET
+
+    project.makepyfile(test_cases=TESTS)
+    write_baseline(project.path, {"test_cases.py::test_slow": 2.0, "test_cases.py::test_fine::pair": 2.0})
+    project.runpytest("--junitxml", "junit.xml").assert_outcomes(passed=1, failed=1)
+    root = ET.parse(project.path / "junit.xml").getroot()
+    props = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")} for case in root.iter("testcase")
+    }
+    assert props["test_fine"]["speedgate.pair.speedup"] == "2.0"
+    assert props["test_fine"]["speedgate.pair.verdict"] == "pass"
+    assert props["test_fine"]["speedgate.pair.baseline"] == "2.0"
+    assert props["test_slow"]["speedgate.case.verdict"] == "regressed"  # a failing test keeps its metrics
+    assert props["test_slow"]["speedgate.case.speedup"] == "1.0"
+
+
+def test_benchmark_json_is_read_by_pytest_benchmark(project: pytest.Pytester) -> None:
+    import json
+    import subprocess
+    import sys
+
+    project.makepyfile(test_cases=TESTS)
+    project.runpytest("--speedgate-benchmark-json", "bench/0001_run.json").assert_outcomes(passed=2)
+    path = project.path / "bench" / "0001_run.json"
+    doc = json.loads(path.read_text())
+    assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(doc)
+    names = {b["fullname"] for b in doc["benchmarks"]}
+    assert "test_cases.py::test_fine::pair[optimized]" in names and "test_cases.py::test_slow[reference]" in names
+    fine = next(b for b in doc["benchmarks"] if b["fullname"] == "test_cases.py::test_fine::pair[optimized]")
+    assert fine["stats"]["median"] == pytest.approx(1e-3) and fine["extra_info"]["speedup"] == 2.0
+    # pytest-benchmark's own loader and comparison table read it.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(path), "--columns", "min,median,rounds"],
+        capture_output=True, text=True, cwd=project.path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "test_fine::pair[optimized]" in proc.stdout and "test_slow[reference]" in proc.stdout
