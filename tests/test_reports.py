@@ -72,3 +72,48 @@ def test_benchmark_json_is_read_by_pytest_benchmark(project: pytest.Pytester) ->
     )
     assert proc.returncode == 0, proc.stderr
     assert "test_fine::pair[optimized]" in proc.stdout and "test_slow[reference]" in proc.stdout
+
+
+def run_compare(*args: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "speedgate", "compare", *args], capture_output=True, text=True)
+
+
+def test_compare_two_baseline_files(tmp_path) -> None:
+    import json
+
+    from conftest import baseline_doc
+
+    old = tmp_path / "old.json"
+    new = tmp_path / "new.json"
+    old.write_text(json.dumps(baseline_doc({"a": 2.0, "b": 2.0, "c": 2.0, "gone": 1.0})))
+    doc = baseline_doc({"a": 1.5, "b": 2.05, "c": 2.6, "fresh": 3.0})
+    doc["fingerprint"]["software"]["torch"] = "9.9"
+    new.write_text(json.dumps(doc))
+    proc = run_compare(str(old), str(new))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a regression
+    lines = proc.stdout.splitlines()
+    assert "software: torch 0.0 -> 9.9" in lines
+    table = [line for line in lines if line.split(" ", 1)[0] in ("a", "b", "c", "fresh", "gone")]
+    assert table[0].startswith("a ") and table[0].endswith("regressed")
+    assert "-25.0%" in table[0]
+    verdicts = {line.split()[0]: line.split()[-1] for line in table}
+    assert verdicts == {"a": "regressed", "b": "pass", "c": "improved", "fresh": "new", "gone": "missing"}
+    assert lines[-1] == "1 regressed, 1 improved, 1 within tolerance, 1 new, 1 missing"
+
+
+def test_compare_json_reports_and_bad_input(project: pytest.Pytester, tmp_path) -> None:
+    project.makepyfile(test_cases=TESTS)
+    project.runpytest("--speedgate-json", "r1.json").assert_outcomes(passed=2)
+    project.runpytest("--speedgate-json", "r2.json").assert_outcomes(passed=2)
+    proc = run_compare(str(project.path / "r1.json"), str(project.path / "r2.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 regressed, 0 improved, 2 within tolerance, 0 new, 0 missing" in proc.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    proc = run_compare(str(bad), str(project.path / "r2.json"))
+    assert proc.returncode == 2 and "bad.json: cannot be read as JSON" in proc.stderr
+    proc = run_compare(str(project.path / "r1.json"), str(project.path / "r2.json"), "--tolerance", "3")
+    assert proc.returncode == 2 and "must be a fraction" in proc.stderr
