@@ -12,12 +12,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measure_pair
+from .gpu_state import throttled_fractions
 from .stats import sample_stats
 from .verdict import Judgement, Verdict, judge
 
 if TYPE_CHECKING:
     from .session import SpeedgateSession
     from .timers import Timer
+
+
+# A case is reported as measured on an unstable GPU when power or thermal policy held its clocks down for more
+# than this fraction of its timed rounds (NVML violation counters, read before and after).
+THROTTLE_NOTE_FRACTION = 0.05
 
 
 class CaseError(Exception):
@@ -66,6 +72,7 @@ class CompareResult:
     peak_fraction: float | None = None
     bound: str | None = None
     config: dict[str, Any] | None = None
+    throttled: dict[str, float] | None = None
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -192,8 +199,13 @@ class Perf:
 
         timer = self._timer or self._session.timer()
         policy = Policy(budget_s=settings.budget_s, target_rel_halfwidth=settings.target_noise)
+        monitor = self._session.monitor
+        violations_before = monitor.violations() if monitor else {}
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs)
         _check_measurable(case_id, measurement)
+        throttled = (
+            throttled_fractions(violations_before, monitor.violations(), measurement.seconds) if monitor else {}
+        )
         entry = self._session.baseline_entry(case_id)
         baseline = entry["speedup"] if entry else None
         judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
@@ -210,6 +222,10 @@ class Perf:
             note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
         if entry and entry.get("config") is not None and config_json is not None and entry["config"] != config_json:
             note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config_json}".lstrip("; ")
+        unstable = {name: round(frac, 3) for name, frac in throttled.items() if frac > THROTTLE_NOTE_FRACTION}
+        if unstable:
+            held = ", ".join(f"{name} {frac:.0%}" for name, frac in unstable.items())
+            note = f"{note}; GPU clocks held down during the rounds ({held} of the time): an unstable measurement".lstrip("; ")
         roofline = self._session.roofline(timer, measurement.optimized_ms, flops, bytes, flops_dtype)
         result = CompareResult(
             timed=True,
@@ -218,6 +234,7 @@ class Perf:
             **common,
             **_measured(measurement, judgement),
             remeasured=remeasured,
+            throttled=unstable or None,
             **roofline,
             **_errors(closeness),
         )

@@ -12,7 +12,8 @@ from . import baseline as baseline_file
 from . import report
 from .devices import Assignment, DeviceLock
 from .fixture import CompareResult
-from .hardware import Fingerprint, detect, software_drift
+from .gpu_state import Monitor, open_monitor
+from .hardware import Fingerprint, detect, software_drift, visible_gpu_tokens
 from .options import Settings
 from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
 from .timers import CudaTimer, Timer, make_timer
@@ -61,6 +62,8 @@ class SpeedgateSession:
         self.used = False
         self._ceilings: Ceilings | None = None
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
+        self.monitor: Monitor | None = None
+        self.gpu_state_at_start: dict[str, str] = {}
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
     @property
@@ -95,6 +98,11 @@ class SpeedgateSession:
     def timer(self) -> Timer:
         if self._timer is None:
             self._timer = make_timer(self.settings.timer)
+            if self._timer.name == CudaTimer.name:
+                tokens = visible_gpu_tokens()
+                self.monitor = open_monitor(tokens[0] if tokens else "0")
+                if self.monitor is not None:
+                    self.gpu_state_at_start[self.hardware_key] = self.monitor.read().describe()
             # What NVML does not report (SM count, L2) the CUDA timer read off the device: keep it.
             for name, value in getattr(self._timer, "properties", {}).items():
                 self.fingerprint.hardware.setdefault(name, value)
@@ -148,6 +156,7 @@ class SpeedgateSession:
                 "failed": sorted(self.failed_nodeids),
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
+                "gpu_state": self.gpu_state_at_start,
             }
         )
 
@@ -159,6 +168,8 @@ class SpeedgateSession:
             self.fingerprints.setdefault(key, fp)
         for key, ceilings in data.get("ceilings", {}).items():
             self.ceilings_seen.setdefault(key, ceilings)
+        for key, state in data.get("gpu_state", {}).items():
+            self.gpu_state_at_start.setdefault(key, state)
         self.used = self.used or bool(data["records"])
 
     # -- the end of the run ---------------------------------------------------------------------------------
@@ -227,6 +238,8 @@ class SpeedgateSession:
             else:
                 state = f"found, {len(doc['cases'])} cases"
             lines.append(f"hardware key {key}; baseline {path}: {state}")
+            if key in self.gpu_state_at_start:
+                lines.append(f"  GPU state when timing began: {self.gpu_state_at_start[key]}")
             ceilings = self.ceilings_seen.get(key)
             if ceilings:
                 rates = ", ".join(f"{d} matmul {r:.0f} TFLOP/s" for d, r in sorted(ceilings["matmul_tflops"].items()))
@@ -250,6 +263,7 @@ class SpeedgateSession:
             },
             "fingerprints": self.fingerprints,
             "ceilings": self.ceilings_seen,
+            "gpu_state_at_start": self.gpu_state_at_start,
             "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
         }
 

@@ -1,0 +1,79 @@
+"""The GPU-state check against a fake NVML."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from speedgate.gpu_state import read
+
+
+class FakeNVML:
+    NVML_CLOCK_SM = 0
+    NVML_TEMPERATURE_GPU = 0
+    nvmlClocksEventReasonGpuIdle = 0x1
+    nvmlClocksEventReasonSwPowerCap = 0x4
+    nvmlClocksEventReasonHwSlowdown = 0x8
+    nvmlClocksThrottleReasonSwThermalSlowdown = 0x20  # the older spelling, for a constant the new one lacks
+
+    def __init__(self, mask: int, pids: list[int], clock: int = 1980) -> None:
+        self.mask, self.pids, self.clock = mask, pids, clock
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return self.clock
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, handle, kind):
+        return 61
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 650_000
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.mask
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [SimpleNamespace(pid=p) for p in self.pids]
+
+
+def test_a_quiet_gpu_has_no_concerns() -> None:
+    state = read(FakeNVML(0x1, [os.getpid()]), None)
+    assert state.reasons == ["gpu-idle"] and state.concerns == []
+    assert state.describe() == "SM 1980/1980 MHz, 61 C, 650/700 W, clock-event reasons: gpu-idle, other processes: 0"
+
+
+def test_throttling_and_other_processes_are_concerns() -> None:
+    state = read(FakeNVML(0x4 | 0x8 | 0x20, [os.getpid(), 4242], clock=1410), None)
+    assert state.concerns == ["sw-power-cap", "hw-slowdown", "sw-thermal-slowdown", "1 other process(es) on the GPU"]
+    assert state.to_json()["sm_clock_mhz"] == 1410
+
+
+def test_a_failing_query_leaves_the_field_unknown() -> None:
+    class Broken(FakeNVML):
+        def nvmlDeviceGetPowerUsage(self, handle):
+            raise RuntimeError("not supported")
+
+    state = read(Broken(0, []), None)
+    assert state.power_w is None and "power unknown" in state.describe()
+
+
+def test_throttled_fractions() -> None:
+    from speedgate.gpu_state import throttled_fractions, violation_ns
+
+    class Counters(FakeNVML):
+        NVML_PERF_POLICY_POWER = 0
+        NVML_PERF_POLICY_THERMAL = 1
+
+        def nvmlDeviceGetViolationStatus(self, handle, policy):
+            return SimpleNamespace(violationTime=[5_000_000_000, 7][policy])
+
+    before = {"power": 4_000_000_000, "thermal": 7}
+    after = violation_ns(Counters(0, []), None)
+    assert after == {"power": 5_000_000_000, "thermal": 7}
+    assert throttled_fractions(before, after, 2.0) == {"power": 0.5, "thermal": 0.0}
+    assert throttled_fractions(before, after, 0.0) == {}
