@@ -11,6 +11,7 @@ import pytest
 # Imported here, once, so that pytester's in-process runs find torch already loaded: pytester drops the
 # modules a run imported, and importing torch a second time in one process crashes it.
 import torch  # noqa: F401
+import triton  # noqa: F401  (likewise)
 
 pytest_plugins = ["pytester"]
 

@@ -117,3 +117,48 @@ def test_compare_json_reports_and_bad_input(project: pytest.Pytester, tmp_path) 
     assert proc.returncode == 2 and "bad.json: cannot be read as JSON" in proc.stderr
     proc = run_compare(str(project.path / "r1.json"), str(project.path / "r2.json"), "--tolerance", "3")
     assert proc.returncode == 2 and "must be a fraction" in proc.stderr
+
+
+def test_artifacts_of_a_failing_case(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the kernel below runs in the interpreter; the clock is scripted
+    project.makepyfile(
+        kern="""
+import triton
+import triton.language as tl
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+""",
+        test_cases=TESTS + """
+import torch
+from kern import double_kernel
+
+def test_kernel(perf):
+    x = torch.ones(8)
+    out = torch.empty_like(x)
+    double_kernel[(1,)](x, out, 8, BLOCK=8)
+    perf.assert_close(out, x * 2)
+""",
+    )
+    monkeypatch.delenv("TRITON_INTERPRET")  # time the scripted pairs
+    write_baseline(project.path, {"test_cases.py::test_slow": 2.0, "test_cases.py::test_fine::pair": 2.0})
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    result = project.runpytest("--speedgate-artifacts", "art", "-k", "slow or kernel", "--correctness-only")
+    result.assert_outcomes(passed=2, deselected=1)
+    assert not (project.path / "art").exists()  # nothing failed: nothing kept
+    monkeypatch.delenv("TRITON_INTERPRET")
+    result = project.runpytest("--speedgate-artifacts", "art", "-k", "slow")
+    result.assert_outcomes(failed=1, deselected=2)
+    result.stdout.fnmatch_lines(["*inspect the artifacts kept under*art*", "*kept in *art/test_cases.py_test_slow*"])
+    folder = project.path / "art" / "test_cases.py_test_slow"
+    results = json.loads((folder / "results.json").read_text())
+    assert results[0]["verdict"] == "regressed"
+    samples = json.loads((folder / "samples.json").read_text())["test_cases.py::test_slow"]
+    assert samples["reference_ms"][:3] == [2.0, 2.0, 2.0] and samples["first_measurement"]["optimized_ms"][0] == 2.0
+    assert "SpeedRegression" in (folder / "failure.txt").read_text()
+    assert "re-bless with `pytest --update-baselines 'test_cases.py::test_slow'`" in (folder / "README.txt").read_text()
+    assert (folder / "triton" / "kern.double_kernel.py").read_text().startswith("def double_kernel")

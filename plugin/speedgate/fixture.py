@@ -122,6 +122,8 @@ class Perf:
         self.nodeid = nodeid
         self.results: list[CompareResult] = []
         self.failures: list[str] = []
+        # Raw samples per case, kept for the artifacts of a failing test (never sent anywhere else).
+        self.samples: dict[str, dict[str, Any]] = {}
 
     def assert_close(self, actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> Closeness:
         """Fail unless actual matches expected (see speedgate.closeness.assert_close); returns the errors seen."""
@@ -217,6 +219,12 @@ class Perf:
             measurement = measure_pair(ref, opt, timer, policy)
             _check_measurable(case_id, measurement)
             judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
+        self.samples[case_id] = {
+            "reference_ms": measurement.reference_samples, "optimized_ms": measurement.optimized_samples,
+            "order": "round i timed reference then optimized when i is even, the other way round when odd",
+            "first_measurement": None if first is measurement else {
+                "reference_ms": first.reference_samples, "optimized_ms": first.optimized_samples},
+        }
         note = judgement.note
         if remeasured:
             note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
@@ -258,8 +266,10 @@ class Perf:
         key = self._session.hardware_key
         path = self._session.baseline_path
         if judgement.verdict is Verdict.REGRESSED:
+            artifacts = self._session.settings.artifacts_dir
+            look = f"inspect the artifacts kept under {artifacts}; " if artifacts else "keep artifacts with --speedgate-artifacts DIR; "
             steps = (
-                "Next: re-run this test to confirm; if the slowdown is intended, re-bless with "
+                f"Next: re-run this test to confirm; {look}if the slowdown is intended, re-bless with "
                 f"`pytest --update-baselines {self.nodeid}`"
             )
         elif judgement.verdict is Verdict.NO_BASELINE_FILE:

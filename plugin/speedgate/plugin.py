@@ -9,7 +9,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import report
+from . import artifacts, report
 from .baseline import BaselineError
 from .devices import Assignment, pin_worker
 from .fixture import Perf, SpeedRegression
@@ -108,7 +108,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     rep = yield
     if rep.failed and PERF_KEY in item.stash:
-        _session(item.config).failed_nodeids.add(item.nodeid)
+        state = _session(item.config)
+        state.failed_nodeids.add(item.nodeid)
+        folder = state.settings.artifacts_dir
+        if folder is not None:
+            perf_obj = item.stash[PERF_KEY]
+            kept = artifacts.write(
+                folder, item.nodeid, [r.to_json() for r in perf_obj.results], perf_obj.samples,
+                str(rep.longrepr), Path(str(item.config.rootpath)),
+            )
+            rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
     return rep
 
 
