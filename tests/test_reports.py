@@ -162,3 +162,12 @@ def test_kernel(perf):
     assert "SpeedRegression" in (folder / "failure.txt").read_text()
     assert "re-bless with `pytest --update-baselines 'test_cases.py::test_slow'`" in (folder / "README.txt").read_text()
     assert (folder / "triton" / "kern.double_kernel.py").read_text().startswith("def double_kernel")
+
+
+def test_chart_png(project: pytest.Pytester) -> None:
+    pytest.importorskip("matplotlib", reason="the chart is optional: pip install 'pytest-speedgate[chart]'")
+    project.makepyfile(test_cases=TESTS)
+    write_baseline(project.path, {"test_cases.py::test_slow": 2.0})
+    project.runpytest("--speedgate-chart", "out/run.png").assert_outcomes(passed=1, failed=1)
+    data = (project.path / "out" / "run.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -24,6 +24,7 @@ HELP_JSON = "write every case's measurement and verdict to this JSON file"
 HELP_MARKDOWN = "write the summary table as Markdown to this file (also appended to $GITHUB_STEP_SUMMARY when set)"
 HELP_BENCHMARK_JSON = "write timed cases in pytest-benchmark's JSON layout (readable by `pytest-benchmark compare`)"
 HELP_ARTIFACTS = "keep failing tests' artifacts (samples, Triton source/PTX/SASS, inductor code) under DIR"
+HELP_CHART = "draw the run as a PNG (needs matplotlib): speedup against baseline with tolerance bands, and % of peak"
 HELP_CORRECTNESS = "run every comparison's correctness check but time nothing and gate nothing"
 HELP_STRICT = "also fail new cases, improvements beyond tolerance and a missing baseline file"
 HELP_TIMER = "clock for comparisons: auto (CUDA events when torch sees a GPU, else the host clock), cpu, cuda (default: auto)"
@@ -77,6 +78,7 @@ def add_options(parser: Any) -> None:
     group.addoption("--speedgate-markdown", default=None, metavar="PATH", help=HELP_MARKDOWN)
     group.addoption("--speedgate-benchmark-json", default=None, metavar="PATH", help=HELP_BENCHMARK_JSON)
     group.addoption("--speedgate-artifacts", default=None, metavar="DIR", help=HELP_ARTIFACTS)
+    group.addoption("--speedgate-chart", default=None, metavar="PATH", help=HELP_CHART)
     group.addoption("--correctness-only", action="store_true", default=None, help=HELP_CORRECTNESS)
     group.addoption("--speedgate-strict", action="store_true", default=None, help=HELP_STRICT)
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
@@ -101,6 +103,7 @@ class Settings:
     markdown_path: Path | None
     benchmark_json_path: Path | None
     artifacts_dir: Path | None
+    chart_path: Path | None
     correctness_only: bool
     strict: bool
     timer: str
@@ -155,6 +158,7 @@ def read_settings(config: Any) -> Settings:
         tolerance=pick("speedup_tolerance", "speedgate_tolerance", _fraction, DEFAULT_TOLERANCE),
         json_path=Path(json_path).absolute() if json_path else None,
         markdown_path=Path(opt("speedgate_markdown")).absolute() if opt("speedgate_markdown") else None,
+        chart_path=Path(opt("speedgate_chart")).absolute() if opt("speedgate_chart") else None,
         artifacts_dir=Path(opt("speedgate_artifacts")).absolute() if opt("speedgate_artifacts") else None,
         benchmark_json_path=Path(opt("speedgate_benchmark_json")).absolute() if opt("speedgate_benchmark_json") else None,
         correctness_only=bool(pick("correctness_only", "speedgate_correctness_only", bool, False)),

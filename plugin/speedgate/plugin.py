@@ -136,6 +136,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _write(state.settings.json_path, json.dumps(state.json_report(), indent=2, sort_keys=True) + "\n")
     if state.settings.benchmark_json_path is not None:
         _write(state.settings.benchmark_json_path, json.dumps(state.benchmark_report(), indent=2) + "\n")
+    if state.settings.chart_path is not None and state.records:
+        from .chart import render
+
+        keys = ", ".join(sorted({r["hardware_key"] for r in state.records}))
+        try:
+            render(state.records, state.settings.chart_path, f"speedgate: {keys}, {len(state.records)} cases")
+        except RuntimeError as exc:
+            finish_errors.append(str(exc))
     if state.records:
         text = report.markdown(state.records, state.failed_nodeids, state.header_lines())
         if state.settings.markdown_path is not None:

@@ -1,0 +1,71 @@
+"""A PNG of a run (matplotlib, only when asked for): speedup against baseline with the tolerance band, and % of peak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from .verdict import SEVERITY, Verdict
+
+COLOURS = {
+    Verdict.REGRESSED.value: "#d62728",
+    Verdict.IMPROVED.value: "#2ca02c",
+    Verdict.PASS.value: "#1f77b4",
+    Verdict.NEW.value: "#7f7f7f",
+    Verdict.NO_BASELINE_FILE.value: "#7f7f7f",
+}
+
+
+def _label(case_id: str) -> str:
+    return case_id.removeprefix("perftests/").replace(".py::", " :: ").replace("test_triton_", "")
+
+
+def render(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    """Two panels sharing one row per timed case, regressions on top.
+
+    Left: measured speedup over its baseline (1.0 = as blessed), with the 95% interval and the case's tolerance
+    band; new cases sit at 1.0 in grey. Right: the optimized side's fraction of the roofline floor (GPU runs).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError("the chart needs matplotlib: pip install 'pytest-speedgate[chart]'") from exc
+
+    timed = [r for r in records if r["timed"]]
+    timed.sort(key=lambda r: (SEVERITY.get(Verdict(r["verdict"]), 9), r["case_id"]), reverse=True)
+    n = max(len(timed), 1)
+    fig, (ax, ax_peak) = plt.subplots(
+        1, 2, figsize=(14, 1.5 + 0.22 * n), sharey=True, gridspec_kw={"width_ratios": [3, 1]}, constrained_layout=True
+    )
+    ys = range(len(timed))
+    for y, r in zip(ys, timed):
+        colour = COLOURS.get(r["verdict"], "#7f7f7f")
+        if r.get("baseline"):
+            rel, lo, hi = r["speedup"] / r["baseline"], r["ci_low"] / r["baseline"], r["ci_high"] / r["baseline"]
+            tol = r["tolerance"]
+            ax.add_patch(plt.Rectangle((1 - tol, y - 0.4), 2 * tol, 0.8, color="#dddddd", zorder=0, lw=0))
+            ax.errorbar(rel, y, xerr=[[rel - lo], [hi - rel]], fmt="o", color=colour, ms=4, capsize=2)
+        else:
+            ax.plot(1.0, y, marker="s", color=colour, ms=4)
+        peak = r.get("peak_fraction")
+        if peak is not None:
+            ax_peak.barh(y, peak, color="#9467bd" if r.get("bound") == "compute" else "#17becf", height=0.7)
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(list(ys), [_label(r["case_id"]) for r in timed], fontsize=7)
+    ax.set_xlabel("measured speedup / baseline speedup (grey band: tolerance; bars: 95% interval)")
+    ax.set_title(title, fontsize=10, loc="left")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in COLOURS.items() if v != Verdict.NO_BASELINE_FILE.value]
+    ax.legend(handles=handles, loc="lower right", fontsize=7)
+    ax.grid(axis="x", lw=0.3)
+    ax_peak.set_xlim(0, 1.05)
+    ax_peak.set_xlabel("% of peak (cyan: memory, purple: compute)")
+    ax_peak.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax_peak.grid(axis="x", lw=0.3)
+    if not timed:
+        ax.text(0.5, 0.5, "no timed cases", transform=ax.transAxes, ha="center")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
