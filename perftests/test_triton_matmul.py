@@ -166,5 +166,5 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
     del exact
     perf.compare(
         lambda: scaled_mm_fast(x8, w8, sx, sw), fast, name="vs_scaled_mm_fast_accum", check=False,
-        flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", config={**(mm.best_config(tuner) or {}), "errors": [round(ours, 7), round(vendor, 7)]},
+        flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", config=mm.best_config(tuner),
     )

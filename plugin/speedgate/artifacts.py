@@ -29,6 +29,10 @@ with a passing run's; if the change is intended, re-bless with `pytest --update-
 {problems}"""
 
 
+# Compiled variants kept per kernel (each costs a cuobjdump run for its SASS).
+MAX_VARIANTS = 8
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:150] or "case"
 
@@ -83,7 +87,13 @@ def _triton(out: Path, root: Path) -> list[str]:
         if best is not None:
             config = {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages}
             (out / f"{qualname}.best_config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
-        for i, compiled in enumerate(_compiled_variants(fn)):
+        variants = _compiled_variants(fn)
+        if best is not None:
+            # An autotuner compiled every config it tried; keep the one it chose.
+            chosen = [c for c in variants if getattr(getattr(c, "metadata", None), "num_warps", None) == best.num_warps
+                      and getattr(c.metadata, "num_stages", None) == best.num_stages]
+            variants = chosen or variants
+        for i, compiled in enumerate(variants[:MAX_VARIANTS]):
             stem = out / f"{qualname}.{i}"
             asm = getattr(compiled, "asm", {})
             for key in ("ttgir", "ptx"):
