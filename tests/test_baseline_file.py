@@ -90,3 +90,13 @@ def test_merge_into_nothing_creates_a_valid_document(tmp_path: Path) -> None:
     )
     baseline.validate(doc, tmp_path / "k.json")
     assert [c.action for c in changes] == ["added"]
+
+
+def test_merge_rewrites_a_changed_configuration() -> None:
+    existing = baseline_doc({"a": 2.0})
+    existing["cases"]["a"]["config"] = {"BLOCK_M": 128}
+    new = _entry(2.01)
+    new["config"] = {"BLOCK_M": 64}
+    doc, changes = baseline.merge(existing, hardware_key="test-box", fingerprint=existing["fingerprint"],
+                                  entries={"a": new}, rewrite_fraction={"a": 0.1 / 3})
+    assert [c.action for c in changes] == ["updated"] and doc["cases"]["a"]["config"] == {"BLOCK_M": 64}

@@ -76,7 +76,7 @@ def merge(
     """Fold blessed entries into a baseline document; cases not in entries are kept as they are.
 
     An entry already present is rewritten only when its speedup moved by more than rewrite_fraction[case]
-    (a third of its tolerance), so a re-bless shows real moves in the diff and not noise.
+    (a third of its tolerance) or its configuration changed, so a re-bless shows real moves, not noise.
     """
     cases = dict(existing["cases"]) if existing else {}
     changes = []
@@ -88,7 +88,7 @@ def merge(
             changes.append(Change(case_id, "added", None, new["speedup"]))
             continue
         moved = abs(new["speedup"] - old["speedup"]) / old["speedup"]
-        if moved > rewrite_fraction.get(case_id, 0.0):
+        if moved > rewrite_fraction.get(case_id, 0.0) or new.get("config") != old.get("config"):
             cases[case_id] = new
             changes.append(Change(case_id, "updated", old["speedup"], new["speedup"]))
         else:

@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     from .timers import Timer
 
 
-# A case is reported as measured on an unstable GPU when power or thermal policy held its clocks down for more
-# than this fraction of its timed rounds (NVML violation counters, read before and after).
+# A case is reported as measured on an unstable GPU when thermal policy held its clocks down for more than this
+# fraction of its comparison (NVML violation counters, read before and after).
 THROTTLE_NOTE_FRACTION = 0.05
 
 
@@ -202,11 +203,12 @@ class Perf:
         timer = self._timer or self._session.timer()
         policy = Policy(budget_s=settings.budget_s, target_rel_halfwidth=settings.target_noise)
         monitor = self._session.monitor
+        started = time.monotonic()
         violations_before = monitor.violations() if monitor else {}
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs)
         _check_measurable(case_id, measurement)
         throttled = (
-            throttled_fractions(violations_before, monitor.violations(), measurement.seconds) if monitor else {}
+            throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
         )
         entry = self._session.baseline_entry(case_id)
         baseline = entry["speedup"] if entry else None
@@ -230,10 +232,11 @@ class Perf:
             note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
         if entry and entry.get("config") is not None and config_json is not None and entry["config"] != config_json:
             note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config_json}".lstrip("; ")
-        unstable = {name: round(frac, 3) for name, frac in throttled.items() if frac > THROTTLE_NOTE_FRACTION}
-        if unstable:
-            held = ", ".join(f"{name} {frac:.0%}" for name, frac in unstable.items())
-            note = f"{note}; GPU clocks held down during the rounds ({held} of the time): an unstable measurement".lstrip("; ")
+        # Power capping is the steady state of tensor-core work on these cards (recorded, not flagged); thermal
+        # slowdown is not, and makes the measurement unstable.
+        if throttled.get("thermal", 0.0) > THROTTLE_NOTE_FRACTION:
+            note = (f"{note}; GPU thermally throttled for {min(throttled['thermal'], 1.0):.0%} of the comparison: "
+                    "an unstable measurement").lstrip("; ")
         roofline = self._session.roofline(timer, measurement.optimized_ms, flops, bytes, flops_dtype)
         result = CompareResult(
             timed=True,
@@ -242,7 +245,7 @@ class Perf:
             **common,
             **_measured(measurement, judgement),
             remeasured=remeasured,
-            throttled=unstable or None,
+            throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
             **roofline,
             **_errors(closeness),
         )
