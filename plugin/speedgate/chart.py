@@ -61,7 +61,7 @@ def render(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.grid(axis="x", lw=0.3)
     ax_peak.set_xlim(0, 1.05)
-    ax_peak.set_xlabel("% of peak (cyan: memory, purple: compute)")
+    ax_peak.set_xlabel("% of peak: memory (cyan), compute (purple)", fontsize=8)
     ax_peak.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax_peak.grid(axis="x", lw=0.3)
     if not timed:
