@@ -45,7 +45,7 @@ def test_xdist_results_reach_the_controller_which_alone_writes(project: pytest.P
     write_baseline(project.path, {"test_cases.py::test_0": 2.0, "kept.py::test_x": 3.0})
     result = project.runpytest_subprocess("-n", "2", "--update-baselines", "--speedgate-json", "r.json")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*baselines/test-box.json: 5 added, 0 updated, 1 kept*1 other cases untouched*"])
+    result.stdout.fnmatch_lines(["*baselines/test-box.json: 5 added, 0 updated, 1 kept*1 other entries untouched*"])
     cases = json.loads((project.path / "baselines" / "test-box.json").read_text())["cases"]
     assert set(cases) == {f"test_cases.py::test_{i}" for i in range(6)} | {"kept.py::test_x"}
     report = json.loads((project.path / "r.json").read_text())

@@ -65,6 +65,28 @@ class Change:
     new_speedup: float
 
 
+def _merge_section(
+    old: dict[str, Any], entries: dict[str, dict[str, Any]], rewrite_fraction: dict[str, float], value_key: str
+) -> tuple[dict[str, Any], list[Change]]:
+    merged = dict(old)
+    changes = []
+    for case_id in sorted(entries):
+        new = entries[case_id]
+        previous = merged.get(case_id)
+        if previous is None:
+            merged[case_id] = new
+            changes.append(Change(case_id, "added", None, new[value_key]))
+            continue
+        base = abs(previous[value_key]) or 1.0
+        moved = abs(new[value_key] - previous[value_key]) / base
+        if moved > rewrite_fraction.get(case_id, 0.0) or new.get("config") != previous.get("config"):
+            merged[case_id] = new
+            changes.append(Change(case_id, "updated", previous[value_key], new[value_key]))
+        else:
+            changes.append(Change(case_id, "kept", previous[value_key], new[value_key]))
+    return merged, changes
+
+
 def merge(
     existing: dict[str, Any] | None,
     *,
@@ -72,27 +94,19 @@ def merge(
     fingerprint: dict[str, Any],
     entries: dict[str, dict[str, Any]],
     rewrite_fraction: dict[str, float],
+    metrics: dict[str, dict[str, Any]] | None = None,
+    metric_rewrite_fraction: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], list[Change]]:
-    """Fold blessed entries into a baseline document; cases not in entries are kept as they are.
+    """Fold blessed entries into a baseline document; cases and metrics not given are kept as they are.
 
-    An entry already present is rewritten only when its speedup moved by more than rewrite_fraction[case]
-    (a third of its tolerance) or its configuration changed, so a re-bless shows real moves, not noise.
+    An entry already present is rewritten only when its value (a case's speedup, a metric's value) moved by more
+    than its rewrite fraction (a third of its tolerance) or its configuration changed, so a re-bless shows real
+    moves, not noise.
     """
-    cases = dict(existing["cases"]) if existing else {}
-    changes = []
-    for case_id in sorted(entries):
-        new = entries[case_id]
-        old = cases.get(case_id)
-        if old is None:
-            cases[case_id] = new
-            changes.append(Change(case_id, "added", None, new["speedup"]))
-            continue
-        moved = abs(new["speedup"] - old["speedup"]) / old["speedup"]
-        if moved > rewrite_fraction.get(case_id, 0.0) or new.get("config") != old.get("config"):
-            cases[case_id] = new
-            changes.append(Change(case_id, "updated", old["speedup"], new["speedup"]))
-        else:
-            changes.append(Change(case_id, "kept", old["speedup"], new["speedup"]))
+    cases, changes = _merge_section(existing["cases"] if existing else {}, entries, rewrite_fraction, "speedup")
+    old_metrics = (existing or {}).get("metrics", {})
+    merged_metrics, metric_changes = _merge_section(old_metrics, metrics or {}, metric_rewrite_fraction or {}, "value")
+    changes += metric_changes
     touched = any(c.action != "kept" for c in changes)
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -102,6 +116,8 @@ def merge(
         "updated_at": now_iso() if touched or not existing else existing.get("updated_at", now_iso()),
         "cases": cases,
     }
+    if merged_metrics:
+        doc["metrics"] = merged_metrics
     return doc, changes
 
 

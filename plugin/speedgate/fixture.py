@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -15,7 +16,7 @@ from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measure_pair
 from .gpu_state import throttled_fractions
 from .stats import sample_stats
-from .verdict import Judgement, Verdict, judge
+from .verdict import Judgement, Verdict, judge, judge_metric
 
 if TYPE_CHECKING:
     from .session import SpeedgateSession
@@ -29,6 +30,10 @@ THROTTLE_NOTE_FRACTION = 0.05
 
 class CaseError(Exception):
     """A compared callable raised; the message says which side and what it raised."""
+
+
+class RecompiledInRounds(AssertionError):
+    """torch.compile compiled again while a comparison was being timed: the samples hold compile time."""
 
 
 class SpeedRegression(AssertionError):
@@ -96,6 +101,46 @@ class CompareResult:
         return record
 
 
+@dataclass(frozen=True)
+class MetricResult:
+    """One single-valued metric as judged against its baseline."""
+
+    metric_id: str
+    nodeid: str
+    name: str
+    hardware_key: str
+    value: float
+    tolerance: float
+    direction: str
+    unit: str
+    verdict: str
+    note: str
+    baseline: float | None = None
+    change: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _recompile_check(case_id: str) -> Callable[[], None]:
+    """Armed after warm-up: fails the case if torch.compile compiled anything during the timed rounds."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return lambda: None
+    before = utils.counters["frames"]["total"]
+
+    def check() -> None:
+        compiled = utils.counters["frames"]["total"] - before
+        if compiled:
+            raise RecompiledInRounds(
+                f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (a "
+                "recompilation: a guard failed, e.g. a new shape, dtype or Python value); the samples include "
+                "compile time. Make the inputs static across calls, or mark dimensions dynamic."
+            )
+
+    return check
+
+
 def _guard(fn: Callable[[], Any], side: str, case_id: str) -> Callable[[], Any]:
     if not callable(fn):
         raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
@@ -123,6 +168,7 @@ class Perf:
         self.nodeid = nodeid
         self.results: list[CompareResult] = []
         self.failures: list[str] = []
+        self.metrics: list[MetricResult] = []
         # Raw samples per case, kept for the artifacts of a failing test (never sent anywhere else).
         self.samples: dict[str, dict[str, Any]] = {}
 
@@ -205,7 +251,8 @@ class Perf:
         monitor = self._session.monitor
         started = time.monotonic()
         violations_before = monitor.violations() if monitor else {}
-        measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs)
+        arm = functools.partial(_recompile_check, case_id)
+        measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs, before_rounds=arm)
         _check_measurable(case_id, measurement)
         throttled = (
             throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
@@ -252,6 +299,49 @@ class Perf:
         self._record(result)
         if not settings.update_baselines and judgement.fails(settings.strict):
             self.failures.append(self._failure_message(result, judgement))
+        return result
+
+    def metric(
+        self,
+        name: str,
+        value: float,
+        *,
+        tolerance: float,
+        direction: str = "lower",
+        unit: str = "",
+    ) -> MetricResult:
+        """Gate a single-valued metric of this test against its baseline (compile seconds, recompiles, ...).
+
+        direction='lower' (the default) means lower is better. There is one value, no interval: the tolerance
+        alone separates noise from change, so give timings a wide one and exact counts 0. A regression fails the
+        test after its body, like a speedup regression; --update-baselines blesses the value.
+        """
+        metric_id = f"{self.nodeid}::{name}"
+        if not name or any(c in name for c in "\n\r\t"):
+            raise ValueError(f"speedgate: metric name {name!r} must be non-empty and on one line")
+        if any(m.metric_id == metric_id for m in self.metrics):
+            raise ValueError(f"speedgate: metric {metric_id} was already recorded in this test")
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ValueError(f"speedgate: metric {metric_id} must be a finite number, got {value!r}")
+        if not (math.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError(f"speedgate: metric tolerance must be finite and non-negative, got {tolerance!r}")
+        entry = self._session.baseline_metric(metric_id)
+        baseline = entry["value"] if entry else None
+        judgement = judge_metric(float(value), baseline, float(tolerance), direction, file_found=self._session.baseline_found)
+        note = f"{name} {judgement.note}" if judgement.note else ""
+        result = MetricResult(
+            metric_id=metric_id, nodeid=self.nodeid, name=name, hardware_key=self._session.hardware_key,
+            value=float(value), tolerance=float(tolerance), direction=direction, unit=unit,
+            verdict=judgement.verdict.value, note=note, baseline=baseline, change=judgement.change,
+        )
+        self.metrics.append(result)
+        self._session.record_metric(result)
+        settings = self._session.settings
+        if not settings.update_baselines and judgement.fails(settings.strict):
+            steps = (f"Next: re-run to confirm; if intended, re-bless with `pytest --update-baselines {self.nodeid}`"
+                     if judgement.verdict is Verdict.REGRESSED else f"strict mode: {judgement.verdict.value} metric; "
+                     f"bless it with `pytest --update-baselines {self.nodeid}`")
+            self.failures.append(f"{metric_id}: {note or judgement.verdict.value}\n  {steps}")
         return result
 
     def _untimed_reason(self) -> str:

@@ -64,6 +64,7 @@ def measure_pair(
     policy: Policy = Policy(),
     *,
     on_first_outputs: Callable[[Any, Any], None] | None = None,
+    before_rounds: Callable[[], Callable[[], None]] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measurement:
     """Time reference against optimized in interleaved rounds until the interval is narrow or time runs out.
@@ -88,6 +89,8 @@ def measure_pair(
             break
     per_pair_ms = sum(warm[-2:])
 
+    # A check armed after warm-up and run after the rounds (the gate uses it to fail on a recompilation).
+    after_rounds = before_rounds() if before_rounds is not None else None
     ref_samples: list[float] = []
     opt_samples: list[float] = []
     start = clock()
@@ -117,6 +120,8 @@ def measure_pair(
             stopped_by = "budget"
             break
     seconds = clock() - start
+    if after_rounds is not None:
+        after_rounds()
     # The final interval uses more resamples than the stopping checks, for a steadier report.
     estimate = bootstrap_ratio(ref_samples, opt_samples, confidence=policy.confidence, resamples=2000)
     return Measurement(

@@ -128,7 +128,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         config.workeroutput[WORKER_OUTPUT] = state.worker_payload()  # type: ignore[attr-defined]
         return
     finish_errors: list[str] = []
-    if state.settings.update_baselines and state.records:
+    if state.settings.update_baselines and (state.records or state.metric_records):
         finished = state.update_baselines()
         config.stash[FINISH_KEY] = finished.lines
         finish_errors = finished.errors
@@ -160,7 +160,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = _session(config)
-    if hasattr(config, "workerinput") or not (state.records or ERRORS_KEY in config.stash):
+    if hasattr(config, "workerinput") or not (state.records or state.metric_records or ERRORS_KEY in config.stash):
         return
     tr = terminalreporter
     tr.write_sep("=", "speedgate")
@@ -172,6 +172,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for line in report.table(state.records, state.failed_nodeids):
         tr.write_line(line)
     for line in report.by_test(state.records):
+        tr.write_line(line)
+    for line in report.metrics_table(state.metric_records, state.failed_nodeids):
         tr.write_line(line)
     for line in report.notes(state.records):
         tr.write_line(line)

@@ -165,3 +165,31 @@ def benchmark_json(records: Sequence[dict[str, Any]], fingerprints: dict[str, An
         "datetime": now,
         "version": version,
     }
+
+
+METRIC_COLUMNS = ("metric", "value", "baseline", "change", "tolerance", "better", "verdict")
+
+
+def metrics_table(metrics: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[str]:
+    """Single-valued metrics (compile seconds, recompiles, graph breaks, memory), regressions first."""
+    if not metrics:
+        return []
+    ranked = sorted(enumerate(metrics), key=lambda im: (SEVERITY.get(Verdict(im[1]["verdict"]), 9), im[0]))
+    rows = [METRIC_COLUMNS]
+    for _, m in ranked:
+        unit = f" {m['unit']}" if m.get("unit") else ""
+        verdict = m["verdict"] + (" (test failed)" if m["nodeid"] in failed_nodeids and m["verdict"] != "regressed" else "")
+        rows.append((
+            m["metric_id"], f"{m['value']:.4g}{unit}",
+            f"{m['baseline']:.4g}{unit}" if m.get("baseline") is not None else "-",
+            f"{m['change']:+.1%}" if m.get("change") is not None and m["change"] != float("inf") else "-",
+            f"{m['tolerance']:.0%}", m["direction"], verdict,
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(METRIC_COLUMNS))]
+    lines = []
+    for i, cells in enumerate(rows):
+        lines.append("  ".join([cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:-1], widths[1:-1])] + [cells[-1]]).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    notes_ = [f"{m['metric_id']}: {m['note']}" for m in metrics if m["note"]]
+    return lines + notes_

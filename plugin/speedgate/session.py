@@ -57,6 +57,7 @@ class SpeedgateSession:
         self._baseline_loaded = False
         self._timer: Timer | None = None
         self.records: list[dict[str, Any]] = []
+        self.metric_records: list[dict[str, Any]] = []
         self.failed_nodeids: set[str] = set()
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.used = False
@@ -94,6 +95,15 @@ class SpeedgateSession:
     def baseline_entry(self, case_id: str) -> dict[str, Any] | None:
         self.load_baseline()
         return None if self._baseline is None else self._baseline["cases"].get(case_id)
+
+    def baseline_metric(self, metric_id: str) -> dict[str, Any] | None:
+        self.load_baseline()
+        return None if self._baseline is None else self._baseline.get("metrics", {}).get(metric_id)
+
+    def record_metric(self, result: Any) -> None:
+        self.used = True
+        self.metric_records.append(result.to_json())
+        self.fingerprints.setdefault(result.hardware_key, self.fingerprint.to_json())
 
     def timer(self) -> Timer:
         if self._timer is None:
@@ -153,6 +163,7 @@ class SpeedgateSession:
         return json.dumps(
             {
                 "records": self.records,
+                "metrics": self.metric_records,
                 "failed": sorted(self.failed_nodeids),
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
@@ -163,6 +174,7 @@ class SpeedgateSession:
     def absorb(self, payload: str) -> None:
         data = json.loads(payload)
         self.records.extend(data["records"])
+        self.metric_records.extend(data.get("metrics", []))
         self.failed_nodeids.update(data["failed"])
         for key, fp in data["fingerprints"].items():
             self.fingerprints.setdefault(key, fp)
@@ -170,7 +182,7 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
-        self.used = self.used or bool(data["records"])
+        self.used = self.used or bool(data["records"]) or bool(data.get("metrics"))
 
     # -- the end of the run ---------------------------------------------------------------------------------
     def blessable(self) -> list[dict[str, Any]]:
@@ -183,6 +195,11 @@ class SpeedgateSession:
         by_key: dict[str, list[dict[str, Any]]] = {}
         for record in self.blessable():
             by_key.setdefault(record["hardware_key"], []).append(record)
+        metrics_by_key: dict[str, list[dict[str, Any]]] = {}
+        for metric in self.metric_records:
+            if metric["nodeid"] not in self.failed_nodeids:
+                metrics_by_key.setdefault(metric["hardware_key"], []).append(metric)
+                by_key.setdefault(metric["hardware_key"], [])
         skipped = sorted({r["case_id"] for r in self.records if r["timed"] and r["nodeid"] in self.failed_nodeids})
         for case_id in skipped:
             lines.append(f"not blessed (its test failed): {case_id}")
@@ -197,8 +214,15 @@ class SpeedgateSession:
             measured_at = baseline_file.now_iso()
             entries = {r["case_id"]: baseline_entry_from(r, fingerprint["software"], measured_at) for r in records}
             rewrite = {r["case_id"]: r["tolerance"] / 3.0 for r in records}
+            metrics = metrics_by_key.get(key, [])
+            metric_entries = {
+                m["metric_id"]: {"value": m["value"], "tolerance": m["tolerance"], "direction": m["direction"],
+                                 "unit": m["unit"], "measured_at": measured_at, "software": dict(fingerprint["software"])}
+                for m in metrics
+            }
             doc, changes = baseline_file.merge(
-                existing, hardware_key=key, fingerprint=fingerprint, entries=entries, rewrite_fraction=rewrite
+                existing, hardware_key=key, fingerprint=fingerprint, entries=entries, rewrite_fraction=rewrite,
+                metrics=metric_entries, metric_rewrite_fraction={m["metric_id"]: m["tolerance"] / 3.0 for m in metrics},
             )
             counts = {action: sum(c.action == action for c in changes) for action in ("added", "updated", "kept")}
             if counts["added"] or counts["updated"] or existing is None:
@@ -210,7 +234,7 @@ class SpeedgateSession:
             lines.append(
                 f"baseline {path}: {counts['added']} added, {counts['updated']} updated, "
                 f"{counts['kept']} kept (moved less than a third of their tolerance), "
-                f"{len(doc['cases']) - len(changes)} other cases untouched"
+                f"{len(doc['cases']) + len(doc.get('metrics', {})) - len(changes)} other entries untouched"
             )
             for change in changes:
                 if change.action != "kept":
@@ -265,6 +289,7 @@ class SpeedgateSession:
             "ceilings": self.ceilings_seen,
             "gpu_state_at_start": self.gpu_state_at_start,
             "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
+            "metrics": [dict(m, test_failed=m["nodeid"] in self.failed_nodeids) for m in self.metric_records],
         }
 
     def benchmark_report(self) -> dict[str, Any]:

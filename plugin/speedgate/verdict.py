@@ -74,3 +74,33 @@ def judge(estimate: RatioEstimate, baseline: float | None, tolerance: float, *, 
     if estimate.ratio < floor:
         note = f"point estimate {estimate.ratio:.3f}x is below the floor {floor:.3f}x, but within noise"
     return Judgement(Verdict.PASS, baseline, floor, change, note)
+
+
+DIRECTIONS = ("lower", "higher")
+
+
+def judge_metric(value: float, baseline: float | None, tolerance: float, direction: str, *, file_found: bool) -> Judgement:
+    """A single-valued metric (compile seconds, recompiles, graph breaks, peak memory) against its baseline.
+
+    direction 'lower': worse when value > baseline * (1 + tolerance); 'higher' the mirror image. With no
+    repeated samples there is no interval: tolerance alone separates noise from change, so give noisy metrics
+    (seconds) a wide one and counts (graph breaks) zero.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if baseline is None:
+        return Judgement(Verdict.NO_BASELINE_FILE if not file_found else Verdict.NEW, None, None, None, "")
+    worse_bound = baseline * (1 + tolerance) if direction == "lower" else baseline * (1 - tolerance)
+    better_bound = baseline * (1 - tolerance) if direction == "lower" else baseline * (1 + tolerance)
+    change = value / baseline - 1.0 if baseline else (0.0 if value == baseline else float("inf"))
+    worse = value > worse_bound if direction == "lower" else value < worse_bound
+    better = value < better_bound if direction == "lower" else value > better_bound
+    sense = "lower is better" if direction == "lower" else "higher is better"
+    if worse:
+        note = (f"regressed: {value:g} against baseline {baseline:g} ({sense}; tolerance {tolerance:.0%} puts the "
+                f"bound at {worse_bound:g})")
+        return Judgement(Verdict.REGRESSED, baseline, worse_bound, change, note)
+    if better:
+        return Judgement(Verdict.IMPROVED, baseline, worse_bound, change,
+                         f"improved beyond tolerance: {value:g} against baseline {baseline:g} (re-bless with --update-baselines)")
+    return Judgement(Verdict.PASS, baseline, worse_bound, change, "")
