@@ -57,3 +57,30 @@ def test_first_outputs_are_handed_to_the_check() -> None:
     seen = []
     measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), on_first_outputs=lambda r, o: seen.append((r, o)))
     assert seen == [(1, 2)]
+
+
+def test_prepare_rounds_replaces_both_sides_after_warm_up() -> None:
+    """graph=True's mechanism: the rounds time what prepare_rounds returns (replays), not the original calls."""
+
+    def replay_ref() -> int:
+        return 1
+
+    def replay_opt() -> int:
+        return 2
+
+    swap = {"ref": replay_ref, "opt": replay_opt}
+    timer = ScriptedTimer({"ref": 5.0, "opt": 5.0, "replay_ref": 3.0, "replay_opt": 1.0})
+    m = measure_pair(ref, opt, timer, Policy(warmup_s=0), prepare_rounds=lambda fn: swap[fn.__name__])
+    assert m.reference_first_ms == 5.0 and m.optimized_first_ms == 5.0  # first calls: the originals
+    assert m.speedup == 3.0  # rounds: the replacements
+
+
+def test_before_rounds_check_runs_after_the_rounds() -> None:
+    events: list[str] = []
+
+    def arm():
+        events.append("armed")
+        return lambda: events.append("checked")
+
+    measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), before_rounds=arm)
+    assert events == ["armed", "checked"]

@@ -79,6 +79,7 @@ class CompareResult:
     bound: str | None = None
     config: dict[str, Any] | None = None
     throttled: dict[str, float] | None = None
+    graphed: bool = False
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -190,6 +191,7 @@ class Perf:
         atol: float | None = None,
         flops_dtype: str | None = None,
         config: Mapping[str, Any] | None = None,
+        graph: bool = False,
     ) -> CompareResult:
         """Check that optimized() matches reference(), time both side by side, and gate the speedup.
 
@@ -198,7 +200,9 @@ class Perf:
         for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings measured
         in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
         the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
-        one is reported. A regression does not raise here: the test fails after its body,
+        one is reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their
+        replays: for kernels of tens of microseconds, where host launch overhead would otherwise leak into the
+        samples; it measures the device's work only, so never use it for a case about launch overhead. A regression does not raise here: the test fails after its body,
         so every comparison in it is measured and reported.
         """
         case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
@@ -238,6 +242,7 @@ class Perf:
             bytes=bytes,
             flops_dtype=flops_dtype,
             config=config_json,
+            graphed=bool(graph and getattr(self._timer or self._session.timer(), "graphed", None)),
         )
         untimed = self._untimed_reason()
         if untimed:
@@ -252,7 +257,10 @@ class Perf:
         started = time.monotonic()
         violations_before = monitor.violations() if monitor else {}
         arm = functools.partial(_recompile_check, case_id)
-        measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=check_outputs, before_rounds=arm)
+        prepare = _graph_capture(timer, case_id) if graph else None
+        measurement = measure_pair(
+            ref, opt, timer, policy, on_first_outputs=check_outputs, before_rounds=arm, prepare_rounds=prepare
+        )
         _check_measurable(case_id, measurement)
         throttled = (
             throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
@@ -372,6 +380,23 @@ class Perf:
         else:
             steps = f"strict mode: bless the improvement with `pytest --update-baselines {self.nodeid}`"
         return f"{result.case_id}: {result.note or judgement.verdict.value}\n  {steps}"
+
+
+def _graph_capture(timer: "Timer", case_id: str) -> Callable[[Callable[[], Any]], Callable[[], Any]] | None:
+    graphed = getattr(timer, "graphed", None)
+    if graphed is None:
+        return None  # no CUDA timer (CPU work, or a scripted clock): graph=True has nothing to capture
+
+    def prepare(fn: Callable[[], Any]) -> Callable[[], Any]:
+        try:
+            return graphed(fn)
+        except Exception as exc:
+            raise CaseError(
+                f"speedgate: {case_id}: graph=True, but a side could not be captured in a CUDA graph "
+                f"({type(exc).__name__}: {exc}); time it without graph=True"
+            ) from exc
+
+    return prepare
 
 
 def _check_measurable(case_id: str, m: Measurement) -> None:

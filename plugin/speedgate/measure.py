@@ -65,6 +65,7 @@ def measure_pair(
     *,
     on_first_outputs: Callable[[Any, Any], None] | None = None,
     before_rounds: Callable[[], Callable[[], None]] | None = None,
+    prepare_rounds: Callable[[Fn], Fn] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measurement:
     """Time reference against optimized in interleaved rounds until the interval is narrow or time runs out.
@@ -87,6 +88,10 @@ def measure_pair(
         calls += 1
         if calls >= 1000:
             break
+    if prepare_rounds is not None:
+        # e.g. capture each side into a CUDA graph: the rounds then time replays, without host launch overhead.
+        reference, optimized = prepare_rounds(reference), prepare_rounds(optimized)
+        warm.extend(timer.time_each([reference, optimized] * policy.warmup_calls))
     per_pair_ms = sum(warm[-2:])
 
     # A check armed after warm-up and run after the rounds (the gate uses it to fail on a recompilation).

@@ -22,7 +22,7 @@ from .verdict import Verdict
 _ENTRY_FIELDS = (
     "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "reference_cv", "optimized_cv",
     "rounds", "timer", "reference_first_ms", "optimized_first_ms", "flops", "bytes", "tolerance",
-    "flops_dtype", "peak_fraction", "config",
+    "flops_dtype", "peak_fraction", "config", "graphed",
 )
 
 
@@ -34,7 +34,8 @@ def _round(value: Any) -> Any:
 
 
 def baseline_entry_from(record: dict[str, Any], software: dict[str, Any], measured_at: str) -> dict[str, Any]:
-    entry = {name: _round(record[name]) for name in _ENTRY_FIELDS if record.get(name) is not None}
+    # None means "not measured"; graphed=False is the default and is left out so old entries stay unchanged.
+    entry = {name: _round(record[name]) for name in _ENTRY_FIELDS if record.get(name) is not None and record.get(name) is not False}
     entry["measured_at"] = measured_at
     entry["software"] = dict(software)
     return entry

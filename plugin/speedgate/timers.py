@@ -96,6 +96,29 @@ class CudaTimer:
         self._sync()
         return [start.elapsed_time(end) for start, end in pairs]
 
+    def graphed(self, fn: Fn) -> Fn:
+        """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
+
+        The outputs of the captured call stay alive in the graph's memory pool as long as the replay does.
+        """
+        torch = self._torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn()
+        replay = graph.replay
+
+        def run() -> Any:
+            replay()
+            return outputs
+
+        return run
+
     def describe(self) -> str:
         return (
             f"CUDA events on {self.device_name}, L2 flushed before each call "
