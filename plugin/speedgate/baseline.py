@@ -79,7 +79,8 @@ def _merge_section(
             continue
         base = abs(previous[value_key]) or 1.0
         moved = abs(new[value_key] - previous[value_key]) / base
-        if moved > rewrite_fraction.get(case_id, 0.0) or new.get("config") != previous.get("config"):
+        method_changed = any(new.get(k) != previous.get(k) for k in ("config", "graphed", "timer"))
+        if moved > rewrite_fraction.get(case_id, 0.0) or method_changed:
             merged[case_id] = new
             changes.append(Change(case_id, "updated", previous[value_key], new[value_key]))
         else:
@@ -100,8 +101,8 @@ def merge(
     """Fold blessed entries into a baseline document; cases and metrics not given are kept as they are.
 
     An entry already present is rewritten only when its value (a case's speedup, a metric's value) moved by more
-    than its rewrite fraction (a third of its tolerance) or its configuration changed, so a re-bless shows real
-    moves, not noise.
+    than its rewrite fraction (a third of its tolerance), or its configuration or way of timing changed (config,
+    graphed, timer), so a re-bless shows real moves, not noise.
     """
     cases, changes = _merge_section(existing["cases"] if existing else {}, entries, rewrite_fraction, "speedup")
     old_metrics = (existing or {}).get("metrics", {})
