@@ -63,11 +63,13 @@ class Change:
     action: str
     old_speedup: float | None
     new_speedup: float
+    unit: str = "x"  # "x" for a case's speedup, "" for a metric's value
 
 
 def _merge_section(
     old: dict[str, Any], entries: dict[str, dict[str, Any]], rewrite_fraction: dict[str, float], value_key: str
 ) -> tuple[dict[str, Any], list[Change]]:
+    unit = "x" if value_key == "speedup" else ""
     merged = dict(old)
     changes = []
     for case_id in sorted(entries):
@@ -75,16 +77,16 @@ def _merge_section(
         previous = merged.get(case_id)
         if previous is None:
             merged[case_id] = new
-            changes.append(Change(case_id, "added", None, new[value_key]))
+            changes.append(Change(case_id, "added", None, new[value_key], unit))
             continue
         base = abs(previous[value_key]) or 1.0
         moved = abs(new[value_key] - previous[value_key]) / base
         method_changed = any(new.get(k) != previous.get(k) for k in ("config", "graphed", "timer"))
         if moved > rewrite_fraction.get(case_id, 0.0) or method_changed:
             merged[case_id] = new
-            changes.append(Change(case_id, "updated", previous[value_key], new[value_key]))
+            changes.append(Change(case_id, "updated", previous[value_key], new[value_key], unit))
         else:
-            changes.append(Change(case_id, "kept", previous[value_key], new[value_key]))
+            changes.append(Change(case_id, "kept", previous[value_key], new[value_key], unit))
     return merged, changes
 
 

@@ -239,8 +239,8 @@ class SpeedgateSession:
             )
             for change in changes:
                 if change.action != "kept":
-                    old = f"{change.old_speedup:.3f}x -> " if change.old_speedup else ""
-                    lines.append(f"  {change.action}: {change.case_id}: {old}{change.new_speedup:.3f}x")
+                    old = f"{change.old_speedup:.4g}{change.unit} -> " if change.old_speedup is not None else ""
+                    lines.append(f"  {change.action}: {change.case_id}: {old}{change.new_speedup:.4g}{change.unit}")
         return FinishReport(lines, errors)
 
     def header_lines(self) -> list[str]:
