@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .hardware import software_drift
+from .report import align
 from .stats import RatioEstimate
 from .verdict import SEVERITY, Verdict, judge
 
@@ -73,13 +74,7 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"{r['change']:+.1%}" if r["change"] is not None else "-",
             r["verdict"],
         ))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    lines = []
-    for i, c in enumerate(cells):
-        lines.append("  ".join([c[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(c[1:-1], widths[1:-1])] + [c[-1]]).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+    return align(cells)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,10 +50,10 @@ def ordered(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [record for _, record in ranked]
 
 
-def table(records: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[str]:
-    """Aligned text table, regressions first, then the rest in the order they ran."""
-    rows = [COLUMNS] + [row(r, r["nodeid"] in failed_nodeids) for r in ordered(records)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+def align(rows: Sequence[Sequence[str]]) -> list[str]:
+    """A text table: the first row is the header, underlined; first column left-aligned, the last free, the rest
+    right-aligned (numbers)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for i, cells in enumerate(rows):
         parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:-1], widths[1:-1])] + [cells[-1]]
@@ -61,6 +61,11 @@ def table(records: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[s
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return lines
+
+
+def table(records: Sequence[dict[str, Any]], failed_nodeids: set[str]) -> list[str]:
+    """Aligned text table, regressions first, then the rest in the order they ran."""
+    return align([COLUMNS] + [row(r, r["nodeid"] in failed_nodeids) for r in ordered(records)])
 
 
 def notes(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -185,11 +190,5 @@ def metrics_table(metrics: Sequence[dict[str, Any]], failed_nodeids: set[str]) -
             f"{m['change']:+.1%}" if m.get("change") is not None and m["change"] != float("inf") else "-",
             f"{m['tolerance']:.0%}", m["direction"], verdict,
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(METRIC_COLUMNS))]
-    lines = []
-    for i, cells in enumerate(rows):
-        lines.append("  ".join([cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:-1], widths[1:-1])] + [cells[-1]]).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
     notes_ = [f"{m['metric_id']}: {m['note']}" for m in metrics if m["note"]]
-    return lines + notes_
+    return align(rows) + notes_
