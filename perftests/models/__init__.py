@@ -1,0 +1,1 @@
+"""Models the compiler suite compiles."""
