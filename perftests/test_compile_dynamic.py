@@ -1,0 +1,126 @@
+"""Dynamic shapes over the chapter's sequence-length schedule (128, 256, 384, 512): static compiles (one per
+shape), dynamic=True, mark_dynamic, and padding to buckets. Recompiles and compile seconds are gated as metrics;
+the steady-state time of one pass over the schedule is compared against the static strategy's.
+
+Padding is exact here: the model is causal, so tokens appended after position L change no logit before L.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pytest
+import torch
+
+from perftests.kernels.common import intermediate_rounding_atol
+from perftests.models.transformer import build, workload
+
+pytestmark = pytest.mark.compile
+
+SCHEDULE = (128, 256, 384, 512)
+BUCKETS = (256, 512)
+STRATEGIES = ("dynamic", "mark_dynamic", "buckets")
+COMPILE_TIME_TOLERANCE = 0.5
+
+
+def no_compile_caches():
+    """Inductor's FX graph cache and AOTAutograd's cache off: a compile pass compiles, it does not load."""
+    import contextlib
+
+    import torch._functorch.config
+    import torch._inductor.config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    if hasattr(torch._functorch.config, "enable_autograd_cache"):
+        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+def frames_compiled() -> int:
+    return int(torch._dynamo.utils.counters["frames"]["total"])
+
+
+def make_runner(strategy: str, model: torch.nn.Module, buckets: tuple[int, ...]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function of tokens (B, L) returning logits (B, L, V) under one shape strategy."""
+    if strategy == "static":
+        compiled = torch.compile(model, dynamic=False)
+        return compiled
+    if strategy == "dynamic":
+        return torch.compile(model, dynamic=True)
+    if strategy == "mark_dynamic":
+        compiled = torch.compile(model)
+
+        def run(tokens: torch.Tensor) -> torch.Tensor:
+            torch._dynamo.mark_dynamic(tokens, 1)
+            return compiled(tokens)
+
+        return run
+    if strategy == "buckets":
+        compiled = torch.compile(model, dynamic=False)
+
+        def run(tokens: torch.Tensor) -> torch.Tensor:
+            length = tokens.shape[1]
+            bucket = next(b for b in buckets if b >= length)
+            padded = torch.nn.functional.pad(tokens, (0, bucket - length))
+            return compiled(padded)[:, :length]
+
+        return run
+    raise ValueError(strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
+    cfg, batch, _, dtype = workload(device)
+    model = build(cfg, device, dtype)
+    # The CPU runs the same schedule at a sixteenth of the lengths.
+    schedule = SCHEDULE if device == "cuda" else tuple(s // 16 for s in SCHEDULE)
+    buckets = BUCKETS if device == "cuda" else tuple(b // 16 for b in BUCKETS)
+    inputs = [torch.randint(0, cfg.vocab, (batch, length), device=device) for length in schedule]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch._dynamo.reset()
+    runners = {}
+    compiles = {}
+    seconds = {}
+    for name in ("static", strategy):
+        # Each strategy compiles from scratch: dynamo's caches are per code object (the model's forward is
+        # shared by every strategy), and inductor's and AOTAutograd's caches would let the second strategy
+        # reuse the first one's graphs. Both are cleared or switched off for the first pass.
+        torch._dynamo.reset()
+        before = frames_compiled()
+        runners[name] = make_runner(name, model, buckets)
+        sync()
+        start = time.perf_counter()
+        with no_compile_caches(), torch.no_grad():
+            outputs = [runners[name](t) for t in inputs]  # the first pass compiles
+        sync()
+        seconds[name] = time.perf_counter() - start
+        compiles[name] = frames_compiled() - before
+        with torch.no_grad():
+            for tokens, out in zip(inputs, outputs):
+                expected = model(tokens)
+                tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1.3e-6,
+                           atol=intermediate_rounding_atol(expected, dtype, factor=2.0 * cfg.layers))
+                perf.assert_close(out, expected, **tol)
+    assert compiles["static"] == len(schedule), f"static: {compiles['static']} compiles for {len(schedule)} shapes"
+    expected_compiles = len(buckets) if strategy == "buckets" else 2  # dynamic: a static first graph may precede
+    assert compiles[strategy] <= expected_compiles, f"{strategy}: {compiles[strategy]} compiles"
+    perf.metric(f"compiles_{strategy}", compiles[strategy], tolerance=0.0)
+    perf.metric(f"compile_pass_s_{strategy}", seconds[strategy], tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+    perf.metric("compile_pass_s_static", seconds["static"], tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+
+    def schedule_pass(run: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def call() -> None:
+            with torch.no_grad():
+                for tokens in inputs:
+                    run(tokens)
+
+        return call
+
+    # Both strategies' graphs must live side by side for the comparison: compile both again (cache on: this
+    # is not measured) before timing, so no compile falls inside the rounds.
+    torch._dynamo.reset()
+    for run in (runners["static"], runners[strategy]):
+        schedule_pass(run)()
+    perf.compare(schedule_pass(runners["static"]), schedule_pass(runners[strategy]), name="steady_state_vs_static")
