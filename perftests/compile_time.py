@@ -1,4 +1,5 @@
-"""Compile time measured in fresh processes: cold (empty compile caches) and warm (caches filled by a run before).
+"""Compile time: in fresh processes, cold (empty caches) and warm (caches filled by a run before); and in this
+process, a first pass compiled from scratch (first_pass), with the number of frames dynamo compiled.
 
 A builder is a 'module:function' that returns (callable, args); the child process compiles the callable with
 torch.compile(mode=...), calls it once, synchronizes, and reports the seconds of that first call. Each
@@ -7,12 +8,15 @@ measurement is its own process, so nothing compiled in the test process (or in a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 _CHILD = r"""
 import importlib, json, sys, time
@@ -53,3 +57,41 @@ def cold_and_warm(builder: str, mode: str = "default", timeout_s: float = 900.0)
         cold = _run(builder, mode, Path(cache), timeout_s)
         warm = _run(builder, mode, Path(cache), timeout_s)
     return cold, warm
+
+
+def no_compile_caches() -> contextlib.ExitStack:
+    """Inductor's FX graph cache and AOTAutograd's cache off: a compile pass compiles, it does not load."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    if hasattr(torch._functorch.config, "enable_autograd_cache"):
+        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+def frames_compiled() -> int:
+    """Frames dynamo has compiled in this process (a recompilation counts again)."""
+    import torch._dynamo.utils
+
+    return int(torch._dynamo.utils.counters["frames"]["total"])
+
+
+def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) -> tuple[list[Any], float, int]:
+    """(outputs, seconds, frames compiled) of the first pass of run over inputs, compiled from scratch.
+
+    Dynamo's caches are reset (they are per code object, so another strategy compiling the same forward would
+    otherwise be reused) and inductor's and AOTAutograd's caches are off.
+    """
+    import torch
+
+    torch._dynamo.reset()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    before = frames_compiled()
+    sync()
+    start = time.perf_counter()
+    with no_compile_caches(), torch.no_grad():
+        outputs = [run(x) for x in inputs]
+    sync()
+    return outputs, time.perf_counter() - start, frames_compiled() - before

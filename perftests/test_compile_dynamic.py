@@ -7,12 +7,12 @@ Padding is exact here: the model is causal, so tokens appended after position L 
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import pytest
 import torch
 
+from perftests.compile_time import first_pass
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
 
@@ -22,24 +22,6 @@ SCHEDULE = (128, 256, 384, 512)
 BUCKETS = (256, 512)
 STRATEGIES = ("dynamic", "mark_dynamic", "buckets")
 COMPILE_TIME_TOLERANCE = 0.5
-
-
-def no_compile_caches():
-    """Inductor's FX graph cache and AOTAutograd's cache off: a compile pass compiles, it does not load."""
-    import contextlib
-
-    import torch._functorch.config
-    import torch._inductor.config
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-    if hasattr(torch._functorch.config, "enable_autograd_cache"):
-        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-    return stack
-
-
-def frames_compiled() -> int:
-    return int(torch._dynamo.utils.counters["frames"]["total"])
 
 
 def make_runner(strategy: str, model: torch.nn.Module, buckets: tuple[int, ...]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -78,25 +60,13 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     schedule = SCHEDULE if device == "cuda" else tuple(s // 16 for s in SCHEDULE)
     buckets = BUCKETS if device == "cuda" else tuple(b // 16 for b in BUCKETS)
     inputs = [torch.randint(0, cfg.vocab, (batch, length), device=device) for length in schedule]
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    torch._dynamo.reset()
     runners = {}
     compiles = {}
     seconds = {}
     for name in ("static", strategy):
-        # Each strategy compiles from scratch: dynamo's caches are per code object (the model's forward is
-        # shared by every strategy), and inductor's and AOTAutograd's caches would let the second strategy
-        # reuse the first one's graphs. Both are cleared or switched off for the first pass.
-        torch._dynamo.reset()
-        before = frames_compiled()
+        # Each strategy compiles from scratch (see first_pass): the model's forward is shared by all of them.
         runners[name] = make_runner(name, model, buckets)
-        sync()
-        start = time.perf_counter()
-        with no_compile_caches(), torch.no_grad():
-            outputs = [runners[name](t) for t in inputs]  # the first pass compiles
-        sync()
-        seconds[name] = time.perf_counter() - start
-        compiles[name] = frames_compiled() - before
+        outputs, seconds[name], compiles[name] = first_pass(runners[name], inputs, device)
         with torch.no_grad():
             for tokens, out in zip(inputs, outputs):
                 expected = model(tokens)

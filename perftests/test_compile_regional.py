@@ -1,0 +1,62 @@
+"""Regional compilation: compile the repeated transformer block once and reuse it, against compiling the model.
+
+Both with dynamic shapes, over the sequence schedule (128, 256, 384, 512). The blocks share one forward, so the
+regional form compiles it once for all layers; the whole-model form compiles one graph of every layer. Compile
+seconds of a first pass (from scratch, caches off) and frames compiled are gated as metrics; steady-state speed
+over one pass of the schedule is compared (regional against whole).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from perftests.compile_time import first_pass
+from perftests.kernels.common import intermediate_rounding_atol
+from perftests.models.transformer import build, workload
+
+pytestmark = pytest.mark.compile
+
+SCHEDULE = (128, 256, 384, 512)
+COMPILE_TIME_TOLERANCE = 0.5
+
+
+def test_regional_vs_whole_model(perf, device: str) -> None:
+    cfg, batch, _, dtype = workload(device)
+    model = build(cfg, device, dtype)
+    schedule = SCHEDULE if device == "cuda" else tuple(s // 16 for s in SCHEDULE)
+    inputs = [torch.randint(0, cfg.vocab, (batch, length), device=device) for length in schedule]
+
+    whole = torch.compile(copy.deepcopy(model), dynamic=True)
+    regional = copy.deepcopy(model)
+    for block in regional.blocks:
+        block.compile(dynamic=True)  # in place: the block's calls go through torch.compile, the rest stays eager
+
+    results = {}
+    for name, run in (("whole", whole), ("regional", regional)):
+        outputs, seconds, compiles = first_pass(run, inputs, device)
+        with torch.no_grad():
+            for tokens, out in zip(inputs, outputs):
+                expected = model(tokens)
+                perf.assert_close(out, expected, rtol=1.6e-2 if dtype == torch.bfloat16 else 1.3e-6,
+                                  atol=intermediate_rounding_atol(expected, dtype, factor=2.0 * cfg.layers))
+        results[name] = (seconds, compiles)
+        perf.metric(f"compile_pass_s_{name}", seconds, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+        perf.metric(f"compiles_{name}", compiles, tolerance=0.0)
+    # One compiled frame for the block, whatever the number of layers (dynamic shapes: no recompiles either).
+    assert results["regional"][1] == 1, f"regional compilation compiled {results['regional'][1]} frames, not 1"
+
+    def schedule_pass(run):
+        def call() -> None:
+            with torch.no_grad():
+                for tokens in inputs:
+                    run(tokens)
+
+        return call
+
+    torch._dynamo.reset()
+    for run in (whole, regional):  # compile both again, outside any measurement, so the rounds recompile nothing
+        schedule_pass(run)()
+    perf.compare(schedule_pass(whole), schedule_pass(regional), name="regional_vs_whole")
