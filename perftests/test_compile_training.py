@@ -1,0 +1,74 @@
+"""A training step (forward, backward, SGD-with-momentum step) of the chapter's transformer, compiled whole,
+against eager.
+
+fp32 master weights; bf16 autocast on the GPU (fp32 on the CPU). Both sides start from the same weights; one
+step of each is checked before any timing: the loss, then every parameter's update (lr * gradient on a first
+step), which compares the gradients themselves. SGD rather than AdamW for that reason: AdamW's first update is
+lr * g / (|g| + eps), which turns a last-bit difference in a near-zero gradient into a full lr-sized step.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perftests.kernels.common import intermediate_rounding_atol
+from perftests.models.transformer import build, workload
+
+pytestmark = pytest.mark.compile
+
+COMPILE_TIME_TOLERANCE = 0.5
+
+
+def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, targets: torch.Tensor, device: str):
+    def step() -> torch.Tensor:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits = model(tokens)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def test_training_step(perf, device: str) -> None:
+    cfg, batch, seq, _ = workload(device)
+    if device == "cuda":
+        batch = 8  # activations for backward: half the inference batch
+    eager_model = build(cfg, device, torch.float32).train()
+    compiled_model = copy.deepcopy(eager_model)
+    tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    targets = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=1e-2, momentum=0.9)
+    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=1e-2, momentum=0.9)
+    initial = [p.detach().clone() for p in eager_model.parameters()]
+    eager_step = make_step(eager_model, eager_opt, tokens, targets, device)
+    torch._dynamo.reset()
+    compiled_step = torch.compile(make_step(compiled_model, compiled_opt, tokens, targets, device))
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    loss_eager = eager_step()
+    sync()
+    start = time.perf_counter()
+    loss_compiled = compiled_step()  # the first call compiles forward, backward and the optimizer step
+    sync()
+    compile_s = time.perf_counter() - start
+    # Autocast's bf16 GEMMs round differently once fused; fp32 on the CPU differs only in summation order.
+    loss_tol = dict(rtol=2e-2, atol=0.0) if device == "cuda" else dict(rtol=1e-5, atol=0.0)
+    perf.assert_close(loss_compiled, loss_eager, **loss_tol)
+    unit = torch.bfloat16 if device == "cuda" else torch.float32
+    for w0, p_eager, p_compiled in zip(initial, eager_model.parameters(), compiled_model.parameters()):
+        update_eager, update_compiled = (w0 - p_eager).detach(), (w0 - p_compiled).detach()
+        # Gradients summed in another order (and, on the GPU, through bf16 GEMMs): the dtype's rtol, and for
+        # updates near zero a bound of a few roundoffs of that dtype at the largest update's scale; plus the
+        # rounding of w - lr * g itself, a few fp32 units at the weight's scale.
+        atol = intermediate_rounding_atol(update_eager, unit, factor=64.0) + intermediate_rounding_atol(w0, torch.float32, factor=4.0)
+        perf.assert_close(update_compiled, update_eager, rtol=1.6e-2 if device == "cuda" else 1e-4, atol=atol)
+    perf.metric("compile_s_in_process", compile_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+    perf.compare(eager_step, compiled_step, name="vs_eager", check=False)
