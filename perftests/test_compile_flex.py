@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from perftests.kernels.common import intermediate_rounding_atol
+from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
 
 pytestmark = pytest.mark.compile
 
@@ -97,7 +97,9 @@ def test_flex_attention(perf, device: str, case: str) -> None:
     bias = slopes[:, None, None] * (idx[None, None, :] - idx[None, :, None]) if case == "alibi_causal" else None
     cap = SOFTCAP if case == "softcap_causal" else None
     expected = eager_attention(q, k, v, mask, bias, cap, wide=True)
-    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-5, atol=intermediate_rounding_atol(expected, dtype, factor=2.0))
+    # 16-bit P before the PV product (GPU), and in any dtype an S-term sum taken in another order (online softmax).
+    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-5,
+               atol=intermediate_rounding_atol(expected, dtype, factor=2.0) + reduction_atol(expected, S))
     perf.assert_close(run_flex(), expected, **tol)
 
     density = 1.0 - float(block_mask.sparsity()) / 100.0
