@@ -95,3 +95,15 @@ def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) ->
         outputs = [run(x) for x in inputs]
     sync()
     return outputs, time.perf_counter() - start, frames_compiled() - before
+
+
+def schedule_pass(run: Callable[[Any], Any], inputs: Sequence[Any]) -> Callable[[], None]:
+    """A zero-argument callable that runs `run` over every input once, without autograd: one pass of a schedule."""
+    import torch
+
+    def call() -> None:
+        with torch.no_grad():
+            for x in inputs:
+                run(x)
+
+    return call

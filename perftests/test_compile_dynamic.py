@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 import torch
 
-from perftests.compile_time import first_pass
+from perftests.compile_time import first_pass, schedule_pass
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
 
@@ -80,17 +80,9 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     perf.metric(f"compile_pass_s_{strategy}", seconds[strategy], tolerance=COMPILE_TIME_TOLERANCE, unit="s")
     perf.metric("compile_pass_s_static", seconds["static"], tolerance=COMPILE_TIME_TOLERANCE, unit="s")
 
-    def schedule_pass(run: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
-        def call() -> None:
-            with torch.no_grad():
-                for tokens in inputs:
-                    run(tokens)
-
-        return call
-
     # Both strategies' graphs must live side by side for the comparison: compile both again (cache on: this
     # is not measured) before timing, so no compile falls inside the rounds.
     torch._dynamo.reset()
     for run in (runners["static"], runners[strategy]):
-        schedule_pass(run)()
-    perf.compare(schedule_pass(runners["static"]), schedule_pass(runners[strategy]), name="steady_state_vs_static")
+        schedule_pass(run, inputs)()
+    perf.compare(schedule_pass(runners["static"], inputs), schedule_pass(runners[strategy], inputs), name="steady_state_vs_static")

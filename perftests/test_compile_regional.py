@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from perftests.compile_time import first_pass
+from perftests.compile_time import first_pass, schedule_pass
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
 
@@ -48,15 +48,7 @@ def test_regional_vs_whole_model(perf, device: str) -> None:
     # One compiled frame for the block, whatever the number of layers (dynamic shapes: no recompiles either).
     assert results["regional"][1] == 1, f"regional compilation compiled {results['regional'][1]} frames, not 1"
 
-    def schedule_pass(run):
-        def call() -> None:
-            with torch.no_grad():
-                for tokens in inputs:
-                    run(tokens)
-
-        return call
-
     torch._dynamo.reset()
     for run in (whole, regional):  # compile both again, outside any measurement, so the rounds recompile nothing
-        schedule_pass(run)()
-    perf.compare(schedule_pass(whole), schedule_pass(regional), name="regional_vs_whole")
+        schedule_pass(run, inputs)()
+    perf.compare(schedule_pass(whole, inputs), schedule_pass(regional, inputs), name="regional_vs_whole")
