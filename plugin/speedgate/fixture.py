@@ -242,7 +242,6 @@ class Perf:
             bytes=bytes,
             flops_dtype=flops_dtype,
             config=config_json,
-            graphed=bool(graph and getattr(self._timer or self._session.timer(), "graphed", None)),
         )
         untimed = self._untimed_reason()
         if untimed:
@@ -300,6 +299,7 @@ class Perf:
             **common,
             **_measured(measurement, judgement),
             remeasured=remeasured,
+            graphed=prepare is not None,
             throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
             **roofline,
             **_errors(closeness),

@@ -17,7 +17,6 @@ from .hardware import Fingerprint, detect, software_drift, visible_gpu_tokens
 from .options import Settings
 from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
 from .timers import CudaTimer, Timer, make_timer
-from .verdict import Verdict
 
 _ENTRY_FIELDS = (
     "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "reference_cv", "optimized_cv",
@@ -306,11 +305,5 @@ class SpeedgateSession:
         return report.benchmark_json(self.records, self.fingerprints, machine, get_commit_info(), benchmark_version,
                                      baseline_file.now_iso())
 
-    def verdict_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for record in self.records:
-            counts[record["verdict"]] = counts.get(record["verdict"], 0) + 1
-        return counts
 
-
-__all__ = ["SpeedgateSession", "FinishReport", "Verdict"]
+__all__ = ["SpeedgateSession", "FinishReport"]
