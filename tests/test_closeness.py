@@ -83,3 +83,28 @@ def test_nested_containers_and_numbers() -> None:
         assert_close(3, 4)
     with pytest.raises(AssertionError, match="cannot compare"):
         assert_close("a", "a")
+
+
+def test_rel_l2_bound_is_normwise() -> None:
+    x = torch.randn(4096)
+    noisy = x + 0.05 * torch.randn(4096)  # about 5% relative L2 error, far beyond any elementwise default
+    result = assert_close(noisy, x, rel_l2=0.08)
+    assert 0.03 < result.rel_error < 0.08
+    with pytest.raises(AssertionError, match=r"relative L2 error 0\.0\d+ exceeds the bound 0\.02"):
+        assert_close(noisy, x, rel_l2=0.02)
+    with pytest.raises(AssertionError, match="elements exceed"):
+        assert_close(noisy, x)
+
+
+def test_rel_l2_still_checks_nan_shape_and_arguments() -> None:
+    x = torch.randn(16)
+    y = x.clone()
+    y[0] = float("nan")
+    with pytest.raises(AssertionError, match="NaN"):
+        assert_close(y, x, rel_l2=0.5)
+    with pytest.raises(AssertionError, match="shape mismatch"):
+        assert_close(x[:8], x, rel_l2=0.5)
+    with pytest.raises(ValueError, match="not both"):
+        assert_close(x, x, rtol=0.1, atol=0.1, rel_l2=0.5)
+    with pytest.raises(ValueError, match="finite and positive"):
+        assert_close(x, x, rel_l2=float("nan"))

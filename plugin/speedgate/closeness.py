@@ -68,7 +68,9 @@ def _nonfinite_message(tensor: Any, torch: Any, side: str) -> str | None:
     return f"{side} holds {nan} NaN and {inf} Inf of {tensor.numel()} elements (first at index {first})"
 
 
-def _compare_tensors(actual: Any, expected: Any, rtol: float | None, atol: float | None, path: str) -> Closeness:
+def _compare_tensors(
+    actual: Any, expected: Any, rtol: float | None, atol: float | None, path: str, rel_l2: float | None = None
+) -> Closeness:
     import torch
 
     if not _is_tensor(expected):
@@ -95,18 +97,26 @@ def _compare_tensors(actual: Any, expected: Any, rtol: float | None, atol: float
         message = _nonfinite_message(tensor, torch, side)
         if message:
             raise _fail(path, message)
-    rtol_, atol_ = _resolve(rtol, atol, tolerances_for(dtype_name))
+    if rel_l2 is None:
+        rtol_, atol_ = _resolve(rtol, atol, tolerances_for(dtype_name))
     wide = torch.complex128 if a.is_complex() else torch.float64
     a64, e64 = a.to(wide), e.to(wide)
     diff = (a64 - e64).abs()
-    allowed = atol_ + rtol_ * e64.abs()
     norm_e = float(torch.linalg.vector_norm(e64))
     rel = float(torch.linalg.vector_norm(a64 - e64)) / norm_e if norm_e > 0 else float(torch.linalg.vector_norm(a64 - e64))
     max_abs = float(diff.max()) if diff.numel() else 0.0
-    over = diff > allowed
+    if rel_l2 is not None:
+        if not rel > rel_l2:
+            return Closeness(max_abs, rel, a.numel())
+        raise _fail(
+            path,
+            f"relative L2 error {rel:.4g} exceeds the bound {rel_l2:g} "
+            f"(||actual - expected|| / ||expected|| over {a.numel()} {dtype_name} elements); max abs error {max_abs:.3g}",
+        )
+    over = diff > atol_ + rtol_ * e64.abs()
     bad = int(over.sum())
     if bad:
-        worst = int(torch.argmax(diff - allowed))
+        worst = int(torch.argmax(diff - (atol_ + rtol_ * e64.abs())))
         idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape))
         raise _fail(
             path,
@@ -133,16 +143,35 @@ def _compare_numbers(actual: Any, expected: Any, rtol: float | None, atol: float
     return Closeness(err, err / abs(e) if e else err, 1)
 
 
-def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None, _path: str = "") -> Closeness:
+def assert_close(
+    actual: Any,
+    expected: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    _path: str = "",
+    *,
+    rel_l2: float | None = None,
+) -> Closeness:
     """Fail with an AssertionError naming the first difference; return the worst error seen.
 
     Tensors must match in shape and dtype; floating tensors must be finite on both sides and satisfy
     |actual - expected| <= atol + rtol * |expected| elementwise, with the dtype's default tolerances when
     none are given; integer and bool tensors must match exactly. Lists, tuples and dicts are compared
     element by element; Python floats use float64 tolerances, Python ints and bools exact equality.
+
+    rel_l2= replaces the elementwise test of floating tensors with a normwise one, ||actual - expected|| <=
+    rel_l2 * ||expected|| (for low-precision formats such as fp8, whose elementwise error has no useful bound
+    near zero); it cannot be combined with rtol/atol. Shapes, dtypes and finiteness are checked as always.
     """
+    if rel_l2 is not None:
+        if rtol is not None or atol is not None:
+            raise ValueError("pass rel_l2= or rtol=/atol=, not both")
+        if not (math.isfinite(rel_l2) and rel_l2 > 0):
+            raise ValueError(f"rel_l2 must be finite and positive, got {rel_l2}")
+        if not _is_tensor(actual):
+            raise _fail(_path, f"rel_l2= compares tensors; actual is {type(actual).__name__}")
     if _is_tensor(actual):
-        return _compare_tensors(actual, expected, rtol, atol, _path)
+        return _compare_tensors(actual, expected, rtol, atol, _path, rel_l2)
     if _is_tensor(expected):
         raise _fail(_path, f"expected is a tensor, actual is {type(actual).__name__}")
     if isinstance(actual, (int, float, complex)) and isinstance(expected, (int, float, complex)):

@@ -173,9 +173,11 @@ class Perf:
         # Raw samples per case, kept for the artifacts of a failing test (never sent anywhere else).
         self.samples: dict[str, dict[str, Any]] = {}
 
-    def assert_close(self, actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> Closeness:
+    def assert_close(
+        self, actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None, *, rel_l2: float | None = None
+    ) -> Closeness:
         """Fail unless actual matches expected (see speedgate.closeness.assert_close); returns the errors seen."""
-        return assert_close(actual, expected, rtol, atol)
+        return assert_close(actual, expected, rtol, atol, rel_l2=rel_l2)
 
     def compare(
         self,
