@@ -19,12 +19,25 @@ class Config:
 
 
 SMALL_CPU = Config(vocab=512, d_model=64, heads=4, layers=2, d_ff=128)
+# About 1.04 billion parameters: 18 blocks of 50.3M (4 d^2 + 2 d d_ff, plus biases and norms), embedding and head
+# of 65.5M each; a Llama-1B-like width with this model's blocks.
+LARGE = Config(vocab=32_000, d_model=2048, heads=16, layers=18, d_ff=8192)
+LARGE_CPU = Config(vocab=1024, d_model=128, heads=4, layers=4, d_ff=512)
+
+
+def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention written out: the (S, S) scores and probabilities are materialized in memory."""
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
 
 
 class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.heads = cfg.heads
+        self.attention = "sdpa"  # or "manual" (the optimization ladder's first rungs)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -35,7 +48,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.attention == "manual":
+            att = manual_attention(q, k, v)
+        else:
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(att.transpose(1, 2).reshape(b, s, d))
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
@@ -58,6 +74,15 @@ class Transformer(nn.Module):
 def build(cfg: Config, device: str, dtype: torch.dtype, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
     return Transformer(cfg).to(device=device, dtype=dtype).eval()
+
+
+def parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def linear_flops(model: nn.Module, tokens: int) -> float:
+    """2 * tokens * weights of every linear layer: the forward's GEMM flops, attention's own matmuls aside."""
+    return 2.0 * tokens * sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
 def workload(device: str) -> tuple[Config, int, int, torch.dtype]:
