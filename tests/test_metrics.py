@@ -139,3 +139,28 @@ def test_static(perf):
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines(["*RecompiledInRounds: speedgate: test_recompile.py::test_recompiles: torch.compile compiled * frame(s) during the timed rounds*"])
     pytester.runpytest_subprocess("-k", "static").assert_outcomes(passed=1, deselected=1)  # the same function, static shapes
+
+
+def test_the_fingerprint_kept_is_the_latest_view_not_the_first() -> None:
+    """A metric recorded before the timer existed must not freeze a fingerprint without the timer's fields."""
+    from types import SimpleNamespace
+
+    from speedgate.hardware import Fingerprint
+    from speedgate.session import SpeedgateSession
+
+    session = SpeedgateSession(SimpleNamespace())
+    session._fingerprint = Fingerprint(key="gpu-x", hardware={"kind": "gpu", "name": "X"}, software={})
+    result = SimpleNamespace(hardware_key="gpu-x", to_json=lambda: {})
+    session.record_metric(result)
+    session.fingerprint.hardware["sm_count"] = 132  # what the CUDA timer adds when it is made
+    session.record(result)
+    assert session.fingerprints["gpu-x"]["hardware"]["sm_count"] == 132
+
+    # Across xdist workers: the fuller view wins, in either order.
+    sparse = {"hardware": {"kind": "gpu"}, "software": {}}
+    full = {"hardware": {"kind": "gpu", "sm_count": 132}, "software": {}}
+    for first, second in ((sparse, full), (full, sparse)):
+        controller = SpeedgateSession(SimpleNamespace())
+        for fp in (first, second):
+            controller.absorb(json.dumps({"records": [], "failed": [], "fingerprints": {"gpu-x": fp}}))
+        assert controller.fingerprints["gpu-x"] == full

@@ -103,7 +103,7 @@ class SpeedgateSession:
     def record_metric(self, result: Any) -> None:
         self.used = True
         self.metric_records.append(result.to_json())
-        self.fingerprints.setdefault(result.hardware_key, self.fingerprint.to_json())
+        self._note_fingerprint(result.hardware_key)
 
     def timer(self) -> Timer:
         if self._timer is None:
@@ -156,7 +156,12 @@ class SpeedgateSession:
     def record(self, result: CompareResult) -> None:
         self.used = True
         self.records.append(result.to_json())
-        self.fingerprints.setdefault(result.hardware_key, self.fingerprint.to_json())
+        self._note_fingerprint(result.hardware_key)
+
+    def _note_fingerprint(self, key: str) -> None:
+        # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
+        # which can be after a test recorded a metric.
+        self.fingerprints[key] = self.fingerprint.to_json()
 
     # -- xdist ---------------------------------------------------------------------------------------------
     def worker_payload(self) -> str:
@@ -177,7 +182,9 @@ class SpeedgateSession:
         self.metric_records.extend(data.get("metrics", []))
         self.failed_nodeids.update(data["failed"])
         for key, fp in data["fingerprints"].items():
-            self.fingerprints.setdefault(key, fp)
+            known = self.fingerprints.get(key)
+            if known is None or len(fp.get("hardware", {})) > len(known.get("hardware", {})):
+                self.fingerprints[key] = fp  # the fuller view, whichever worker saw it
         for key, ceilings in data.get("ceilings", {}).items():
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
