@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
-from .measure import Measurement, Policy, measure_pair
+from .measure import Measurement, Policy, measure_pair, measurement_from_samples
 from .gpu_state import throttled_fractions
 from .stats import sample_stats
 from .verdict import Judgement, Verdict, judge, judge_metric
@@ -207,20 +207,8 @@ class Perf:
         samples; it measures the device's work only, so never use it for a case about launch overhead. A regression does not raise here: the test fails after its body,
         so every comparison in it is measured and reported.
         """
-        case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
-        if name is not None and (not name or any(c in name for c in "\n\r\t")):
-            raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
-        if any(r.case_id == case_id for r in self.results):
-            raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
+        case_id, tol, config_json = self._case(name, tolerance, flops, bytes, flops_dtype, config)
         settings = self._session.settings
-        tol = settings.tolerance if tolerance is None else float(tolerance)
-        if not (math.isfinite(tol) and 0.0 <= tol < 1.0):
-            raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
-        for label, value in (("flops", flops), ("bytes", bytes)):
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
-        if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
-            raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
         ref = _guard(reference, "reference", case_id)
         opt = _guard(optimized, "optimized", case_id)
         closeness: list[Closeness] = []
@@ -233,7 +221,6 @@ class Perf:
             except AssertionError as exc:
                 raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
 
-        config_json = _plain_config(case_id, config)
         common = dict(
             case_id=case_id,
             nodeid=self.nodeid,
@@ -266,17 +253,121 @@ class Perf:
         throttled = (
             throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
         )
-        entry = self._session.baseline_entry(case_id)
+
+        def again() -> Measurement:
+            m = measure_pair(ref, opt, timer, policy)
+            _check_measurable(case_id, m)
+            return m
+
+        return self._judge_and_record(
+            measurement, again, common, graphed=prepare is not None, throttled=throttled,
+            roofline=lambda m: self._session.roofline(timer, m.optimized_ms, flops, bytes, flops_dtype),
+            closeness=closeness,
+        )
+
+    def compare_samples(
+        self,
+        measure: Callable[[], Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        world_size: int = 1,
+        tolerance: float | None = None,
+        flops: float | None = None,
+        bytes: float | None = None,  # noqa: A002
+        flops_dtype: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> CompareResult:
+        """Gate samples timed elsewhere: in child processes, on several ranks (see speedgate.distributed).
+
+        measure() returns paired rounds, {"reference_ms": [...], "optimized_ms": [...], "reference_first_ms",
+        "optimized_first_ms", "seconds", "stopped_by", "timer"} (what measure_across_ranks returns); it is called
+        once, and once more to re-measure before a regression fails. The statistics, verdict, baselines and
+        reports are compare()'s. world_size > 1 files the result under the hardware key '<N>x-<key>' (its own
+        baseline file, for example baselines/2x-nvidia-h200.json). Correctness is the caller's to check (the
+        outputs live in the other processes). In correctness-only mode or under the Triton interpreter, measure
+        is not called and the case is recorded untimed; check `perf.timing` to skip the timing work there.
+        """
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
+        key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
+        case_id, tol, config_json = self._case(name, tolerance, flops, bytes, flops_dtype, config)
+        common = dict(case_id=case_id, nodeid=self.nodeid, name=name, hardware_key=key, tolerance=tol, flops=flops,
+                      bytes=bytes, flops_dtype=flops_dtype, config=config_json)
+        untimed = self._untimed_reason()
+        if untimed:
+            result = CompareResult(timed=False, verdict=Verdict.UNTIMED.value, note=f"timing skipped: {untimed}", **common)
+            self._record(result)
+            return result
+
+        def take() -> Measurement:
+            raw = measure()
+            try:
+                m = measurement_from_samples(
+                    list(raw["reference_ms"]), list(raw["optimized_ms"]),
+                    reference_first_ms=float(raw.get("reference_first_ms", float("nan"))),
+                    optimized_first_ms=float(raw.get("optimized_first_ms", float("nan"))),
+                    seconds=float(raw.get("seconds", 0.0)), stopped_by=str(raw.get("stopped_by", "external")),
+                    timer=str(raw.get("timer", "external")),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CaseError(f"speedgate: {case_id}: measure() returned unusable samples: {exc}") from exc
+            _check_measurable(case_id, m)
+            return m
+
+        return self._judge_and_record(take(), take, common, graphed=False, throttled={}, roofline=lambda m: {},
+                                      closeness=[])
+
+    @property
+    def timing(self) -> bool:
+        """Whether comparisons in this run are timed (not in correctness-only mode, not under the interpreter)."""
+        return not self._untimed_reason()
+
+    def _case(
+        self, name: str | None, tolerance: float | None, flops: float | None, bytes: float | None,  # noqa: A002
+        flops_dtype: str | None, config: Mapping[str, Any] | None,
+    ) -> tuple[str, float, dict[str, Any] | None]:
+        """(case id, tolerance, config as plain JSON) after checking a comparison's arguments."""
+        case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
+        if name is not None and (not name or any(c in name for c in "\n\r\t")):
+            raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
+        if any(r.case_id == case_id for r in self.results):
+            raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
+        tol = self._session.settings.tolerance if tolerance is None else float(tolerance)
+        if not (math.isfinite(tol) and 0.0 <= tol < 1.0):
+            raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
+        for label, value in (("flops", flops), ("bytes", bytes)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
+        if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
+        return case_id, tol, _plain_config(case_id, config)
+
+    def _judge_and_record(
+        self,
+        measurement: Measurement,
+        again: Callable[[], Measurement],
+        common: dict[str, Any],
+        *,
+        graphed: bool,
+        throttled: Mapping[str, float],
+        roofline: Callable[[Measurement], dict[str, Any]],
+        closeness: list[Closeness],
+    ) -> CompareResult:
+        """Judge a measurement against the baseline of its hardware key (re-measuring once before a regression
+        fails), keep its samples for artifacts, record the result and queue the failure."""
+        settings = self._session.settings
+        case_id, key, tol, config_json = common["case_id"], common["hardware_key"], common["tolerance"], common["config"]
+        entry = self._session.baseline_entry(case_id, key)
         baseline = entry["speedup"] if entry else None
-        judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
+        found = self._session.baseline_found_for(key)
+        judgement = judge(measurement.estimate, baseline, tol, file_found=found)
         remeasured = False
         first = measurement
         if judgement.verdict is Verdict.REGRESSED and not settings.update_baselines:
             # Re-measure once before failing: a transient (another process, a clock dip) must not fail CI.
             remeasured = True
-            measurement = measure_pair(ref, opt, timer, policy)
-            _check_measurable(case_id, measurement)
-            judgement = judge(measurement.estimate, baseline, tol, file_found=self._session.baseline_found)
+            measurement = again()
+            judgement = judge(measurement.estimate, baseline, tol, file_found=found)
         self.samples[case_id] = {
             "reference_ms": measurement.reference_samples, "optimized_ms": measurement.optimized_samples,
             "order": "round i timed reference then optimized when i is even, the other way round when odd",
@@ -293,7 +384,6 @@ class Perf:
         if throttled.get("thermal", 0.0) > THROTTLE_NOTE_FRACTION:
             note = (f"{note}; GPU thermally throttled for {min(throttled['thermal'], 1.0):.0%} of the comparison: "
                     "an unstable measurement").lstrip("; ")
-        roofline = self._session.roofline(timer, measurement.optimized_ms, flops, bytes, flops_dtype)
         result = CompareResult(
             timed=True,
             verdict=judgement.verdict.value,
@@ -301,9 +391,9 @@ class Perf:
             **common,
             **_measured(measurement, judgement),
             remeasured=remeasured,
-            graphed=prepare is not None,
+            graphed=graphed,
             throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
-            **roofline,
+            **roofline(measurement),
             **_errors(closeness),
         )
         self._record(result)
@@ -366,8 +456,8 @@ class Perf:
         self._session.record(result)
 
     def _failure_message(self, result: CompareResult, judgement: Judgement) -> str:
-        key = self._session.hardware_key
-        path = self._session.baseline_path
+        key = result.hardware_key
+        path = self._session.baseline_path_for(key)
         if judgement.verdict is Verdict.REGRESSED:
             artifacts = self._session.settings.artifacts_dir
             look = f"inspect the artifacts kept under {artifacts}; " if artifacts else "keep artifacts with --speedgate-artifacts DIR; "

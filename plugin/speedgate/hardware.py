@@ -160,6 +160,11 @@ def hardware_key(hardware: dict[str, Any]) -> str:
     return f"cpu-{slugify(name) or 'unknown'}-{hardware.get('cores', 1)}c"
 
 
+def multi_gpu_key(key: str, gpus: int) -> str:
+    """The key of results measured across several GPUs of one machine: '2x-nvidia-h200' (its own baseline file)."""
+    return validate_key(f"{gpus}x-{key}") if gpus > 1 else key
+
+
 def software_versions() -> dict[str, Any]:
     """Versions that move numbers without moving the hardware key. Reads metadata; imports nothing new."""
     versions: dict[str, Any] = {"python": platform.python_version()}

@@ -127,8 +127,30 @@ def measure_pair(
     seconds = clock() - start
     if after_rounds is not None:
         after_rounds()
+    return measurement_from_samples(
+        ref_samples, opt_samples, reference_first_ms=reference_first_ms, optimized_first_ms=optimized_first_ms,
+        seconds=seconds, stopped_by=stopped_by, timer=timer.name, confidence=policy.confidence,
+    )
+
+
+def measurement_from_samples(
+    ref_samples: list[float],
+    opt_samples: list[float],
+    *,
+    reference_first_ms: float,
+    optimized_first_ms: float,
+    seconds: float,
+    stopped_by: str,
+    timer: str,
+    confidence: float = Policy.confidence,
+) -> Measurement:
+    """The Measurement of paired rounds (round i of each side timed together), wherever they were taken."""
+    if len(ref_samples) != len(opt_samples) or len(ref_samples) < 2:
+        raise ValueError(
+            f"paired samples needed: {len(ref_samples)} reference and {len(opt_samples)} optimized rounds"
+        )
     # The final interval uses more resamples than the stopping checks, for a steadier report.
-    estimate = bootstrap_ratio(ref_samples, opt_samples, confidence=policy.confidence, resamples=2000)
+    estimate = bootstrap_ratio(ref_samples, opt_samples, confidence=confidence, resamples=2000)
     return Measurement(
         reference_ms=median(ref_samples),
         optimized_ms=median(opt_samples),
@@ -140,7 +162,7 @@ def measure_pair(
         rounds=len(ref_samples),
         seconds=seconds,
         stopped_by=stopped_by,
-        timer=timer.name,
-        reference_samples=ref_samples,
-        optimized_samples=opt_samples,
+        timer=timer,
+        reference_samples=list(ref_samples),
+        optimized_samples=list(opt_samples),
     )

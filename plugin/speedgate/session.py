@@ -13,7 +13,7 @@ from . import report
 from .devices import Assignment, DeviceLock
 from .fixture import CompareResult
 from .gpu_state import Monitor, open_monitor
-from .hardware import Fingerprint, detect, software_drift, visible_gpu_tokens
+from .hardware import Fingerprint, detect, multi_gpu_key, software_drift, visible_gpu_tokens
 from .options import Settings
 from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
 from .timers import CudaTimer, Timer, make_timer
@@ -65,6 +65,8 @@ class SpeedgateSession:
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
         self.monitor: Monitor | None = None
         self.gpu_state_at_start: dict[str, str] = {}
+        self._other_baselines: dict[str, dict[str, Any] | None] = {}
+        self._fingerprints_extra: dict[str, dict[str, Any]] = {}
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
     @property
@@ -79,7 +81,20 @@ class SpeedgateSession:
 
     @property
     def baseline_path(self) -> Path:
-        return self.settings.baseline_dir / f"{self.hardware_key}.json"
+        return self.baseline_path_for(self.hardware_key)
+
+    def baseline_path_for(self, key: str) -> Path:
+        return self.settings.baseline_dir / f"{key}.json"
+
+    def multi_gpu_key(self, world_size: int) -> str:
+        """The hardware key of results measured across world_size GPUs of this machine ('2x-nvidia-h200'); its
+        fingerprint is this one's with the GPU count."""
+        key = multi_gpu_key(self.hardware_key, world_size)
+        if key not in self._fingerprints_extra:
+            fp = self.fingerprint.to_json()
+            fp["hardware"]["gpu_count"] = world_size
+            self._fingerprints_extra[key] = fp
+        return key
 
     def load_baseline(self) -> None:
         """Read and validate this hardware's baseline file once; BaselineError if it is unusable."""
@@ -87,18 +102,28 @@ class SpeedgateSession:
             self._baseline = baseline_file.read(self.baseline_path)
             self._baseline_loaded = True
 
+    def _baseline_for(self, key: str) -> dict[str, Any] | None:
+        if key == self.hardware_key:
+            self.load_baseline()
+            return self._baseline
+        if key not in self._other_baselines:
+            self._other_baselines[key] = baseline_file.read(self.baseline_path_for(key))
+        return self._other_baselines[key]
+
     @property
     def baseline_found(self) -> bool:
-        self.load_baseline()
-        return self._baseline is not None
+        return self.baseline_found_for(self.hardware_key)
 
-    def baseline_entry(self, case_id: str) -> dict[str, Any] | None:
-        self.load_baseline()
-        return None if self._baseline is None else self._baseline["cases"].get(case_id)
+    def baseline_found_for(self, key: str) -> bool:
+        return self._baseline_for(key) is not None
+
+    def baseline_entry(self, case_id: str, key: str | None = None) -> dict[str, Any] | None:
+        doc = self._baseline_for(key or self.hardware_key)
+        return None if doc is None else doc["cases"].get(case_id)
 
     def baseline_metric(self, metric_id: str) -> dict[str, Any] | None:
-        self.load_baseline()
-        return None if self._baseline is None else self._baseline.get("metrics", {}).get(metric_id)
+        doc = self._baseline_for(self.hardware_key)
+        return None if doc is None else doc.get("metrics", {}).get(metric_id)
 
     def record_metric(self, result: Any) -> None:
         self.used = True
@@ -161,7 +186,12 @@ class SpeedgateSession:
     def _note_fingerprint(self, key: str) -> None:
         # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
         # which can be after a test recorded a metric.
-        self.fingerprints[key] = self.fingerprint.to_json()
+        extra = self._fingerprints_extra.get(key)
+        if extra is not None:
+            hardware = {**self.fingerprint.hardware, "gpu_count": extra["hardware"]["gpu_count"]}
+            self.fingerprints[key] = {"hardware": hardware, "software": dict(self.fingerprint.software)}
+        else:
+            self.fingerprints[key] = self.fingerprint.to_json()
 
     # -- xdist ---------------------------------------------------------------------------------------------
     def worker_payload(self) -> str:
