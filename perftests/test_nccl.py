@@ -1,0 +1,119 @@
+"""Multi-GPU: a quantized all-reduce (Triton int8 block quantization around NCCL all_to_all / all_gather) against
+NCCL's bf16 all-reduce, its pipelined form, and a bucketed gradient all-reduce overlapped with backward.
+
+Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_ranks), for any count from 2.
+Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
+'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The algorithms and the error bound are in
+perftests/collectives.py. The quantization kernels themselves are checked on one device by test_quant_kernels,
+which runs on the CPU through the interpreter too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perftests.kernels import quant
+from perftests.kernels.common import INTERPRETING
+
+pytestmark = pytest.mark.nccl
+
+SIZES_MB = (64, 256, 1024)
+PIECES = 4
+RANK_TIMEOUT_S = 300.0
+
+
+def world_or_skip(device: str) -> int:
+    if device != "cuda":
+        pytest.skip("NCCL cases need at least 2 GPUs; this run has none (CPU)")
+    count = torch.cuda.device_count()
+    if count < 2:
+        pytest.skip(f"NCCL cases need at least 2 GPUs; {count} visible (under pytest-xdist each worker sees one: run them without -n)")
+    return count
+
+
+def launch(perf, target: str, payload: dict, world: int) -> tuple[dict, callable]:
+    """Run target on every rank once (checks and timing), and a callable that re-runs the timing alone."""
+    from speedgate.launch import run_ranks
+
+    settings = dict(timing=perf.timing, budget_s=2.0, target_noise=0.01)
+    first = run_ranks(target, world, {**payload, **settings}, timeout_s=RANK_TIMEOUT_S)[0]
+    taken = [first]
+
+    def measure() -> dict:
+        if taken:
+            return taken.pop()["samples"]
+        return run_ranks(target, world, {**payload, **settings, "check": False}, timeout_s=RANK_TIMEOUT_S)[0]["samples"]
+
+    return first, measure
+
+
+def assert_within_bound(result: dict, label: str) -> None:
+    stats = result[label]
+    assert stats["finite"], f"{label}: non-finite values in the all-reduced output"
+    assert stats["max_error_over_bound"] <= 1.0, (
+        f"{label}: an element's error is {stats['max_error_over_bound']:.3f}x the stated bound "
+        f"(max abs error {stats['max_abs_error']:.3g}, relative L2 {stats['rel_l2']:.3g}); see perftests/collectives.py")
+
+
+@pytest.mark.parametrize("size_mb", SIZES_MB, ids=[f"{s}MB" for s in SIZES_MB])
+def test_quantized_allreduce(perf, device: str, size_mb: int) -> None:
+    world = world_or_skip(device)
+    numel = size_mb * 2**20 // 2  # bf16
+    result, measure = launch(perf, "perftests.collectives:allreduce_case", dict(numel=numel, variant="quantized"), world)
+    assert_within_bound(result, "quantized")
+    perf.compare_samples(measure, name="vs_nccl_bf16", world_size=world, bytes=numel * 2.0)
+
+
+@pytest.mark.parametrize("size_mb", SIZES_MB[1:], ids=[f"{s}MB" for s in SIZES_MB[1:]])
+def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
+    world = world_or_skip(device)
+    numel = size_mb * 2**20 // 2
+    result, measure = launch(perf, "perftests.collectives:allreduce_case",
+                             dict(numel=numel, variant="pipelined", pieces=PIECES), world)
+    assert_within_bound(result, "pipelined")
+    perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0)
+
+
+def test_backward_allreduce_overlap(perf, device: str) -> None:
+    world = world_or_skip(device)
+    payload = dict(width=4096, layers=8, tokens=4096, bucket_mb=25)
+    result, measure = launch(perf, "perftests.collectives:overlap_case", payload, world)
+    assert result["overlapped_equals_after"], "the overlapped all-reduce left different gradients than the one after backward"
+    assert result["reduced"], "the gradients after the all-reduce equal this rank's own: nothing was reduced"
+    perf.compare_samples(measure, name="overlapped_vs_after_backward", world_size=world,
+                         bytes=float(result["gradient_bytes"]))
+
+
+def test_quant_kernels(perf, device: str) -> None:
+    """The three Triton kernels against their eager references, on one device (the interpreter on the CPU)."""
+    n = 64 * quant.QBLOCK if device == "cuda" else 6 * quant.QBLOCK
+    world = 3
+    x = (torch.randn(world, n, device=device) * torch.logspace(-3, 3, n // quant.QBLOCK, device=device).repeat_interleave(quant.QBLOCK)).to(torch.bfloat16)
+    x[0, :quant.QBLOCK] = 0  # an all-zero block: scale 0, codes 0, no division by zero
+    codes = torch.empty(world, n, dtype=torch.int8, device=device)
+    scales = torch.empty(world, n // quant.QBLOCK, device=device)
+    for w in range(world):
+        quant.quantize(x[w], codes[w], scales[w])
+        ref_codes, ref_scales = quant.quantize_eager(x[w])
+        perf.assert_close(scales[w], ref_scales, rtol=1e-6, atol=0.0)
+        # The kernel's reciprocal may round differently from eager's at a half-way point: at most one code apart.
+        assert int((codes[w].int() - ref_codes.int()).abs().max()) <= 1
+        # The quantization error bound: half a scale per element.
+        err = (quant.dequantize(codes[w], scales[w], dtype=torch.float32) - x[w].float()).abs().reshape(-1, quant.QBLOCK)
+        assert bool((err <= scales[w][:, None] * (0.5 + 1e-5)).all()), "quantization error above half a scale"
+    red_codes, red_scales = quant.reduce_requantize(codes, scales)
+    exact = (codes.float().reshape(world, -1, quant.QBLOCK) * scales[:, :, None]).sum(dim=0)
+    ref_red_codes, ref_red_scales = quant.reduce_requantize_eager(codes, scales)
+    perf.assert_close(red_scales, ref_red_scales, rtol=1e-6, atol=0.0)
+    assert int((red_codes.int() - ref_red_codes.int()).abs().max()) <= 1
+    back = quant.dequantize(red_codes, red_scales, dtype=torch.float32).reshape(-1, quant.QBLOCK)
+    assert bool(((back - exact).abs() <= red_scales[:, None] * (0.5 + 1e-5) + 1e-6 * exact.abs()).all())
+    bf16 = quant.dequantize(red_codes, red_scales)
+    # One bf16 unit: the interpreter's fp32 -> bf16 conversion does not round to nearest even.
+    perf.assert_close(bf16, quant.dequantize_eager(red_codes, red_scales), rtol=2.0**-7, atol=0.0)
+    if device == "cuda" and not INTERPRETING:
+        q8, s8 = torch.empty(world * n, dtype=torch.int8, device=device), torch.empty(world * n // quant.QBLOCK, device=device)
+        flat = x.reshape(-1)
+        perf.compare(lambda: quant.quantize_eager(flat), lambda: quant.quantize(flat, q8, s8), name="quantize_vs_eager",
+                     check=False, bytes=flat.numel() * 3.0 + s8.numel() * 4.0)
