@@ -113,7 +113,22 @@ def test_quant_kernels(perf, device: str) -> None:
     # One bf16 unit: the interpreter's fp32 -> bf16 conversion does not round to nearest even.
     perf.assert_close(bf16, quant.dequantize_eager(red_codes, red_scales), rtol=2.0**-7, atol=0.0)
     if device == "cuda" and not INTERPRETING:
-        q8, s8 = torch.empty(world * n, dtype=torch.int8, device=device), torch.empty(world * n // quant.QBLOCK, device=device)
-        flat = x.reshape(-1)
-        perf.compare(lambda: quant.quantize_eager(flat), lambda: quant.quantize(flat, q8, s8), name="quantize_vs_eager",
-                     check=False, bytes=flat.numel() * 3.0 + s8.numel() * 4.0)
+        # The kernels' cost at the all-reduce's size (256 MB of bf16, two ranks' chunks for the reduction), each
+        # against its eager reference, with the bytes each must move (the floor is bytes over copy bandwidth).
+        big = torch.randn(128 * 2**20, device=device).to(torch.bfloat16)
+        n_big = big.numel()
+        q8 = torch.empty(n_big, dtype=torch.int8, device=device)
+        s8 = torch.empty(n_big // quant.QBLOCK, device=device)
+        quant.quantize(big, q8, s8)
+        out16 = torch.empty_like(big)
+        pair_codes, pair_scales = q8.view(2, -1), s8.view(2, -1)
+        red_q = torch.empty(n_big // 2, dtype=torch.int8, device=device)
+        red_s = torch.empty(n_big // 2 // quant.QBLOCK, device=device)
+        scale_bytes = s8.numel() * 4.0
+        perf.compare(lambda: quant.quantize_eager(big), lambda: quant.quantize(big, q8, s8), name="quantize_vs_eager",
+                     check=False, bytes=n_big * 3.0 + scale_bytes)
+        perf.compare(lambda: quant.reduce_requantize_eager(pair_codes, pair_scales),
+                     lambda: quant.reduce_requantize(pair_codes, pair_scales, red_q, red_s), name="reduce_requantize_vs_eager",
+                     check=False, bytes=n_big * 1.5 + scale_bytes * 1.5)
+        perf.compare(lambda: quant.dequantize_eager(q8, s8), lambda: quant.dequantize(q8, s8, out16), name="dequantize_vs_eager",
+                     check=False, bytes=n_big * 3.0 + scale_bytes)

@@ -23,7 +23,7 @@ LEVELS = 127.0
 TINY = 1e-30  # below any block max worth quantizing; x <= amax keeps |x * 127 / TINY| <= 127 anyway
 
 
-TINY_C: tl.constexpr = TINY
+TINY_C = tl.constexpr(TINY)
 
 
 @triton.jit

@@ -1,0 +1,97 @@
+"""Where the time of the quantized all-reduce goes: each stage timed by itself on every rank (CUDA events after
+warm-up, a barrier before each call, median of 30 calls, the slowest rank's median), next to NCCL's bf16
+all-reduce and the raw collectives at the same byte counts.
+
+    python tools/allreduce_breakdown.py [--mb 256] [--world N]   (on a machine with N >= 2 GPUs)
+
+Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def stages(numel: int, reps: int = 30) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from perftests import collectives as c
+    from perftests.kernels import quant
+
+    rank, world, device = c.setup()
+    try:
+        x = c._inputs(numel, rank, device)
+        ar = c.QuantizedAllReduce(numel, world, device)
+        out = torch.empty_like(x)
+        v = ar._views(0)
+        scratch = x.clone()
+        half = torch.empty(numel // 2, dtype=torch.bfloat16, device=device)
+        a2a_bf16_out = torch.empty_like(x)
+        steps = {
+            "nccl all_reduce bf16 (the reference)": (lambda: dist.all_reduce(scratch), 2 * numel),
+            "nccl all_reduce bf16, half the elements (the int8 bytes)": (lambda: dist.all_reduce(half), numel),
+            "quantize kernel": (lambda: quant.quantize(x, v["codes"], v["scales"]), 2 * numel),
+            "all_to_all int8 codes": (lambda: dist.all_to_all_single(v["recv_codes"], v["codes"]), numel),
+            "all_to_all fp32 scales": (lambda: dist.all_to_all_single(v["recv_scales"], v["scales"]), 4 * numel // quant.QBLOCK),
+            "reduce + requantize kernel": (lambda: quant.reduce_requantize(v["recv_codes"].view(world, -1),
+                                           v["recv_scales"].view(world, -1), v["red_codes"], v["red_scales"]), numel),
+            "all_gather int8 codes": (lambda: c._all_gather(v["all_codes"], v["red_codes"]), numel),
+            "all_gather fp32 scales": (lambda: c._all_gather(v["all_scales"], v["red_scales"]), 4 * numel // quant.QBLOCK),
+            "dequantize kernel": (lambda: quant.dequantize(v["all_codes"], v["all_scales"], out), 2 * numel),
+            "quantized all-reduce, whole": (lambda: ar(x, out), 2 * numel),
+            "all_to_all bf16 (for comparison)": (lambda: dist.all_to_all_single(a2a_bf16_out, x), 2 * numel),
+        }
+        rows = {}
+        for name, (fn, nbytes) in steps.items():
+            for _ in range(3):
+                fn()
+            times = []
+            for _ in range(reps):
+                dist.barrier()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            med = torch.tensor([statistics.median(times)], device=device)
+            dist.all_reduce(med, op=dist.ReduceOp.MAX)
+            rows[name] = {"ms": float(med.item()), "bytes": nbytes}
+        return {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name()}
+    finally:
+        c.teardown()
+
+
+def main() -> None:
+    import torch
+
+    from speedgate.launch import run_ranks
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=256)
+    parser.add_argument("--world", type=int, default=torch.cuda.device_count())
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    result = run_ranks("tools.allreduce_breakdown:stages", args.world, {"numel": args.mb * 2**20 // 2}, timeout_s=300)[0]
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print(f"{args.world} x {result['gpu']}, {args.mb} MB of bf16 per rank")
+    print("| stage | ms | GB/s |\n| --- | ---: | ---: |")
+    parts = 0.0
+    for name, row in result["rows"].items():
+        if name.endswith("kernel") or name.startswith(("all_to_all int8", "all_to_all fp32", "all_gather")):
+            parts += row["ms"]
+        print(f"| {name} | {row['ms']:.3f} | {row['bytes'] / row['ms'] / 1e6:.0f} |")
+    print(f"| sum of the quantized stages, run one at a time | {parts:.3f} | - |")
+
+
+if __name__ == "__main__":
+    main()
