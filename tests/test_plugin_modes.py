@@ -75,9 +75,11 @@ def test_env(request):
         + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n" for i in range(4))
     )
     # An outer mask of two GPUs: each of two workers gets one; three workers must share.
-    for workers in ("2", "3"):
+    for workers, summary in (("2", "xdist workers: gw0 on GPU 5, gw1 on GPU 7"),
+                             ("3", "xdist workers: gw0 on GPU 5, gw1 on GPU 7, gw2 on GPU 5; devices shared*")):
         result = project.runpytest_subprocess("-n", workers, "-s", "-p", "no:randomly")
         result.assert_outcomes(passed=5)
+        result.stdout.fnmatch_lines([summary])
 
 
 def test_workers_sharing_a_device_take_turns_whole_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

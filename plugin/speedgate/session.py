@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -66,6 +67,7 @@ class SpeedgateSession:
         self.monitor: Monitor | None = None
         self.gpu_state_at_start: dict[str, str] = {}
         self._other_baselines: dict[str, dict[str, Any] | None] = {}
+        self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it was pinned to
         self._fingerprints_extra: dict[str, dict[str, Any]] = {}
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
@@ -203,6 +205,9 @@ class SpeedgateSession:
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
                 "gpu_state": self.gpu_state_at_start,
+                "worker": None if self.assignment is None else {
+                    "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self.assignment.device,
+                    "shared": self.assignment.shared},
             }
         )
 
@@ -219,6 +224,9 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
+        worker = data.get("worker")
+        if worker:
+            self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"]}
         self.used = self.used or bool(data["records"]) or bool(data.get("metrics"))
 
     # -- the end of the run ---------------------------------------------------------------------------------
@@ -310,6 +318,13 @@ class SpeedgateSession:
                 drift = software_drift(doc["fingerprint"].get("software", {}), current.get("software", {}))
                 if drift:
                     lines.append(f"  software drift since the baseline: {', '.join(drift)}")
+        if self.workers:
+            where = ", ".join(
+                f"{wid} on {'the CPU' if w['device'] == 'cpu' else 'GPU ' + w['device']}"
+                for wid, w in sorted(self.workers.items(), key=lambda item: (len(item[0]), item[0]))
+            )
+            shared = any(w["shared"] for w in self.workers.values())
+            lines.append(f"xdist workers: {where}" + ("; devices shared, so tests took turns on each" if shared else ""))
         return lines
 
     def json_report(self) -> dict[str, Any]:
@@ -325,6 +340,7 @@ class SpeedgateSession:
             "fingerprints": self.fingerprints,
             "ceilings": self.ceilings_seen,
             "gpu_state_at_start": self.gpu_state_at_start,
+            "workers": self.workers,
             "cases": [dict(r, test_failed=r["nodeid"] in self.failed_nodeids) for r in self.records],
             "metrics": [dict(m, test_failed=m["nodeid"] in self.failed_nodeids) for m in self.metric_records],
         }
