@@ -112,6 +112,22 @@ def test_quant_kernels(perf, device: str) -> None:
     bf16 = quant.dequantize(red_codes, red_scales)
     # One bf16 unit: the interpreter's fp32 -> bf16 conversion does not round to nearest even.
     perf.assert_close(bf16, quant.dequantize_eager(red_codes, red_scales), rtol=2.0**-7, atol=0.0)
+    # The packed layout (each segment [codes | scales], what the all-reduce sends) holds the same values.
+    send = quant.Packed(n // world, world, device)
+    quant.quantize(x[0], packed=send)
+    packed_codes, packed_scales = send.unpack()
+    unpacked_codes, unpacked_scales = quant.quantize(x[0])
+    assert torch.equal(packed_codes.reshape(-1), unpacked_codes) and torch.equal(packed_scales.reshape(-1), unpacked_scales)
+    perf.assert_close(quant.dequantize(packed=send), quant.dequantize(unpacked_codes, unpacked_scales), rtol=0.0, atol=0.0)
+    recv = quant.Packed(n, world, device)  # world segments of one chunk each, as the all-to-all delivers them
+    for w in range(world):
+        seg_codes, seg_scales = recv.segment(w).unpack()
+        seg_codes.copy_(codes[w].view(1, -1))
+        recv.buffer.view(world, -1)[w, n:].view(torch.float32).copy_(scales[w])
+    reduced = quant.Packed(n, 1, device)
+    quant.reduce_requantize(packed=recv, out=reduced)
+    got_codes, got_scales = reduced.unpack()
+    assert torch.equal(got_codes.reshape(-1), red_codes) and torch.equal(got_scales.reshape(-1), red_scales)
     if device == "cuda" and not INTERPRETING:
         # The kernels' cost at the all-reduce's size (256 MB of bf16, two ranks' chunks for the reduction), each
         # against its eager reference, with the bytes each must move (the floor is bytes over copy bandwidth).

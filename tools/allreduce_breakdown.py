@@ -30,21 +30,19 @@ def stages(numel: int, reps: int = 30) -> dict:
         x = c._inputs(numel, rank, device)
         ar = c.QuantizedAllReduce(numel, world, device)
         out = torch.empty_like(x)
-        v = ar._views(0)
+        send, recv, reduced, gathered = ar.send[0], ar.recv[0], ar.reduced[0], ar.gathered[0]
         scratch = x.clone()
         half = torch.empty(numel // 2, dtype=torch.bfloat16, device=device)
         a2a_bf16_out = torch.empty_like(x)
+        packed = send.buffer.numel()
         steps = {
             "nccl all_reduce bf16 (the reference)": (lambda: dist.all_reduce(scratch), 2 * numel),
             "nccl all_reduce bf16, half the elements (the int8 bytes)": (lambda: dist.all_reduce(half), numel),
-            "quantize kernel": (lambda: quant.quantize(x, v["codes"], v["scales"]), 2 * numel),
-            "all_to_all int8 codes": (lambda: dist.all_to_all_single(v["recv_codes"], v["codes"]), numel),
-            "all_to_all fp32 scales": (lambda: dist.all_to_all_single(v["recv_scales"], v["scales"]), 4 * numel // quant.QBLOCK),
-            "reduce + requantize kernel": (lambda: quant.reduce_requantize(v["recv_codes"].view(world, -1),
-                                           v["recv_scales"].view(world, -1), v["red_codes"], v["red_scales"]), numel),
-            "all_gather int8 codes": (lambda: c._all_gather(v["all_codes"], v["red_codes"]), numel),
-            "all_gather fp32 scales": (lambda: c._all_gather(v["all_scales"], v["red_scales"]), 4 * numel // quant.QBLOCK),
-            "dequantize kernel": (lambda: quant.dequantize(v["all_codes"], v["all_scales"], out), 2 * numel),
+            "quantize kernel": (lambda: quant.quantize(x, packed=send), 2 * numel),
+            "all_to_all int8 codes + scales": (lambda: dist.all_to_all_single(recv.buffer, send.buffer), packed),
+            "reduce + requantize kernel": (lambda: quant.reduce_requantize(packed=recv, out=reduced), packed),
+            "all_gather int8 codes + scales": (lambda: c._all_gather(gathered.buffer, reduced.buffer), packed),
+            "dequantize kernel": (lambda: quant.dequantize(packed=gathered, out=out), 2 * numel),
             "quantized all-reduce, whole": (lambda: ar(x, out), 2 * numel),
             "all_to_all bf16 (for comparison)": (lambda: dist.all_to_all_single(a2a_bf16_out, x), 2 * numel),
         }
@@ -87,7 +85,7 @@ def main() -> None:
     print("| stage | ms | GB/s |\n| --- | ---: | ---: |")
     parts = 0.0
     for name, row in result["rows"].items():
-        if name.endswith("kernel") or name.startswith(("all_to_all int8", "all_to_all fp32", "all_gather")):
+        if name.endswith("kernel") or name.startswith(("all_to_all int8", "all_gather")):
             parts += row["ms"]
         print(f"| {name} | {row['ms']:.3f} | {row['bytes'] / row['ms'] / 1e6:.0f} |")
     print(f"| sum of the quantized stages, run one at a time | {parts:.3f} | - |")

@@ -27,33 +27,34 @@ TINY_C = tl.constexpr(TINY)
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, q_ptr, s_ptr, n_blocks, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
+def _quantize_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_blocks
-    offs = rows.to(tl.int64)[:, None] * QBLOCK + tl.arange(0, QBLOCK)[None, :]
-    x = tl.load(x_ptr + offs, mask=row_ok[:, None], other=0.0).to(tl.float32)
+    cols = tl.arange(0, QBLOCK)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=1)
-    scale = amax / 127.0
     inv = 127.0 / tl.maximum(amax, TINY_C)  # an all-zero block: codes 0 (and no division by zero)
     y = x * inv[:, None]
     code = tl.where(y >= 0, tl.floor(y + 0.5), -tl.floor(-y + 0.5))  # round half away from zero
-    tl.store(q_ptr + offs, code.to(tl.int8), mask=row_ok[:, None])
-    tl.store(s_ptr + rows, scale, mask=row_ok)
+    seg = (rows // BPS).to(tl.int64)
+    local = (rows % BPS).to(tl.int64)
+    tl.store(q_ptr + (seg * SEG + local * QBLOCK)[:, None] + cols[None, :], code.to(tl.int8), mask=row_ok[:, None])
+    tl.store(s_ptr + seg * SSEG + local, amax / 127.0, mask=row_ok)
 
 
 @triton.jit
-def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, world, n_blocks, n_elems,
+def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, world, n_blocks, SEG, SSEG,
                               QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_blocks
     offs = rows.to(tl.int64)[:, None] * QBLOCK + tl.arange(0, QBLOCK)[None, :]
     acc = tl.zeros([ROWS, QBLOCK], dtype=tl.float32)
     for w in range(world):
-        q = tl.load(q_ptr + w * n_elems + offs, mask=row_ok[:, None], other=0).to(tl.float32)
-        s = tl.load(s_ptr + w * n_blocks + rows, mask=row_ok, other=0.0)
+        q = tl.load(q_ptr + w * SEG + offs, mask=row_ok[:, None], other=0).to(tl.float32)
+        s = tl.load(s_ptr + w * SSEG + rows, mask=row_ok, other=0.0)
         acc += q * s[:, None]
     amax = tl.max(tl.abs(acc), axis=1)
-    inv = 127.0 / tl.maximum(amax, TINY_C)  # an all-zero block: codes 0 (and no division by zero)
+    inv = 127.0 / tl.maximum(amax, TINY_C)
     y = acc * inv[:, None]
     code = tl.where(y >= 0, tl.floor(y + 0.5), -tl.floor(-y + 0.5))
     tl.store(out_q_ptr + offs, code.to(tl.int8), mask=row_ok[:, None])
@@ -61,13 +62,16 @@ def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, world, n_block
 
 
 @triton.jit
-def _dequantize_kernel(q_ptr, s_ptr, out_ptr, n_blocks, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
+def _dequantize_kernel(q_ptr, s_ptr, out_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_blocks
-    offs = rows.to(tl.int64)[:, None] * QBLOCK + tl.arange(0, QBLOCK)[None, :]
-    q = tl.load(q_ptr + offs, mask=row_ok[:, None], other=0).to(tl.float32)
-    s = tl.load(s_ptr + rows, mask=row_ok, other=0.0)
-    tl.store(out_ptr + offs, (q * s[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    cols = tl.arange(0, QBLOCK)
+    seg = (rows // BPS).to(tl.int64)
+    local = (rows % BPS).to(tl.int64)
+    q = tl.load(q_ptr + (seg * SEG + local * QBLOCK)[:, None] + cols[None, :], mask=row_ok[:, None], other=0).to(tl.float32)
+    s = tl.load(s_ptr + seg * SSEG + local, mask=row_ok, other=0.0)
+    out = (q * s[:, None]).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :], out, mask=row_ok[:, None])
 
 
 def _blocks(n: int) -> int:
@@ -80,32 +84,98 @@ def _grid(n_blocks: int) -> tuple[int]:
     return (triton.cdiv(n_blocks, ROWS),)
 
 
-def quantize(x: torch.Tensor, codes: torch.Tensor | None = None, scales: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+class Packed:
+    """Codes and scales of `segments` equal chunks in one int8 buffer, each segment [codes | fp32 scales]: one
+    collective moves both (the scales alone would be a second, latency-bound collective)."""
+
+    def __init__(self, chunk: int, segments: int, device: torch.device | str) -> None:
+        self.chunk, self.segments = chunk, segments
+        self.blocks = _blocks(chunk)  # per segment
+        self.seg_bytes = chunk + 4 * self.blocks
+        self.buffer = torch.empty(segments * self.seg_bytes, dtype=torch.int8, device=device)
+
+    @classmethod
+    def wrap(cls, buffer: torch.Tensor, chunk: int, segments: int) -> "Packed":
+        packed = cls.__new__(cls)
+        packed.chunk, packed.segments, packed.blocks = chunk, segments, _blocks(chunk)
+        packed.seg_bytes = chunk + 4 * packed.blocks
+        if buffer.numel() != segments * packed.seg_bytes or buffer.dtype != torch.int8:
+            raise ValueError("a packed buffer must be int8 of segments * (chunk + 4 * chunk / QBLOCK) bytes")
+        packed.buffer = buffer
+        return packed
+
+    @property
+    def codes(self) -> torch.Tensor:
+        return self.buffer  # segment j's codes start at j * seg_bytes
+
+    @property
+    def scales(self) -> torch.Tensor:
+        return self.buffer.view(torch.float32)[self.chunk // 4:]  # segment j's scales start at j * seg_bytes / 4
+
+    def layout(self) -> tuple[int, int, int]:
+        """(blocks per segment, bytes per segment, floats per segment) for the kernels."""
+        return self.blocks, self.seg_bytes, self.seg_bytes // 4
+
+    def segment(self, j: int) -> "Packed":
+        return Packed.wrap(self.buffer[j * self.seg_bytes:(j + 1) * self.seg_bytes], self.chunk, 1)
+
+    def unpack(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes (segments, chunk), scales (segments, blocks)) as separate tensors, for checks."""
+        rows = self.buffer.view(self.segments, self.seg_bytes)
+        return rows[:, :self.chunk], rows[:, self.chunk:].contiguous().view(torch.float32)
+
+
+def quantize(x: torch.Tensor, codes: torch.Tensor | None = None, scales: torch.Tensor | None = None,
+             *, packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x into codes and scales, or into packed (x's chunks in its segments, in order)."""
     n_blocks = _blocks(x.numel())
-    codes = torch.empty(x.numel(), dtype=torch.int8, device=x.device) if codes is None else codes
-    scales = torch.empty(n_blocks, dtype=torch.float32, device=x.device) if scales is None else scales
-    _quantize_kernel[_grid(n_blocks)](x, codes, scales, n_blocks, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+    if packed is not None:
+        if packed.segments * packed.chunk != x.numel():
+            raise ValueError("packed buffer and input sizes differ")
+        codes, scales = packed.codes, packed.scales
+        bps, seg, sseg = packed.layout()
+    else:
+        codes = torch.empty(x.numel(), dtype=torch.int8, device=x.device) if codes is None else codes
+        scales = torch.empty(n_blocks, dtype=torch.float32, device=x.device) if scales is None else scales
+        bps, seg, sseg = n_blocks, 0, 0
+    _quantize_kernel[_grid(n_blocks)](x, codes, scales, n_blocks, bps, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
     return codes, scales
 
 
-def reduce_requantize(codes: torch.Tensor, scales: torch.Tensor, out_codes: torch.Tensor | None = None,
-                      out_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """codes (W, n) int8 and scales (W, n / QBLOCK): the W contributions to one chunk, summed and requantized."""
-    world, n = codes.shape
+def reduce_requantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = None,
+                      out_codes: torch.Tensor | None = None, out_scales: torch.Tensor | None = None, *,
+                      packed: Packed | None = None, out: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The W contributions to one chunk (codes (W, n) and scales (W, n / QBLOCK), or the W segments of packed),
+    dequantized, summed in fp32 and requantized (into out_codes/out_scales, or the one segment of out)."""
+    if packed is not None:
+        world, n = packed.segments, packed.chunk
+        codes, scales = packed.codes, packed.scales
+        seg, sseg = packed.seg_bytes, packed.seg_bytes // 4
+    else:
+        world, n = codes.shape
+        seg, sseg = n, n // QBLOCK
     n_blocks = _blocks(n)
+    if out is not None:
+        out_codes, out_scales = out.codes, out.scales
     out_codes = torch.empty(n, dtype=torch.int8, device=codes.device) if out_codes is None else out_codes
     out_scales = torch.empty(n_blocks, dtype=torch.float32, device=codes.device) if out_scales is None else out_scales
-    _reduce_requantize_kernel[_grid(n_blocks)](codes, scales, out_codes, out_scales, world, n_blocks, n,
+    _reduce_requantize_kernel[_grid(n_blocks)](codes, scales, out_codes, out_scales, world, n_blocks, seg, sseg,
                                                QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
     return out_codes, out_scales
 
 
-def dequantize(codes: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None,
-               dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    n_blocks = _blocks(codes.numel())
-    out = torch.empty(codes.numel(), dtype=dtype, device=codes.device) if out is None else out
-    _dequantize_kernel[_grid(n_blocks)](codes, scales, out, n_blocks, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+def dequantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = None, out: torch.Tensor | None = None,
+               dtype: torch.dtype = torch.bfloat16, *, packed: Packed | None = None) -> torch.Tensor:
+    if packed is not None:
+        codes, scales = packed.codes, packed.scales
+        n = packed.segments * packed.chunk
+        bps, seg, sseg = packed.layout()
+    else:
+        n = codes.numel()
+        bps, seg, sseg = _blocks(n), 0, 0
+    n_blocks = _blocks(n)
+    out = torch.empty(n, dtype=dtype, device=codes.device) if out is None else out
+    _dequantize_kernel[_grid(n_blocks)](codes, scales, out, n_blocks, bps, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
     return out
 
 
