@@ -101,6 +101,78 @@ class QuantizedAllReduce:
         return out
 
 
+class P2PQuantizedAllReduce:
+    """The same algorithm with the wire moved off NCCL: each rank quantizes into a symmetric-memory buffer
+    (torch.distributed._symmetric_memory; plain P2P mappings, no multicast) and the others pull their chunks
+    from it with copies (the GPU's copy engines, not its SMs), on a side stream, piece by piece, so the
+    kernels of one piece run while the next piece is copied. Device-side barriers order the pieces.
+    """
+
+    def __init__(self, numel: int, world: int, device: torch.device, pieces: int = 4) -> None:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if numel % (world * pieces * quant.QBLOCK):
+            raise ValueError(f"numel {numel} must be a multiple of world * pieces * {quant.QBLOCK}")
+        self.world, self.pieces, self.rank = world, pieces, dist.get_rank()
+        self.piece = numel // pieces
+        self.chunk = self.piece // world
+        probe = quant.Packed(self.chunk, world, "meta")
+        self.seg = probe.seg_bytes  # bytes of one chunk's codes and scales
+        self.send_bytes = world * self.seg  # per piece
+        total = pieces * (self.send_bytes + self.seg)  # every piece's send segments, then every piece's reduced one
+        group = dist.group.WORLD
+        if hasattr(symm_mem, "enable_symm_mem_for_group") and not symm_mem.is_symm_mem_enabled_for_group(group.group_name):
+            symm_mem.enable_symm_mem_for_group(group.group_name)  # needed by older releases; a no-op where not
+        self.sym = symm_mem.empty(total, dtype=torch.int8, device=device)
+        self.handle = symm_mem.rendezvous(self.sym, group.group_name)
+        self.remote = [self.handle.get_buffer(r, (total,), torch.int8) for r in range(world)]
+        self.recv = [quant.Packed(self.chunk, world, device) for _ in range(pieces)]
+        self.gathered = [quant.Packed(self.chunk, world, device) for _ in range(pieces)]
+        self.side = torch.cuda.Stream(device=device)
+
+    def _send(self, buf: torch.Tensor, p: int) -> torch.Tensor:
+        return buf[p * self.send_bytes:(p + 1) * self.send_bytes]
+
+    def _reduced(self, buf: torch.Tensor, p: int) -> torch.Tensor:
+        start = self.pieces * self.send_bytes + p * self.seg
+        return buf[start:start + self.seg]
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        main = torch.cuda.current_stream()
+        seg, rank = self.seg, self.rank
+        self.handle.barrier(channel=0)  # every rank has finished reading this rank's buffers from the last call
+        received = []
+        for p in range(self.pieces):
+            send = quant.Packed.wrap(self._send(self.sym, p), self.chunk, self.world)
+            quant.quantize(x[p * self.piece:(p + 1) * self.piece], packed=send)
+            self.handle.barrier(channel=1)  # piece p is quantized on every rank
+            self.side.wait_stream(main)
+            with torch.cuda.stream(self.side):
+                for r in range(self.world):  # pull chunk `rank` of piece p from every rank
+                    src = self._send(self.remote[r], p)[rank * seg:(rank + 1) * seg]
+                    self.recv[p].buffer[r * seg:(r + 1) * seg].copy_(src)
+                done = torch.cuda.Event()
+                done.record(self.side)
+            received.append(done)
+        gathered = []
+        for p in range(self.pieces):
+            main.wait_event(received[p])
+            reduced = quant.Packed.wrap(self._reduced(self.sym, p), self.chunk, 1)
+            quant.reduce_requantize(packed=self.recv[p], out=reduced)
+            self.handle.barrier(channel=2)  # piece p is reduced on every rank
+            self.side.wait_stream(main)
+            with torch.cuda.stream(self.side):
+                for r in range(self.world):  # pull every rank's reduced chunk of piece p
+                    self.gathered[p].buffer[r * seg:(r + 1) * seg].copy_(self._reduced(self.remote[r], p))
+                done = torch.cuda.Event()
+                done.record(self.side)
+            gathered.append(done)
+        for p in range(self.pieces):
+            main.wait_event(gathered[p])
+            quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece])
+        return out
+
+
 def error_check(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     """The quantized result y against an fp32 all-reduce of x, with the bound of the module's docstring."""
     exact = x.float().clone()
@@ -127,24 +199,28 @@ def _inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
 
 def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
                    budget_s: float = 2.0, target_noise: float = 0.01) -> dict[str, Any]:
-    """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece)."""
+    """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
+    'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16."""
     from speedgate.distributed import measure_across_ranks
 
     rank, world, device = setup()
     try:
         x = _inputs(numel, rank, device)
         one = QuantizedAllReduce(numel, world, device, pieces=1)
-        many = QuantizedAllReduce(numel, world, device, pieces=pieces)
+        many = (P2PQuantizedAllReduce if variant == "p2p" else QuantizedAllReduce)(numel, world, device, pieces=pieces)
         out = torch.empty_like(x)
         result: dict[str, Any] = {"world": world, "numel": numel}
         if check:
             result["quantized"] = error_check(x, one(x, out))
-            result["pipelined"] = error_check(x, many(x, out))
+            result["pipelined" if variant != "p2p" else "p2p"] = error_check(x, many(x, out))
         if timing:
             if variant == "quantized":
                 scratch = x.clone()  # all-reduced in place every call: its values grow, NCCL's speed does not care
                 reference: Callable[[], Any] = lambda: dist.all_reduce(scratch)  # noqa: E731
                 optimized: Callable[[], Any] = lambda: one(x, out)  # noqa: E731
+            elif variant == "p2p":
+                scratch = x.clone()
+                reference, optimized = (lambda: dist.all_reduce(scratch)), (lambda: many(x, out))
             else:
                 reference, optimized = (lambda: one(x, out)), (lambda: many(x, out))
             result["samples"] = measure_across_ranks(reference, optimized, budget_s=budget_s, target_noise=target_noise)

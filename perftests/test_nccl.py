@@ -79,6 +79,18 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0)
 
 
+@pytest.mark.parametrize("size_mb", SIZES_MB[1:], ids=[f"{s}MB" for s in SIZES_MB[1:]])
+def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
+    """The wire on the copy engines (symmetric-memory peer copies) instead of NCCL's SM kernels, pipelined."""
+    world = world_or_skip(device)
+    numel = size_mb * 2**20 // 2
+    result, measure = launch(perf, "perftests.collectives:allreduce_case",
+                             dict(numel=numel, variant="p2p", pieces=PIECES), world)
+    assert_within_bound(result, "quantized")
+    assert_within_bound(result, "p2p")
+    perf.compare_samples(measure, name="p2p_vs_nccl_bf16", world_size=world, bytes=numel * 2.0)
+
+
 def test_backward_allreduce_overlap(perf, device: str) -> None:
     world = world_or_skip(device)
     payload = dict(width=4096, layers=8, tokens=4096, bucket_mb=25)

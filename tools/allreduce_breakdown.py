@@ -29,6 +29,8 @@ def stages(numel: int, reps: int = 30) -> dict:
     try:
         x = c._inputs(numel, rank, device)
         ar = c.QuantizedAllReduce(numel, world, device)
+        p2p = c.P2PQuantizedAllReduce(numel, world, device, pieces=4)
+        p2p1 = c.P2PQuantizedAllReduce(numel, world, device, pieces=1)
         out = torch.empty_like(x)
         send, recv, reduced, gathered = ar.send[0], ar.recv[0], ar.reduced[0], ar.gathered[0]
         scratch = x.clone()
@@ -44,6 +46,8 @@ def stages(numel: int, reps: int = 30) -> dict:
             "all_gather int8 codes + scales": (lambda: c._all_gather(gathered.buffer, reduced.buffer), packed),
             "dequantize kernel": (lambda: quant.dequantize(packed=gathered, out=out), 2 * numel),
             "quantized all-reduce, whole": (lambda: ar(x, out), 2 * numel),
+            "quantized all-reduce over P2P copies (copy engines), 4 pieces": (lambda: p2p(x, out), 2 * numel),
+            "quantized all-reduce over P2P copies, 1 piece": (lambda: p2p1(x, out), 2 * numel),
             "all_to_all bf16 (for comparison)": (lambda: dist.all_to_all_single(a2a_bf16_out, x), 2 * numel),
         }
         rows = {}
