@@ -148,9 +148,10 @@ class P2PQuantizedAllReduce:
             self.handle.barrier(channel=1)  # piece p is quantized on every rank
             self.side.wait_stream(main)
             with torch.cuda.stream(self.side):
-                for r in range(self.world):  # pull chunk `rank` of piece p from every rank
-                    src = self._send(self.remote[r], p)[rank * seg:(rank + 1) * seg]
-                    self.recv[p].buffer[r * seg:(r + 1) * seg].copy_(src)
+                for r in range(self.world):  # pull chunk `rank` of piece p from every other rank
+                    if r != rank:
+                        src = self._send(self.remote[r], p)[rank * seg:(rank + 1) * seg]
+                        self.recv[p].buffer[r * seg:(r + 1) * seg].copy_(src)
                 done = torch.cuda.Event()
                 done.record(self.side)
             received.append(done)
@@ -158,18 +159,21 @@ class P2PQuantizedAllReduce:
         for p in range(self.pieces):
             main.wait_event(received[p])
             reduced = quant.Packed.wrap(self._reduced(self.sym, p), self.chunk, 1)
-            quant.reduce_requantize(packed=self.recv[p], out=reduced)
+            mine = quant.Packed.wrap(self._send(self.sym, p), self.chunk, self.world).segment(rank)
+            quant.reduce_requantize(packed=self.recv[p], out=reduced, own=(rank, mine))
             self.handle.barrier(channel=2)  # piece p is reduced on every rank
             self.side.wait_stream(main)
             with torch.cuda.stream(self.side):
-                for r in range(self.world):  # pull every rank's reduced chunk of piece p
-                    self.gathered[p].buffer[r * seg:(r + 1) * seg].copy_(self._reduced(self.remote[r], p))
+                for r in range(self.world):  # pull every other rank's reduced chunk of piece p
+                    if r != rank:
+                        self.gathered[p].buffer[r * seg:(r + 1) * seg].copy_(self._reduced(self.remote[r], p))
                 done = torch.cuda.Event()
                 done.record(self.side)
             gathered.append(done)
         for p in range(self.pieces):
             main.wait_event(gathered[p])
-            quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece])
+            reduced = quant.Packed.wrap(self._reduced(self.sym, p), self.chunk, 1)
+            quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece], own=(rank, reduced))
         return out
 
 

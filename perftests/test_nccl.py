@@ -144,6 +144,20 @@ def test_quant_kernels(perf, device: str) -> None:
     quant.reduce_requantize(packed=recv, out=reduced)
     got_codes, got_scales = reduced.unpack()
     assert torch.equal(got_codes.reshape(-1), red_codes) and torch.equal(got_scales.reshape(-1), red_scales)
+    # own=(w, segment): contribution w is read from its own buffer (the P2P form skips copying it); the copy in
+    # recv is spoiled to prove it is not read.
+    own = quant.Packed(n, 1, device)
+    own.buffer.copy_(recv.segment(1).buffer)
+    recv.segment(1).buffer.fill_(77)
+    again = quant.Packed(n, 1, device)
+    quant.reduce_requantize(packed=recv, out=again, own=(1, own))
+    assert torch.equal(again.buffer, reduced.buffer)
+    gathered = quant.Packed(n // world, world, device)
+    gathered.buffer.copy_(send.buffer)
+    own_segment = quant.Packed(n // world, 1, device)
+    own_segment.buffer.copy_(send.segment(2).buffer)
+    gathered.segment(2).buffer.fill_(77)
+    perf.assert_close(quant.dequantize(packed=gathered, own=(2, own_segment)), quant.dequantize(packed=send), rtol=0.0, atol=0.0)
     if device == "cuda" and not INTERPRETING:
         # The kernels' cost at the all-reduce's size (256 MB of bf16, two ranks' chunks for the reduction), each
         # against its eager reference, with the bytes each must move (the floor is bytes over copy bandwidth).

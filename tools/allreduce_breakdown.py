@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def stages(numel: int, reps: int = 30) -> dict:
+def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -29,8 +29,7 @@ def stages(numel: int, reps: int = 30) -> dict:
     try:
         x = c._inputs(numel, rank, device)
         ar = c.QuantizedAllReduce(numel, world, device)
-        p2p = c.P2PQuantizedAllReduce(numel, world, device, pieces=4)
-        p2p1 = c.P2PQuantizedAllReduce(numel, world, device, pieces=1)
+        p2p = {k: c.P2PQuantizedAllReduce(numel, world, device, pieces=k) for k in pieces}
         out = torch.empty_like(x)
         send, recv, reduced, gathered = ar.send[0], ar.recv[0], ar.reduced[0], ar.gathered[0]
         scratch = x.clone()
@@ -46,8 +45,8 @@ def stages(numel: int, reps: int = 30) -> dict:
             "all_gather int8 codes + scales": (lambda: c._all_gather(gathered.buffer, reduced.buffer), packed),
             "dequantize kernel": (lambda: quant.dequantize(packed=gathered, out=out), 2 * numel),
             "quantized all-reduce, whole": (lambda: ar(x, out), 2 * numel),
-            "quantized all-reduce over P2P copies (copy engines), 4 pieces": (lambda: p2p(x, out), 2 * numel),
-            "quantized all-reduce over P2P copies, 1 piece": (lambda: p2p1(x, out), 2 * numel),
+            **{f"quantized all-reduce over P2P copies (copy engines), {k} piece(s)": ((lambda f=f: f(x, out)), 2 * numel)
+               for k, f in p2p.items()},
             "all_to_all bf16 (for comparison)": (lambda: dist.all_to_all_single(a2a_bf16_out, x), 2 * numel),
         }
         rows = {}
@@ -81,8 +80,9 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=256)
     parser.add_argument("--world", type=int, default=torch.cuda.device_count())
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pieces", type=int, nargs="+", default=[1, 4], help="piece counts of the P2P form to time")
     args = parser.parse_args()
-    result = run_ranks("tools.allreduce_breakdown:stages", args.world, {"numel": args.mb * 2**20 // 2}, timeout_s=300)[0]
+    result = run_ranks("tools.allreduce_breakdown:stages", args.world, {"numel": args.mb * 2**20 // 2, "pieces": args.pieces}, timeout_s=300)[0]
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(f"{args.world} x {result['gpu']}, {args.mb} MB of bf16 per rank")

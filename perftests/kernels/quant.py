@@ -43,15 +43,19 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.c
 
 
 @triton.jit
-def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, world, n_blocks, SEG, SSEG,
-                              QBLOCK: tl.constexpr, ROWS: tl.constexpr):
+def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, own_q_ptr, own_s_ptr, own, world, n_blocks,
+                              SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_blocks
     offs = rows.to(tl.int64)[:, None] * QBLOCK + tl.arange(0, QBLOCK)[None, :]
     acc = tl.zeros([ROWS, QBLOCK], dtype=tl.float32)
     for w in range(world):
-        q = tl.load(q_ptr + w * SEG + offs, mask=row_ok[:, None], other=0).to(tl.float32)
-        s = tl.load(s_ptr + w * SSEG + rows, mask=row_ok, other=0.0)
+        if w == own:  # this rank's own contribution, read where it was quantized (no copy)
+            q = tl.load(own_q_ptr + offs, mask=row_ok[:, None], other=0).to(tl.float32)
+            s = tl.load(own_s_ptr + rows, mask=row_ok, other=0.0)
+        else:
+            q = tl.load(q_ptr + w * SEG + offs, mask=row_ok[:, None], other=0).to(tl.float32)
+            s = tl.load(s_ptr + w * SSEG + rows, mask=row_ok, other=0.0)
         acc += q * s[:, None]
     amax = tl.max(tl.abs(acc), axis=1)
     inv = 127.0 / tl.maximum(amax, TINY_C)
@@ -62,14 +66,19 @@ def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, world, n_block
 
 
 @triton.jit
-def _dequantize_kernel(q_ptr, s_ptr, out_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
+def _dequantize_kernel(q_ptr, s_ptr, out_ptr, own_q_ptr, own_s_ptr, own, n_blocks, BPS, SEG, SSEG,
+                       QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_blocks
     cols = tl.arange(0, QBLOCK)
     seg = (rows // BPS).to(tl.int64)
     local = (rows % BPS).to(tl.int64)
-    q = tl.load(q_ptr + (seg * SEG + local * QBLOCK)[:, None] + cols[None, :], mask=row_ok[:, None], other=0).to(tl.float32)
-    s = tl.load(s_ptr + seg * SSEG + local, mask=row_ok, other=0.0)
+    mine = seg == own  # rows of this rank's own segment are read where they were written (no copy)
+    q_src = tl.where(mine[:, None], own_q_ptr + (local * QBLOCK)[:, None] + cols[None, :],
+                     q_ptr + (seg * SEG + local * QBLOCK)[:, None] + cols[None, :])
+    s_src = tl.where(mine, own_s_ptr + local, s_ptr + seg * SSEG + local)
+    q = tl.load(q_src, mask=row_ok[:, None], other=0).to(tl.float32)
+    s = tl.load(s_src, mask=row_ok, other=0.0)
     out = (q * s[:, None]).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :], out, mask=row_ok[:, None])
 
@@ -144,9 +153,11 @@ def quantize(x: torch.Tensor, codes: torch.Tensor | None = None, scales: torch.T
 
 def reduce_requantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = None,
                       out_codes: torch.Tensor | None = None, out_scales: torch.Tensor | None = None, *,
-                      packed: Packed | None = None, out: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      packed: Packed | None = None, out: Packed | None = None,
+                      own: tuple[int, Packed] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The W contributions to one chunk (codes (W, n) and scales (W, n / QBLOCK), or the W segments of packed),
-    dequantized, summed in fp32 and requantized (into out_codes/out_scales, or the one segment of out)."""
+    dequantized, summed in fp32 and requantized (into out_codes/out_scales, or the one segment of out).
+    own=(w, segment) reads contribution w from that one-segment Packed instead of from packed."""
     if packed is not None:
         world, n = packed.segments, packed.chunk
         codes, scales = packed.codes, packed.scales
@@ -159,13 +170,17 @@ def reduce_requantize(codes: torch.Tensor | None = None, scales: torch.Tensor | 
         out_codes, out_scales = out.codes, out.scales
     out_codes = torch.empty(n, dtype=torch.int8, device=codes.device) if out_codes is None else out_codes
     out_scales = torch.empty(n_blocks, dtype=torch.float32, device=codes.device) if out_scales is None else out_scales
-    _reduce_requantize_kernel[_grid(n_blocks)](codes, scales, out_codes, out_scales, world, n_blocks, seg, sseg,
-                                               QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+    own_index, own_q, own_s = (own[0], own[1].codes, own[1].scales) if own is not None else (-1, codes, scales)
+    _reduce_requantize_kernel[_grid(n_blocks)](codes, scales, out_codes, out_scales, own_q, own_s, own_index, world,
+                                               n_blocks, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
     return out_codes, out_scales
 
 
 def dequantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = None, out: torch.Tensor | None = None,
-               dtype: torch.dtype = torch.bfloat16, *, packed: Packed | None = None) -> torch.Tensor:
+               dtype: torch.dtype = torch.bfloat16, *, packed: Packed | None = None,
+               own: tuple[int, Packed] | None = None) -> torch.Tensor:
+    """codes and scales (or packed's segments) back to dtype; own=(j, segment) reads segment j from that
+    one-segment Packed instead."""
     if packed is not None:
         codes, scales = packed.codes, packed.scales
         n = packed.segments * packed.chunk
@@ -175,7 +190,9 @@ def dequantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = 
         bps, seg, sseg = _blocks(n), 0, 0
     n_blocks = _blocks(n)
     out = torch.empty(n, dtype=dtype, device=codes.device) if out is None else out
-    _dequantize_kernel[_grid(n_blocks)](codes, scales, out, n_blocks, bps, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+    own_index, own_q, own_s = (own[0], own[1].codes, own[1].scales) if own is not None else (-1, codes, scales)
+    _dequantize_kernel[_grid(n_blocks)](codes, scales, out, own_q, own_s, own_index, n_blocks, bps, seg, sseg,
+                                        QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
     return out
 
 
