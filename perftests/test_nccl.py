@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from perftests.kernels import quant
-from perftests.kernels.common import INTERPRETING
+from perftests.kernels.common import INTERPRETING, best_config
 
 pytestmark = pytest.mark.nccl
 
@@ -79,16 +79,22 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0)
 
 
-@pytest.mark.parametrize("size_mb", SIZES_MB[1:], ids=[f"{s}MB" for s in SIZES_MB[1:]])
+# Pieces per size, from a sweep on 2 x H200 (tools/allreduce_breakdown.py --pieces 1 2 4 8, 2026-11-22): at 256 MB
+# one piece was fastest (0.855 ms; 2: 0.869, 4: 1.470, 8: 2.751), at 1 GB four (1.957 ms; 1: 2.851, 2: 2.123, 8: 3.204).
+P2P_PIECES = {256: 1, 1024: 4}
+
+
+@pytest.mark.parametrize("size_mb", sorted(P2P_PIECES), ids=[f"{s}MB" for s in sorted(P2P_PIECES)])
 def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
-    """The wire on the copy engines (symmetric-memory peer copies) instead of NCCL's SM kernels, pipelined."""
+    """The wire on the copy engines (symmetric-memory peer copies) instead of NCCL's SM kernels."""
     world = world_or_skip(device)
     numel = size_mb * 2**20 // 2
     result, measure = launch(perf, "perftests.collectives:allreduce_case",
-                             dict(numel=numel, variant="p2p", pieces=PIECES), world)
+                             dict(numel=numel, variant="p2p", pieces=P2P_PIECES[size_mb]), world)
     assert_within_bound(result, "quantized")
     assert_within_bound(result, "p2p")
-    perf.compare_samples(measure, name="p2p_vs_nccl_bf16", world_size=world, bytes=numel * 2.0)
+    perf.compare_samples(measure, name="p2p_vs_nccl_bf16", world_size=world, bytes=numel * 2.0,
+                         config={"pieces": P2P_PIECES[size_mb]})
 
 
 def test_backward_allreduce_overlap(perf, device: str) -> None:
@@ -172,9 +178,9 @@ def test_quant_kernels(perf, device: str) -> None:
         red_s = torch.empty(n_big // 2 // quant.QBLOCK, device=device)
         scale_bytes = s8.numel() * 4.0
         perf.compare(lambda: quant.quantize_eager(big), lambda: quant.quantize(big, q8, s8), name="quantize_vs_eager",
-                     check=False, bytes=n_big * 3.0 + scale_bytes)
+                     check=False, bytes=n_big * 3.0 + scale_bytes, config=best_config(quant._quantize_kernel))
         perf.compare(lambda: quant.reduce_requantize_eager(pair_codes, pair_scales),
                      lambda: quant.reduce_requantize(pair_codes, pair_scales, red_q, red_s), name="reduce_requantize_vs_eager",
-                     check=False, bytes=n_big * 1.5 + scale_bytes * 1.5)
+                     check=False, bytes=n_big * 1.5 + scale_bytes * 1.5, config=best_config(quant._reduce_requantize_kernel))
         perf.compare(lambda: quant.dequantize_eager(q8, s8), lambda: quant.dequantize(q8, s8, out16), name="dequantize_vs_eager",
-                     check=False, bytes=n_big * 3.0 + scale_bytes)
+                     check=False, bytes=n_big * 3.0 + scale_bytes, config=best_config(quant._dequantize_kernel))

@@ -8,7 +8,8 @@ Three kernels, each one pass over its data with the arithmetic in fp32:
   quantize(x) -> (codes, scales)
   reduce_requantize(codes[W, n], scales[W, n / QBLOCK]) -> (codes, scales) of sum_w dequantize(codes[w], scales[w])
   dequantize(codes, scales) -> bf16
-A program handles ROWS blocks (a [ROWS, QBLOCK] tile); n must be a multiple of QBLOCK.
+A program handles ROWS blocks (a [ROWS, QBLOCK] tile), ROWS and the warp count autotuned per size on the GPU
+(one config under the interpreter); n must be a multiple of QBLOCK.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import triton
 import triton.language as tl
 
 QBLOCK = 1024
-ROWS = 4
+from perftests.kernels.common import INTERPRETING
+
+
+def _configs() -> list[triton.Config]:
+    if INTERPRETING:
+        return [triton.Config({"ROWS": 4}, num_warps=8)]
+    return [triton.Config({"ROWS": rows}, num_warps=warps) for rows in (2, 4, 8, 16) for warps in (4, 8)]
+
+
+_tune = triton.autotune(configs=_configs(), key=["n_blocks"])
 LEVELS = 127.0
 TINY = 1e-30  # below any block max worth quantizing; x <= amax keeps |x * 127 / TINY| <= 127 anyway
 
@@ -26,6 +36,7 @@ TINY = 1e-30  # below any block max worth quantizing; x <= amax keeps |x * 127 /
 TINY_C = tl.constexpr(TINY)
 
 
+@_tune
 @triton.jit
 def _quantize_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -42,6 +53,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BPS, SEG, SSEG, QBLOCK: tl.c
     tl.store(s_ptr + seg * SSEG + local, amax / 127.0, mask=row_ok)
 
 
+@_tune
 @triton.jit
 def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, own_q_ptr, own_s_ptr, own, world, n_blocks,
                               SEG, SSEG, QBLOCK: tl.constexpr, ROWS: tl.constexpr):
@@ -65,6 +77,7 @@ def _reduce_requantize_kernel(q_ptr, s_ptr, out_q_ptr, out_s_ptr, own_q_ptr, own
     tl.store(out_s_ptr + rows, amax / 127.0, mask=row_ok)
 
 
+@_tune
 @triton.jit
 def _dequantize_kernel(q_ptr, s_ptr, out_ptr, own_q_ptr, own_s_ptr, own, n_blocks, BPS, SEG, SSEG,
                        QBLOCK: tl.constexpr, ROWS: tl.constexpr):
@@ -89,8 +102,8 @@ def _blocks(n: int) -> int:
     return n // QBLOCK
 
 
-def _grid(n_blocks: int) -> tuple[int]:
-    return (triton.cdiv(n_blocks, ROWS),)
+def _grid(n_blocks: int):
+    return lambda meta: (triton.cdiv(n_blocks, meta["ROWS"]),)
 
 
 class Packed:
@@ -147,7 +160,7 @@ def quantize(x: torch.Tensor, codes: torch.Tensor | None = None, scales: torch.T
         codes = torch.empty(x.numel(), dtype=torch.int8, device=x.device) if codes is None else codes
         scales = torch.empty(n_blocks, dtype=torch.float32, device=x.device) if scales is None else scales
         bps, seg, sseg = n_blocks, 0, 0
-    _quantize_kernel[_grid(n_blocks)](x, codes, scales, n_blocks, bps, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+    _quantize_kernel[_grid(n_blocks)](x, codes, scales, n_blocks, bps, seg, sseg, QBLOCK=QBLOCK)
     return codes, scales
 
 
@@ -172,7 +185,7 @@ def reduce_requantize(codes: torch.Tensor | None = None, scales: torch.Tensor | 
     out_scales = torch.empty(n_blocks, dtype=torch.float32, device=codes.device) if out_scales is None else out_scales
     own_index, own_q, own_s = (own[0], own[1].codes, own[1].scales) if own is not None else (-1, codes, scales)
     _reduce_requantize_kernel[_grid(n_blocks)](codes, scales, out_codes, out_scales, own_q, own_s, own_index, world,
-                                               n_blocks, seg, sseg, QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+                                               n_blocks, seg, sseg, QBLOCK=QBLOCK)
     return out_codes, out_scales
 
 
@@ -192,7 +205,7 @@ def dequantize(codes: torch.Tensor | None = None, scales: torch.Tensor | None = 
     out = torch.empty(n, dtype=dtype, device=codes.device) if out is None else out
     own_index, own_q, own_s = (own[0], own[1].codes, own[1].scales) if own is not None else (-1, codes, scales)
     _dequantize_kernel[_grid(n_blocks)](codes, scales, out, own_q, own_s, own_index, n_blocks, bps, seg, sseg,
-                                        QBLOCK=QBLOCK, ROWS=ROWS, num_warps=8)
+                                        QBLOCK=QBLOCK)
     return out
 
 
