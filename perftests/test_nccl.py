@@ -177,6 +177,8 @@ def test_quant_kernels(perf, device: str) -> None:
         red_q = torch.empty(n_big // 2, dtype=torch.int8, device=device)
         red_s = torch.empty(n_big // 2 // quant.QBLOCK, device=device)
         scale_bytes = s8.numel() * 4.0
+        quant.reduce_requantize(pair_codes, pair_scales, red_q, red_s)  # autotuned at this size before its config is read
+        quant.dequantize(q8, s8, out16)
         perf.compare(lambda: quant.quantize_eager(big), lambda: quant.quantize(big, q8, s8), name="quantize_vs_eager",
                      check=False, bytes=n_big * 3.0 + scale_bytes, config=best_config(quant._quantize_kernel))
         perf.compare(lambda: quant.reduce_requantize_eager(pair_codes, pair_scales),
