@@ -21,9 +21,11 @@ pytestmark = pytest.mark.nccl
 SIZES_MB = (64, 256, 1024)
 PIECES = 4
 RANK_TIMEOUT_S = 300.0
-# At 64 MB the quantized all-reduce's time is erratic between runs: 0.62x to 0.88x of NCCL in five runs on two
-# leases of 2x H200 (2026-11-22; cause not found). Gated loosely there, so only a gross regression fails.
+# Erratic between runs on 2 x H200 (2026-11-22; cause not found), so gated loosely: only a gross regression fails.
+# The quantized all-reduce at 64 MB: 0.53x to 0.88x of NCCL over seven runs on four leases.
 TOLERANCE = {64: 0.35}
+# Its 4-piece pipelined form at 256 MB: 0.68x to 0.98x of one piece over seven runs.
+PIPELINED_TOLERANCE = {256: 0.35}
 
 
 def world_or_skip(device: str) -> int:
@@ -76,7 +78,8 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     result, measure = launch(perf, "perftests.collectives:allreduce_case",
                              dict(numel=numel, variant="pipelined", pieces=PIECES), world)
     assert_within_bound(result, "pipelined")
-    perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0)
+    perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0,
+                         tolerance=PIPELINED_TOLERANCE.get(size_mb))
 
 
 # Pieces per size, from a sweep on 2 x H200 (tools/allreduce_breakdown.py --pieces 1 2 4 8, 2026-11-22): at 256 MB
