@@ -78,6 +78,29 @@ def frames_compiled() -> int:
     return int(torch._dynamo.utils.counters["frames"]["total"])
 
 
+def timed_call(fn: Callable[[], Any], device: str) -> tuple[Any, float]:
+    """(fn()'s result, the wall seconds of that one call, the device's work included): a first compiled call."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - start
+
+
+def no_grad(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """A zero-argument callable that runs fn(*args) without autograd (an inference side of a comparison)."""
+    import torch
+
+    def call() -> Any:
+        with torch.no_grad():
+            return fn(*args)
+
+    return call
+
+
 def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) -> tuple[list[Any], float, int]:
     """(outputs, seconds, frames compiled) of the first pass of run over inputs, compiled from scratch.
 
@@ -87,23 +110,21 @@ def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) ->
     import torch
 
     torch._dynamo.reset()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     before = frames_compiled()
-    sync()
-    start = time.perf_counter()
-    with no_compile_caches(), torch.no_grad():
-        outputs = [run(x) for x in inputs]
-    sync()
-    return outputs, time.perf_counter() - start, frames_compiled() - before
+
+    def run_all() -> list[Any]:
+        with no_compile_caches(), torch.no_grad():
+            return [run(x) for x in inputs]
+
+    outputs, seconds = timed_call(run_all, device)
+    return outputs, seconds, frames_compiled() - before
 
 
 def schedule_pass(run: Callable[[Any], Any], inputs: Sequence[Any]) -> Callable[[], None]:
     """A zero-argument callable that runs `run` over every input once, without autograd: one pass of a schedule."""
-    import torch
 
     def call() -> None:
-        with torch.no_grad():
-            for x in inputs:
-                run(x)
+        for x in inputs:
+            run(x)
 
-    return call
+    return no_grad(call)

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from typing import Any, Callable
 
 import pytest
 import torch
 
+from perftests.compile_time import timed_call
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.fp8 import E4M3_UNIT, fp8_linears
 from perftests.models.transformer import build, linear_flops, workload
@@ -93,12 +93,7 @@ class Ladder:
     def output(self, rung: str) -> torch.Tensor:
         """The rung's logits as fp32 (computed once; the first call of a compiled rung is its compile, timed)."""
         if rung not in self.outputs:
-            sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
-            sync()
-            start = time.perf_counter()
-            out = self.runner(rung)()
-            sync()
-            self.first_call_s[rung] = time.perf_counter() - start
+            out, self.first_call_s[rung] = timed_call(self.runner(rung), self.device)
             self.outputs[rung] = out.float()
         return self.outputs[rung]
 

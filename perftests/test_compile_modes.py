@@ -8,12 +8,10 @@ caches (cold and warm), each gated as a metric.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
-from perftests.compile_time import cold_and_warm, no_compile_caches
+from perftests.compile_time import cold_and_warm, no_compile_caches, no_grad, timed_call
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import LARGE, LARGE_CPU, build, linear_flops, parameters, workload
 
@@ -38,26 +36,14 @@ def test_compile_mode(perf, device: str, mode: str) -> None:
     tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
     torch._dynamo.reset()
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
-
-    def eager() -> torch.Tensor:
-        with torch.no_grad():
-            return model(tokens)
-
-    def run_compiled() -> torch.Tensor:
-        with torch.no_grad():
-            return compiled(tokens)
+    eager, run_compiled = no_grad(model, tokens), no_grad(compiled, tokens)
 
     expected = eager()
     tol = logits_tolerance(expected, cfg.layers)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     # The first compiled call is the compile (trace, inductor, autotuning in max-autotune): timed here, by itself.
-    sync()
-    start = time.perf_counter()
-    first = run_compiled()
-    sync()
-    compile_s = time.perf_counter() - start
+    first, compile_s = timed_call(run_compiled, device)
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
     flops = linear_flops(model, batch * seq)
     perf.compare(eager, run_compiled, name="vs_eager", check=False, flops=flops,
@@ -83,18 +69,15 @@ def test_precision_fp32_to_bf16_eager(perf, device: str) -> None:
     bf16 = build(cfg, device, torch.bfloat16)  # the same seed: the fp32 weights rounded to bf16
     tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
 
-    def run(model: torch.nn.Module) -> torch.Tensor:
-        with torch.no_grad():
-            return model(tokens)
-
     # bf16 end to end (weights, activations, the residual stream): 2 roundings of the stream per block and those
     # of the operands of each GEMM reach the logits; RMS sqrt(2/3) 2^-8 per rounded GEMM, 2^-8 / sqrt(3) per add.
     # The bound is 3x that estimate summed over the 4 GEMMs and 2 adds per block and the head; on the CPU (2 blocks)
     # the error measured 0.0048 against a bound of 0.032: the blocks' errors are partly diluted by the stream.
     unit = 2.0**-8
     bound = 3.0 * unit * ((2.0 / 3.0) * (4 * cfg.layers + 1) + (1.0 / 3.0) * 2 * cfg.layers) ** 0.5
-    perf.assert_close(run(bf16).float(), run(fp32), rel_l2=bound)
-    perf.compare(lambda: run(fp32), lambda: run(bf16), name="bf16_eager_vs_fp32_eager", check=False,
+    run_fp32, run_bf16 = no_grad(fp32, tokens), no_grad(bf16, tokens)
+    perf.assert_close(run_bf16().float(), run_fp32(), rel_l2=bound)
+    perf.compare(run_fp32, run_bf16, name="bf16_eager_vs_fp32_eager", check=False,
                  flops=linear_flops(fp32, batch * seq) if device == "cuda" else None,
                  flops_dtype="bf16" if device == "cuda" else None)
 
@@ -108,23 +91,15 @@ def test_compile_large_model(perf, device: str) -> None:
     tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
     torch._dynamo.reset()
     compiled = torch.compile(model)
-
-    def eager() -> torch.Tensor:
-        with torch.no_grad():
-            return model(tokens)
-
-    def run_compiled() -> torch.Tensor:
-        with torch.no_grad():
-            return compiled(tokens)
+    eager, run_compiled = no_grad(model, tokens), no_grad(compiled, tokens)
 
     expected = eager()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    with no_compile_caches():  # compiled here, not loaded from a cache an earlier run filled
-        first = run_compiled()
-    sync()
-    compile_s = time.perf_counter() - start
+
+    def compile_from_scratch() -> torch.Tensor:
+        with no_compile_caches():  # compiled here, not loaded from a cache an earlier run filled
+            return run_compiled()
+
+    first, compile_s = timed_call(compile_from_scratch, device)
     perf.assert_close(first, expected, **logits_tolerance(expected, cfg.layers))
     if device == "cuda":
         assert 0.95e9 < parameters(model) < 1.1e9, f"the large model has {parameters(model) / 1e9:.3f}B parameters"

@@ -10,12 +10,12 @@ lr * g / (|g| + eps), which turns a last-bit difference in a near-zero gradient 
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from perftests.compile_time import timed_call
 from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
 
@@ -52,13 +52,9 @@ def test_training_step(perf, device: str) -> None:
     torch._dynamo.reset()
     compiled_step = torch.compile(make_step(compiled_model, compiled_opt, tokens, targets, device))
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     loss_eager = eager_step()
-    sync()
-    start = time.perf_counter()
-    loss_compiled = compiled_step()  # the first call compiles forward, backward and the optimizer step
-    sync()
-    compile_s = time.perf_counter() - start
+    # The first call compiles forward, backward and the optimizer step.
+    loss_compiled, compile_s = timed_call(compiled_step, device)
     # Autocast's bf16 GEMMs round differently once fused; fp32 on the CPU differs only in summation order.
     loss_tol = dict(rtol=2e-2, atol=0.0) if device == "cuda" else dict(rtol=1e-5, atol=0.0)
     perf.assert_close(loss_compiled, loss_eager, **loss_tol)
