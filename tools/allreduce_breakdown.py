@@ -24,6 +24,7 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
 
     from perftests import collectives as c
     from perftests.kernels import quant
+    from speedgate.distributed import slowest, timed_on_rank
 
     rank, world, device = c.setup()
     try:
@@ -53,19 +54,8 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
         for name, (fn, nbytes) in steps.items():
             for _ in range(3):
                 fn()
-            times = []
-            for _ in range(reps):
-                dist.barrier()
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            med = torch.tensor([statistics.median(times)], device=device)
-            dist.all_reduce(med, op=dist.ReduceOp.MAX)
-            rows[name] = {"ms": float(med.item()), "bytes": nbytes}
+            median = statistics.median(timed_on_rank(fn) for _ in range(reps))
+            rows[name] = {"ms": slowest([median])[0], "bytes": nbytes}
         return {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name()}
     finally:
         c.teardown()

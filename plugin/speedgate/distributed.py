@@ -19,6 +19,50 @@ from .stats import bootstrap_ratio
 BATCH = 10
 
 
+def timed_on_rank(fn: Callable[[], Any]) -> float:
+    """Milliseconds of one call of fn on this rank, started right after a barrier of all ranks (CUDA events on the
+    GPU under NCCL, perf_counter otherwise)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    if _on_gpu():
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def slowest(values: list[float]) -> list[float]:
+    """Element by element, the largest of every rank's values (an all-reduce with MAX)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(v) for v in t.tolist()]
+
+
+def _on_gpu() -> bool:
+    import torch
+    import torch.distributed as dist
+
+    return torch.cuda.is_available() and dist.get_backend() == "nccl"
+
+
+def _device() -> Any:
+    """Where this rank's collectives' tensors live: its GPU under NCCL, else the CPU."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if _on_gpu() else torch.device("cpu")
+
+
 def measure_across_ranks(
     reference: Callable[[], Any],
     optimized: Callable[[], Any],
@@ -32,32 +76,11 @@ def measure_across_ranks(
     import torch
     import torch.distributed as dist
 
-    cuda = torch.cuda.is_available() and dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-
-    def timed(fn: Callable[[], Any]) -> float:
-        dist.barrier()
-        if cuda:
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end))
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-
-    def slowest(values: list[float]) -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64 if not cuda else torch.float32, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return [float(v) for v in t.tolist()]
-
-    first = slowest([timed(reference), timed(optimized)])
+    cuda = _on_gpu()
+    first = slowest([timed_on_rank(reference), timed_on_rank(optimized)])
     for _ in range(warmup_calls):
-        timed(reference)
-        timed(optimized)
+        timed_on_rank(reference)
+        timed_on_rank(optimized)
     ref_samples: list[float] = []
     opt_samples: list[float] = []
     stopped_by = "max-rounds"
@@ -67,7 +90,7 @@ def measure_across_ranks(
         for i in range(BATCH):
             ab = (len(ref_samples) + i) % 2 == 0
             pair = (reference, optimized) if ab else (optimized, reference)
-            a, b = timed(pair[0]), timed(pair[1])
+            a, b = timed_on_rank(pair[0]), timed_on_rank(pair[1])
             local.extend([a, b] if ab else [b, a])  # always (reference, optimized)
         merged = slowest(local)
         ref_samples.extend(merged[0::2])
@@ -79,7 +102,7 @@ def measure_across_ranks(
                 decision = 1
             elif time.monotonic() - started >= budget_s:
                 decision = 2
-        flag = torch.tensor([decision], dtype=torch.int32, device=device)
+        flag = torch.tensor([decision], dtype=torch.int32, device=_device())
         dist.broadcast(flag, src=0)
         if int(flag.item()):
             stopped_by = "converged" if int(flag.item()) == 1 else "budget"
