@@ -116,8 +116,7 @@ class P2PQuantizedAllReduce:
         self.world, self.pieces, self.rank = world, pieces, dist.get_rank()
         self.piece = numel // pieces
         self.chunk = self.piece // world
-        probe = quant.Packed(self.chunk, world, "meta")
-        self.seg = probe.seg_bytes  # bytes of one chunk's codes and scales
+        self.seg = quant.Packed.segment_bytes(self.chunk)  # bytes of one chunk's codes and scales
         self.send_bytes = world * self.seg  # per piece
         total = pieces * (self.send_bytes + self.seg)  # every piece's send segments, then every piece's reduced one
         group = dist.group.WORLD
@@ -143,7 +142,7 @@ class P2PQuantizedAllReduce:
         self.handle.barrier(channel=0)  # every rank has finished reading this rank's buffers from the last call
         received = []
         for p in range(self.pieces):
-            send = quant.Packed.wrap(self._send(self.sym, p), self.chunk, self.world)
+            send = quant.Packed(self.chunk, self.world, buffer=self._send(self.sym, p))
             quant.quantize(x[p * self.piece:(p + 1) * self.piece], packed=send)
             self.handle.barrier(channel=1)  # piece p is quantized on every rank
             self.side.wait_stream(main)
@@ -158,8 +157,8 @@ class P2PQuantizedAllReduce:
         gathered = []
         for p in range(self.pieces):
             main.wait_event(received[p])
-            reduced = quant.Packed.wrap(self._reduced(self.sym, p), self.chunk, 1)
-            mine = quant.Packed.wrap(self._send(self.sym, p), self.chunk, self.world).segment(rank)
+            reduced = quant.Packed(self.chunk, 1, buffer=self._reduced(self.sym, p))
+            mine = quant.Packed(self.chunk, self.world, buffer=self._send(self.sym, p)).segment(rank)
             quant.reduce_requantize(packed=self.recv[p], out=reduced, own=(rank, mine))
             self.handle.barrier(channel=2)  # piece p is reduced on every rank
             self.side.wait_stream(main)
@@ -172,7 +171,7 @@ class P2PQuantizedAllReduce:
             gathered.append(done)
         for p in range(self.pieces):
             main.wait_event(gathered[p])
-            reduced = quant.Packed.wrap(self._reduced(self.sym, p), self.chunk, 1)
+            reduced = quant.Packed(self.chunk, 1, buffer=self._reduced(self.sym, p))
             quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece], own=(rank, reduced))
         return out
 

@@ -108,23 +108,24 @@ def _grid(n_blocks: int):
 
 class Packed:
     """Codes and scales of `segments` equal chunks in one int8 buffer, each segment [codes | fp32 scales]: one
-    collective moves both (the scales alone would be a second, latency-bound collective)."""
+    collective moves both (the scales alone would be a second, latency-bound collective). A new buffer, or
+    buffer= to lay the segments over existing int8 memory (a slice of a symmetric-memory allocation, say)."""
 
-    def __init__(self, chunk: int, segments: int, device: torch.device | str) -> None:
+    def __init__(self, chunk: int, segments: int, device: torch.device | str | None = None, *,
+                 buffer: torch.Tensor | None = None) -> None:
         self.chunk, self.segments = chunk, segments
         self.blocks = _blocks(chunk)  # per segment
-        self.seg_bytes = chunk + 4 * self.blocks
-        self.buffer = torch.empty(segments * self.seg_bytes, dtype=torch.int8, device=device)
-
-    @classmethod
-    def wrap(cls, buffer: torch.Tensor, chunk: int, segments: int) -> "Packed":
-        packed = cls.__new__(cls)
-        packed.chunk, packed.segments, packed.blocks = chunk, segments, _blocks(chunk)
-        packed.seg_bytes = chunk + 4 * packed.blocks
-        if buffer.numel() != segments * packed.seg_bytes or buffer.dtype != torch.int8:
+        self.seg_bytes = self.segment_bytes(chunk)
+        if buffer is None:
+            buffer = torch.empty(segments * self.seg_bytes, dtype=torch.int8, device=device)
+        elif buffer.numel() != segments * self.seg_bytes or buffer.dtype != torch.int8:
             raise ValueError("a packed buffer must be int8 of segments * (chunk + 4 * chunk / QBLOCK) bytes")
-        packed.buffer = buffer
-        return packed
+        self.buffer = buffer
+
+    @staticmethod
+    def segment_bytes(chunk: int) -> int:
+        """Bytes of one segment: a chunk's int8 codes, then its fp32 scales."""
+        return chunk + 4 * _blocks(chunk)
 
     @property
     def codes(self) -> torch.Tensor:
@@ -139,7 +140,7 @@ class Packed:
         return self.blocks, self.seg_bytes, self.seg_bytes // 4
 
     def segment(self, j: int) -> "Packed":
-        return Packed.wrap(self.buffer[j * self.seg_bytes:(j + 1) * self.seg_bytes], self.chunk, 1)
+        return Packed(self.chunk, 1, buffer=self.buffer[j * self.seg_bytes:(j + 1) * self.seg_bytes])
 
     def unpack(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes (segments, chunk), scales (segments, blocks)) as separate tensors, for checks."""
