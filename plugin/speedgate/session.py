@@ -68,7 +68,7 @@ class SpeedgateSession:
         self.gpu_state_at_start: dict[str, str] = {}
         self._other_baselines: dict[str, dict[str, Any] | None] = {}
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it was pinned to
-        self._fingerprints_extra: dict[str, dict[str, Any]] = {}
+        self._gpu_counts: dict[str, int] = {}  # multi-GPU hardware key -> its GPU count
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
     @property
@@ -92,10 +92,7 @@ class SpeedgateSession:
         """The hardware key of results measured across world_size GPUs of this machine ('2x-nvidia-h200'); its
         fingerprint is this one's with the GPU count."""
         key = multi_gpu_key(self.hardware_key, world_size)
-        if key not in self._fingerprints_extra:
-            fp = self.fingerprint.to_json()
-            fp["hardware"]["gpu_count"] = world_size
-            self._fingerprints_extra[key] = fp
+        self._gpu_counts[key] = world_size
         return key
 
     def load_baseline(self) -> None:
@@ -188,12 +185,10 @@ class SpeedgateSession:
     def _note_fingerprint(self, key: str) -> None:
         # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
         # which can be after a test recorded a metric.
-        extra = self._fingerprints_extra.get(key)
-        if extra is not None:
-            hardware = {**self.fingerprint.hardware, "gpu_count": extra["hardware"]["gpu_count"]}
-            self.fingerprints[key] = {"hardware": hardware, "software": dict(self.fingerprint.software)}
-        else:
-            self.fingerprints[key] = self.fingerprint.to_json()
+        fp = self.fingerprint.to_json()
+        if key in self._gpu_counts:
+            fp["hardware"]["gpu_count"] = self._gpu_counts[key]
+        self.fingerprints[key] = fp
 
     # -- xdist ---------------------------------------------------------------------------------------------
     def worker_payload(self) -> str:
