@@ -207,8 +207,8 @@ class Perf:
         samples; it measures the device's work only, so never use it for a case about launch overhead. A regression does not raise here: the test fails after its body,
         so every comparison in it is measured and reported.
         """
-        case_id, tol, config_json = self._case(name, tolerance, flops, bytes, flops_dtype, config)
-        settings = self._session.settings
+        common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
+        case_id, settings = common["case_id"], self._session.settings
         ref = _guard(reference, "reference", case_id)
         opt = _guard(optimized, "optimized", case_id)
         closeness: list[Closeness] = []
@@ -221,17 +221,6 @@ class Perf:
             except AssertionError as exc:
                 raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
 
-        common = dict(
-            case_id=case_id,
-            nodeid=self.nodeid,
-            name=name,
-            hardware_key=self._session.hardware_key,
-            tolerance=tol,
-            flops=flops,
-            bytes=bytes,
-            flops_dtype=flops_dtype,
-            config=config_json,
-        )
         untimed = self._untimed_reason()
         if untimed:
             check_outputs(ref(), opt())
@@ -290,9 +279,8 @@ class Perf:
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
         key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
-        case_id, tol, config_json = self._case(name, tolerance, flops, bytes, flops_dtype, config)
-        common = dict(case_id=case_id, nodeid=self.nodeid, name=name, hardware_key=key, tolerance=tol, flops=flops,
-                      bytes=bytes, flops_dtype=flops_dtype, config=config_json)
+        common = self._case(name, tolerance, flops, bytes, flops_dtype, config, key)
+        case_id = common["case_id"]
         untimed = self._untimed_reason()
         if untimed:
             result = CompareResult(timed=False, verdict=Verdict.UNTIMED.value, note=f"timing skipped: {untimed}", **common)
@@ -324,9 +312,9 @@ class Perf:
 
     def _case(
         self, name: str | None, tolerance: float | None, flops: float | None, bytes: float | None,  # noqa: A002
-        flops_dtype: str | None, config: Mapping[str, Any] | None,
-    ) -> tuple[str, float, dict[str, Any] | None]:
-        """(case id, tolerance, config as plain JSON) after checking a comparison's arguments."""
+        flops_dtype: str | None, config: Mapping[str, Any] | None, hardware_key: str,
+    ) -> dict[str, Any]:
+        """The fields every CompareResult of this comparison shares, after checking its arguments."""
         case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
         if name is not None and (not name or any(c in name for c in "\n\r\t")):
             raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
@@ -340,7 +328,8 @@ class Perf:
                 raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
         if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
             raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
-        return case_id, tol, _plain_config(case_id, config)
+        return dict(case_id=case_id, nodeid=self.nodeid, name=name, hardware_key=hardware_key, tolerance=tol,
+                    flops=flops, bytes=bytes, flops_dtype=flops_dtype, config=_plain_config(case_id, config))
 
     def _judge_and_record(
         self,
