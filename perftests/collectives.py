@@ -128,6 +128,17 @@ class P2PQuantizedAllReduce:
         self.recv = [quant.Packed(self.chunk, world, device) for _ in range(pieces)]
         self.gathered = [quant.Packed(self.chunk, world, device) for _ in range(pieces)]
         self.side = torch.cuda.Stream(device=device)
+        # Every view a call uses, made once here (no per-call host work beyond the launches): this rank's send and
+        # reduced segments in symmetric memory, and per piece the (destination, remote source) pairs to copy.
+        rank, seg = self.rank, self.seg
+        self.send = [quant.Packed(self.chunk, world, buffer=self._send(self.sym, p)) for p in range(pieces)]
+        self.reduced = [quant.Packed(self.chunk, 1, buffer=self._reduced(self.sym, p)) for p in range(pieces)]
+        self.mine = [send.segment(rank) for send in self.send]  # this rank's own chunk, read in place
+        others = [r for r in range(world) if r != rank]
+        self.pull_chunks = [[(self.recv[p].buffer[r * seg:(r + 1) * seg], self._send(self.remote[r], p)[rank * seg:(rank + 1) * seg])
+                             for r in others] for p in range(pieces)]
+        self.pull_reduced = [[(self.gathered[p].buffer[r * seg:(r + 1) * seg], self._reduced(self.remote[r], p))
+                              for r in others] for p in range(pieces)]
 
     def _send(self, buf: torch.Tensor, p: int) -> torch.Tensor:
         return buf[p * self.send_bytes:(p + 1) * self.send_bytes]
@@ -136,43 +147,35 @@ class P2PQuantizedAllReduce:
         start = self.pieces * self.send_bytes + p * self.seg
         return buf[start:start + self.seg]
 
+    def _pull(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.cuda.Event:
+        """Copy each remote source into its destination on the side stream, after the main stream's work so far."""
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            for dst, src in pairs:
+                dst.copy_(src)
+            done = torch.cuda.Event()
+            done.record(self.side)
+        return done
+
     def __call__(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         main = torch.cuda.current_stream()
-        seg, rank = self.seg, self.rank
+        rank = self.rank
         self.handle.barrier(channel=0)  # every rank has finished reading this rank's buffers from the last call
         received = []
         for p in range(self.pieces):
-            send = quant.Packed(self.chunk, self.world, buffer=self._send(self.sym, p))
-            quant.quantize(x[p * self.piece:(p + 1) * self.piece], packed=send)
+            quant.quantize(x[p * self.piece:(p + 1) * self.piece], packed=self.send[p])
             self.handle.barrier(channel=1)  # piece p is quantized on every rank
-            self.side.wait_stream(main)
-            with torch.cuda.stream(self.side):
-                for r in range(self.world):  # pull chunk `rank` of piece p from every other rank
-                    if r != rank:
-                        src = self._send(self.remote[r], p)[rank * seg:(rank + 1) * seg]
-                        self.recv[p].buffer[r * seg:(r + 1) * seg].copy_(src)
-                done = torch.cuda.Event()
-                done.record(self.side)
-            received.append(done)
+            received.append(self._pull(self.pull_chunks[p]))  # chunk `rank` of piece p from every other rank
         gathered = []
         for p in range(self.pieces):
             main.wait_event(received[p])
-            reduced = quant.Packed(self.chunk, 1, buffer=self._reduced(self.sym, p))
-            mine = quant.Packed(self.chunk, self.world, buffer=self._send(self.sym, p)).segment(rank)
-            quant.reduce_requantize(packed=self.recv[p], out=reduced, own=(rank, mine))
+            quant.reduce_requantize(packed=self.recv[p], out=self.reduced[p], own=(rank, self.mine[p]))
             self.handle.barrier(channel=2)  # piece p is reduced on every rank
-            self.side.wait_stream(main)
-            with torch.cuda.stream(self.side):
-                for r in range(self.world):  # pull every other rank's reduced chunk of piece p
-                    if r != rank:
-                        self.gathered[p].buffer[r * seg:(r + 1) * seg].copy_(self._reduced(self.remote[r], p))
-                done = torch.cuda.Event()
-                done.record(self.side)
-            gathered.append(done)
+            gathered.append(self._pull(self.pull_reduced[p]))  # every other rank's reduced chunk of piece p
         for p in range(self.pieces):
             main.wait_event(gathered[p])
-            reduced = quant.Packed(self.chunk, 1, buffer=self._reduced(self.sym, p))
-            quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece], own=(rank, reduced))
+            quant.dequantize(packed=self.gathered[p], out=out[p * self.piece:(p + 1) * self.piece],
+                             own=(rank, self.reduced[p]))
         return out
 
 
@@ -217,15 +220,13 @@ def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True
             result["quantized"] = error_check(x, one(x, out))
             result["pipelined" if variant != "p2p" else "p2p"] = error_check(x, many(x, out))
         if timing:
-            if variant == "quantized":
+            if variant == "pipelined":
+                reference: Callable[[], Any] = lambda: one(x, out)  # noqa: E731
+            else:  # against NCCL's bf16 all-reduce
                 scratch = x.clone()  # all-reduced in place every call: its values grow, NCCL's speed does not care
-                reference: Callable[[], Any] = lambda: dist.all_reduce(scratch)  # noqa: E731
-                optimized: Callable[[], Any] = lambda: one(x, out)  # noqa: E731
-            elif variant == "p2p":
-                scratch = x.clone()
-                reference, optimized = (lambda: dist.all_reduce(scratch)), (lambda: many(x, out))
-            else:
-                reference, optimized = (lambda: one(x, out)), (lambda: many(x, out))
+                reference = lambda: dist.all_reduce(scratch)  # noqa: E731
+            chosen = one if variant == "quantized" else many
+            optimized: Callable[[], Any] = lambda: chosen(x, out)  # noqa: E731
             result["samples"] = measure_across_ranks(reference, optimized, budget_s=budget_s, target_noise=target_noise)
         return result
     finally:
