@@ -39,7 +39,7 @@ def timed(ref_ms, opt_ms):
     dist.init_process_group("gloo")
     try:
         return measure_across_ranks(lambda: time.sleep(ref_ms / 1e3), lambda: time.sleep(opt_ms / 1e3),
-                                    budget_s=0.3, target_noise=0.05)
+                                    policy={"budget_s": 0.3, "target_rel_halfwidth": 0.05})
     finally:
         dist.destroy_process_group()
 '''

@@ -151,3 +151,13 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def update(path: Path, change: Any) -> dict[str, Any] | None:
+    """Read path (validated; None when missing), call change(existing), write what it returns (None: nothing).
+
+    Placeholder without the inter-process lock (the baseline-safety branch brings it)."""
+    doc = change(read(path))
+    if doc is not None:
+        write_atomic(path, doc)
+    return doc

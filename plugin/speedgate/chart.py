@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from .verdict import SEVERITY, Verdict
+from .results import CompareResult
+from .verdict import Verdict, by_severity
 
 COLOURS = {
-    Verdict.REGRESSED.value: "#d62728",
-    Verdict.IMPROVED.value: "#2ca02c",
-    Verdict.PASS.value: "#1f77b4",
-    Verdict.NEW.value: "#7f7f7f",
-    Verdict.NO_BASELINE_FILE.value: "#7f7f7f",
+    Verdict.REGRESSED: "#d62728",
+    Verdict.IMPROVED: "#2ca02c",
+    Verdict.PASS: "#1f77b4",
+    Verdict.NEW: "#7f7f7f",
+    Verdict.NO_BASELINE_FILE: "#7f7f7f",
 }
 
 
@@ -20,7 +21,7 @@ def _label(case_id: str) -> str:
     return case_id.removeprefix("perftests/").replace(".py::", " :: ").replace("test_triton_", "")
 
 
-def render(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+def render(records: Sequence[CompareResult], path: Path, title: str) -> None:
     """Two panels sharing one row per timed case, regressions on top.
 
     Left: measured speedup over its baseline (1.0 = as blessed), with the 95% interval and the case's tolerance
@@ -34,30 +35,30 @@ def render(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     except ImportError as exc:
         raise RuntimeError("the chart needs matplotlib: pip install 'pytest-speedgate[chart]'") from exc
 
-    timed = [r for r in records if r["timed"]]
-    timed.sort(key=lambda r: (SEVERITY.get(Verdict(r["verdict"]), 9), r["case_id"]), reverse=True)
+    # Regressions on top: matplotlib draws the first row at the bottom.
+    timed = list(reversed(by_severity(sorted((r for r in records if r.timed), key=lambda r: r.case_id))))
     n = max(len(timed), 1)
     fig, (ax, ax_peak) = plt.subplots(
         1, 2, figsize=(14, 1.5 + 0.22 * n), sharey=True, gridspec_kw={"width_ratios": [3, 1]}, constrained_layout=True
     )
     ys = range(len(timed))
     for y, r in zip(ys, timed):
-        colour = COLOURS.get(r["verdict"], "#7f7f7f")
-        if r.get("baseline"):
-            rel, lo, hi = r["speedup"] / r["baseline"], r["ci_low"] / r["baseline"], r["ci_high"] / r["baseline"]
-            tol = r["tolerance"]
+        colour = COLOURS.get(r.verdict, "#7f7f7f")
+        if r.baseline and r.speedup is not None and r.ci_low is not None and r.ci_high is not None:
+            rel, lo, hi = r.speedup / r.baseline, r.ci_low / r.baseline, r.ci_high / r.baseline
+            tol = r.tolerance
             ax.add_patch(plt.Rectangle((1 - tol, y - 0.4), 2 * tol, 0.8, color="#dddddd", zorder=0, lw=0))
             ax.errorbar(rel, y, xerr=[[rel - lo], [hi - rel]], fmt="o", color=colour, ms=4, capsize=2)
         else:
             ax.plot(1.0, y, marker="s", color=colour, ms=4)
-        peak = r.get("peak_fraction")
-        if peak is not None:
-            ax_peak.barh(y, peak, color="#9467bd" if r.get("bound") == "compute" else "#17becf", height=0.7)
+        if r.peak_fraction is not None:
+            ax_peak.barh(y, r.peak_fraction, color="#9467bd" if r.bound == "compute" else "#17becf", height=0.7)
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.set_yticks(list(ys), [_label(r["case_id"]) for r in timed], fontsize=7)
+    ax.set_yticks(list(ys), [_label(r.case_id) for r in timed], fontsize=7)
     ax.set_xlabel("measured speedup / baseline speedup (grey band: tolerance; bars: 95% interval)")
     ax.set_title(title, fontsize=10, loc="left")
-    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in COLOURS.items() if v != Verdict.NO_BASELINE_FILE.value]
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v.value) for v, c in COLOURS.items()
+               if v is not Verdict.NO_BASELINE_FILE]
     ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.grid(axis="x", lw=0.3)
     ax_peak.set_xlim(0, 1.05)

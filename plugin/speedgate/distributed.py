@@ -10,13 +10,11 @@ Returns, on every rank, the samples and first-call times that Perf.compare_sampl
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from .measure import Policy
-from .stats import bootstrap_ratio
-
-BATCH = 10
+from .measure import Policy, run_rounds
 
 
 def timed_on_rank(fn: Callable[[], Any]) -> float:
@@ -63,56 +61,63 @@ def _device() -> Any:
     return torch.device("cuda", torch.cuda.current_device()) if _on_gpu() else torch.device("cpu")
 
 
+# Rounds per batch across ranks: each round costs two barriers, and the stop decision one broadcast per batch.
+BATCH = 10
+# Rounds at most across ranks (each round's barriers make a round far costlier than in process).
+MAX_ROUNDS = 400
+
+_STOPS = ("", "converged", "budget")
+
+
 def measure_across_ranks(
     reference: Callable[[], Any],
     optimized: Callable[[], Any],
     *,
-    budget_s: float = Policy.budget_s,
-    target_noise: float = Policy.target_rel_halfwidth,
-    min_rounds: int = Policy.min_rounds,
-    max_rounds: int = 400,
-    warmup_calls: int = Policy.warmup_calls,
+    policy: Policy | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The gate's interleaved rounds on every rank (the loop of speedgate.measure), each sample the slowest rank's.
+
+    policy is the test's perf.policy (or its to_json(), as it arrives in a rank's payload); None: the defaults.
+    """
     import torch
     import torch.distributed as dist
 
+    if policy is None:
+        policy = Policy()
+    elif not isinstance(policy, Policy):
+        policy = Policy.from_json(policy)
+    policy = dataclasses.replace(policy, max_rounds=min(policy.max_rounds, MAX_ROUNDS))
     cuda = _on_gpu()
     first = slowest([timed_on_rank(reference), timed_on_rank(optimized)])
-    for _ in range(warmup_calls):
+    for _ in range(policy.warmup_calls):
         timed_on_rank(reference)
         timed_on_rank(optimized)
-    ref_samples: list[float] = []
-    opt_samples: list[float] = []
-    stopped_by = "max-rounds"
-    started = time.monotonic()
-    while len(ref_samples) < max_rounds:
+
+    def take(first_round: int, count: int) -> tuple[list[float], list[float]]:
         local: list[float] = []
-        for i in range(BATCH):
-            ab = (len(ref_samples) + i) % 2 == 0
+        for i in range(first_round, first_round + count):
+            ab = i % 2 == 0
             pair = (reference, optimized) if ab else (optimized, reference)
             a, b = timed_on_rank(pair[0]), timed_on_rank(pair[1])
             local.extend([a, b] if ab else [b, a])  # always (reference, optimized)
         merged = slowest(local)
-        ref_samples.extend(merged[0::2])
-        opt_samples.extend(merged[1::2])
-        decision = 0
-        if dist.get_rank() == 0 and len(ref_samples) >= min_rounds:
-            estimate = bootstrap_ratio(ref_samples, opt_samples, resamples=400)
-            if estimate.rel_halfwidth <= target_noise:
-                decision = 1
-            elif time.monotonic() - started >= budget_s:
-                decision = 2
-        flag = torch.tensor([decision], dtype=torch.int32, device=_device())
+        return merged[0::2], merged[1::2]
+
+    def agree(decision: str | None) -> str | None:
+        """Rank 0's decision, on every rank."""
+        flag = torch.tensor([_STOPS.index(decision or "")], dtype=torch.int32, device=_device())
         dist.broadcast(flag, src=0)
-        if int(flag.item()):
-            stopped_by = "converged" if int(flag.item()) == 1 else "budget"
-            break
+        return _STOPS[int(flag.item())] or None
+
+    rounds = run_rounds(take, policy, batch_size=lambda _ms: BATCH, per_pair_ms=sum(first),
+                        decides=dist.get_rank() == 0, agree=agree)
     return {
-        "reference_ms": ref_samples,
-        "optimized_ms": opt_samples,
+        "reference_ms": rounds.reference,
+        "optimized_ms": rounds.optimized,
         "reference_first_ms": first[0],
         "optimized_first_ms": first[1],
-        "seconds": time.monotonic() - started,
-        "stopped_by": stopped_by,
+        "seconds": rounds.seconds,
+        "stats_seconds": rounds.stats_seconds,
+        "stopped_by": rounds.stopped_by,
         "timer": "cuda-events-slowest-rank" if cuda else "perf-counter-slowest-rank",
     }

@@ -8,24 +8,18 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
-from .measure import Measurement, Policy, measure_pair, measurement_from_samples
+from . import gate
 from .gpu_state import throttled_fractions
-from .stats import sample_stats
-from .verdict import Judgement, Verdict, judge, judge_metric
+from .measure import Measurement, Policy, measure_pair, measurement_from_samples
+from .results import CompareResult, MetricResult
 
 if TYPE_CHECKING:
     from .session import SpeedgateSession
     from .timers import Timer
-
-
-# A case is reported as measured on an unstable GPU when thermal policy held its clocks down for more than this
-# fraction of its comparison (NVML violation counters, read before and after).
-THROTTLE_NOTE_FRACTION = 0.05
 
 
 class CaseError(Exception):
@@ -38,89 +32,6 @@ class RecompiledInRounds(AssertionError):
 
 class SpeedRegression(AssertionError):
     """Raised after a test body when one of its comparisons regressed (or, in strict mode, was not gated)."""
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    """One comparison as measured and judged. Times in milliseconds; speedup = reference_ms / optimized_ms."""
-
-    case_id: str
-    nodeid: str
-    name: str | None
-    hardware_key: str
-    timed: bool
-    verdict: str
-    note: str
-    tolerance: float
-    speedup: float | None = None
-    reference_ms: float | None = None
-    optimized_ms: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    noise: float | None = None
-    reference_cv: float | None = None
-    optimized_cv: float | None = None
-    rounds: int | None = None
-    timer: str | None = None
-    stopped_by: str | None = None
-    reference_first_ms: float | None = None
-    optimized_first_ms: float | None = None
-    baseline: float | None = None
-    change: float | None = None
-    remeasured: bool = False
-    flops: float | None = None
-    bytes: float | None = None
-    max_abs_error: float | None = None
-    rel_error: float | None = None
-    flops_dtype: str | None = None
-    reference_stats: dict[str, Any] | None = None
-    optimized_stats: dict[str, Any] | None = None
-    peak_fraction: float | None = None
-    bound: str | None = None
-    config: dict[str, Any] | None = None
-    throttled: dict[str, float] | None = None
-    graphed: bool = False
-
-    @property
-    def achieved_tflops(self) -> float | None:
-        """The optimized side's arithmetic rate, when flops= was given."""
-        if self.flops is None or not self.optimized_ms:
-            return None
-        return self.flops / (self.optimized_ms * 1e-3) / 1e12
-
-    @property
-    def achieved_gbps(self) -> float | None:
-        """The optimized side's memory rate, when bytes= was given."""
-        if self.bytes is None or not self.optimized_ms:
-            return None
-        return self.bytes / (self.optimized_ms * 1e-3) / 1e9
-
-    def to_json(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["achieved_tflops"] = self.achieved_tflops
-        record["achieved_gbps"] = self.achieved_gbps
-        return record
-
-
-@dataclass(frozen=True)
-class MetricResult:
-    """One single-valued metric as judged against its baseline."""
-
-    metric_id: str
-    nodeid: str
-    name: str
-    hardware_key: str
-    value: float
-    tolerance: float
-    direction: str
-    unit: str
-    verdict: str
-    note: str
-    baseline: float | None = None
-    change: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _recompile_check(case_id: str) -> Callable[[], None]:
@@ -224,12 +135,12 @@ class Perf:
         untimed = self._untimed_reason()
         if untimed:
             check_outputs(ref(), opt())
-            result = CompareResult(timed=False, verdict=Verdict.UNTIMED.value, note=f"timing skipped: {untimed}", **common, **_errors(closeness))
+            result = gate.untimed(common, untimed, closeness)
             self._record(result)
             return result
 
         timer = self._timer or self._session.timer()
-        policy = Policy(budget_s=settings.budget_s, target_rel_halfwidth=settings.target_noise)
+        policy = self.policy
         monitor = self._session.monitor
         started = time.monotonic()
         violations_before = monitor.violations() if monitor else {}
@@ -283,7 +194,7 @@ class Perf:
         case_id = common["case_id"]
         untimed = self._untimed_reason()
         if untimed:
-            result = CompareResult(timed=False, verdict=Verdict.UNTIMED.value, note=f"timing skipped: {untimed}", **common)
+            result = gate.untimed(common, untimed)
             self._record(result)
             return result
 
@@ -295,6 +206,7 @@ class Perf:
                     reference_first_ms=float(raw.get("reference_first_ms", float("nan"))),
                     optimized_first_ms=float(raw.get("optimized_first_ms", float("nan"))),
                     seconds=float(raw.get("seconds", 0.0)), stopped_by=str(raw.get("stopped_by", "external")),
+                    stats_seconds=float(raw.get("stats_seconds", 0.0)),
                     timer=str(raw.get("timer", "external")),
                 )
             except (KeyError, TypeError, ValueError) as exc:
@@ -304,6 +216,12 @@ class Perf:
 
         return self._judge_and_record(take(), take, common, graphed=False, throttled={}, roofline=lambda m: {},
                                       closeness=[])
+
+    @property
+    def policy(self) -> Policy:
+        """The run's measurement policy (--speedgate-budget, --speedgate-noise): pass policy.to_json() to the ranks
+        of a multi-process case, for speedgate.distributed.measure_across_ranks(..., policy=...)."""
+        return Policy.from_settings(self._session.settings)
 
     @property
     def timing(self) -> bool:
@@ -335,59 +253,24 @@ class Perf:
         self,
         measurement: Measurement,
         again: Callable[[], Measurement],
-        common: dict[str, Any],
+        fields: dict[str, Any],
         *,
         graphed: bool,
         throttled: Mapping[str, float],
         roofline: Callable[[Measurement], dict[str, Any]],
         closeness: list[Closeness],
     ) -> CompareResult:
-        """Judge a measurement against the baseline of its hardware key (re-measuring once before a regression
-        fails), keep its samples for artifacts, record the result and queue the failure."""
+        """Judge against the baseline of the case's hardware key, keep the samples for artifacts, record the result
+        and queue the failure (raised after the test body)."""
         settings = self._session.settings
-        case_id, key, tol, config_json = common["case_id"], common["hardware_key"], common["tolerance"], common["config"]
-        entry = self._session.baseline_entry(case_id, key)
-        baseline = entry["speedup"] if entry else None
-        found = self._session.baseline_found_for(key)
-        judgement = judge(measurement.estimate, baseline, tol, file_found=found)
-        remeasured = False
-        first = measurement
-        if judgement.verdict is Verdict.REGRESSED and not settings.update_baselines:
-            # Re-measure once before failing: a transient (another process, a clock dip) must not fail CI.
-            remeasured = True
-            measurement = again()
-            judgement = judge(measurement.estimate, baseline, tol, file_found=found)
-        self.samples[case_id] = {
-            "reference_ms": measurement.reference_samples, "optimized_ms": measurement.optimized_samples,
-            "order": "round i timed reference then optimized when i is even, the other way round when odd",
-            "first_measurement": None if first is measurement else {
-                "reference_ms": first.reference_samples, "optimized_ms": first.optimized_samples},
-        }
-        note = judgement.note
-        if remeasured:
-            note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
-        if entry and entry.get("config") is not None and config_json is not None and entry["config"] != config_json:
-            note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config_json}".lstrip("; ")
-        # Power capping is the steady state of tensor-core work on these cards (recorded, not flagged); thermal
-        # slowdown is not, and makes the measurement unstable.
-        if throttled.get("thermal", 0.0) > THROTTLE_NOTE_FRACTION:
-            note = (f"{note}; GPU thermally throttled for {min(throttled['thermal'], 1.0):.0%} of the comparison: "
-                    "an unstable measurement").lstrip("; ")
-        result = CompareResult(
-            timed=True,
-            verdict=judgement.verdict.value,
-            note=note,
-            **common,
-            **_measured(measurement, judgement),
-            remeasured=remeasured,
-            graphed=graphed,
-            throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
-            **roofline(measurement),
-            **_errors(closeness),
+        key = fields["hardware_key"]
+        result, first, final = gate.judge_measurement(
+            measurement, again, fields, entry=self._session.baseline_entry(fields["case_id"], key),
+            file_found=self._session.baseline_found_for(key), remeasure=not settings.update_baselines,
+            graphed=graphed, throttled=throttled, roofline=roofline, closeness=closeness,
         )
+        self.samples[result.case_id] = gate.samples_record(first, final)
         self._record(result)
-        if not settings.update_baselines and judgement.fails(settings.strict):
-            self.failures.append(self._failure_message(result, judgement))
         return result
 
     def metric(
@@ -414,23 +297,14 @@ class Perf:
             raise ValueError(f"speedgate: metric {metric_id} must be a finite number, got {value!r}")
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"speedgate: metric tolerance must be finite and non-negative, got {tolerance!r}")
-        entry = self._session.baseline_metric(metric_id)
-        baseline = entry["value"] if entry else None
-        judgement = judge_metric(float(value), baseline, float(tolerance), direction, file_found=self._session.baseline_found)
-        note = f"{name} {judgement.note}" if judgement.note else ""
-        result = MetricResult(
-            metric_id=metric_id, nodeid=self.nodeid, name=name, hardware_key=self._session.hardware_key,
-            value=float(value), tolerance=float(tolerance), direction=direction, unit=unit,
-            verdict=judgement.verdict.value, note=note, baseline=baseline, change=judgement.change,
+        key = self._session.hardware_key
+        result = gate.judge_metric_value(
+            metric_id, self.nodeid, name, key, float(value), tolerance=float(tolerance), direction=direction,
+            unit=unit, entry=self._session.baseline_metric(metric_id), file_found=self._session.baseline_found,
         )
         self.metrics.append(result)
         self._session.record_metric(result)
-        settings = self._session.settings
-        if not settings.update_baselines and judgement.fails(settings.strict):
-            steps = (f"Next: re-run to confirm; if intended, re-bless with `pytest --update-baselines {self.nodeid}`"
-                     if judgement.verdict is Verdict.REGRESSED else f"strict mode: {judgement.verdict.value} metric; "
-                     f"bless it with `pytest --update-baselines {self.nodeid}`")
-            self.failures.append(f"{metric_id}: {note or judgement.verdict.value}\n  {steps}")
+        self._queue_failure(result)
         return result
 
     def _untimed_reason(self) -> str:
@@ -443,24 +317,14 @@ class Perf:
     def _record(self, result: CompareResult) -> None:
         self.results.append(result)
         self._session.record(result)
+        self._queue_failure(result)
 
-    def _failure_message(self, result: CompareResult, judgement: Judgement) -> str:
-        key = result.hardware_key
-        path = self._session.baseline_path_for(key)
-        if judgement.verdict is Verdict.REGRESSED:
-            artifacts = self._session.settings.artifacts_dir
-            look = f"inspect the artifacts kept under {artifacts}; " if artifacts else "keep artifacts with --speedgate-artifacts DIR; "
-            steps = (
-                f"Next: re-run this test to confirm; {look}if the slowdown is intended, re-bless with "
-                f"`pytest --update-baselines {self.nodeid}`"
-            )
-        elif judgement.verdict is Verdict.NO_BASELINE_FILE:
-            steps = f"strict mode: there is no baseline file {path} for hardware key {key}; create it with `pytest --update-baselines`"
-        elif judgement.verdict is Verdict.NEW:
-            steps = f"strict mode: {path} has no entry for this case; bless it with `pytest --update-baselines {self.nodeid}`"
-        else:
-            steps = f"strict mode: bless the improvement with `pytest --update-baselines {self.nodeid}`"
-        return f"{result.case_id}: {result.note or judgement.verdict.value}\n  {steps}"
+    def _queue_failure(self, result: CompareResult | MetricResult) -> None:
+        settings = self._session.settings
+        if not settings.update_baselines and gate.fails(result.verdict, settings.strict):
+            self.failures.append(gate.failure_text(
+                result, baseline_path=self._session.baseline_path_for(result.hardware_key),
+                artifacts_dir=settings.artifacts_dir))
 
 
 def _graph_capture(timer: "Timer", case_id: str) -> Callable[[Callable[[], Any]], Callable[[], Any]] | None:
@@ -488,28 +352,6 @@ def _check_measurable(case_id: str, m: Measurement) -> None:
         )
 
 
-def _measured(m: Measurement, j: Judgement) -> dict[str, Any]:
-    return dict(
-        speedup=m.speedup,
-        reference_ms=m.reference_ms,
-        optimized_ms=m.optimized_ms,
-        ci_low=m.estimate.low,
-        ci_high=m.estimate.high,
-        noise=m.estimate.rel_halfwidth,
-        reference_cv=m.reference_cv,
-        optimized_cv=m.optimized_cv,
-        rounds=m.rounds,
-        timer=m.timer,
-        stopped_by=m.stopped_by,
-        reference_first_ms=m.reference_first_ms,
-        optimized_first_ms=m.optimized_first_ms,
-        reference_stats=sample_stats(m.reference_samples),
-        optimized_stats=sample_stats(m.optimized_samples),
-        baseline=j.baseline,
-        change=j.change,
-    )
-
-
 def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The config as plain JSON values (it travels to xdist's controller and into the baseline file)."""
     if config is None:
@@ -518,9 +360,3 @@ def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, A
         return json.loads(json.dumps(dict(config), sort_keys=True))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"speedgate: {case_id}: config= must hold plain JSON values: {exc}") from None
-
-
-def _errors(closeness: list[Closeness]) -> dict[str, Any]:
-    if not closeness:
-        return {}
-    return dict(max_abs_error=closeness[0].max_abs_error, rel_error=closeness[0].rel_error)

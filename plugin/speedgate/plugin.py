@@ -1,17 +1,16 @@
-"""pytest hooks for speedgate. Thin: each forwards to options, SpeedgateSession or report."""
+"""pytest hooks for speedgate. Thin: each forwards to options, the session, the fixture or finish."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, Generator
 
 import pytest
 
-from . import artifacts, report
+from . import export
 from .baseline import BaselineError
 from .devices import Assignment, pin_worker
+from .finish import Finish, finish_run, terminal_lines
 from .fixture import Perf, SpeedRegression
 from .options import SettingsError, add_options, read_settings
 from .session import SpeedgateSession
@@ -19,13 +18,7 @@ from .session import SpeedgateSession
 SESSION_KEY = pytest.StashKey[SpeedgateSession]()
 PERF_KEY = pytest.StashKey[Perf]()
 ASSIGNMENT_KEY = pytest.StashKey["Assignment | None"]()
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-FINISH_KEY = pytest.StashKey[list]()
-ERRORS_KEY = pytest.StashKey[list]()
+FINISH_KEY = pytest.StashKey[Finish]()
 WORKER_OUTPUT = "speedgate"
 
 
@@ -55,13 +48,15 @@ def _session(config: pytest.Config) -> SpeedgateSession:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, when the suite uses the gate and its baseline file is unusable.
-    if not any("perf" in getattr(item, "fixturenames", ()) for item in session.items):
-        return
-    state = _session(session.config)
+    if any("perf" in getattr(item, "fixturenames", ()) for item in session.items):
+        _load_baseline(_session(session.config), pytest.UsageError, "; the file was left untouched")
+
+
+def _load_baseline(state: SpeedgateSession, error: Any, suffix: str = "") -> None:
     try:
         state.load_baseline()
     except BaselineError as exc:
-        raise pytest.UsageError(f"speedgate: {exc}; the file was left untouched") from None
+        raise error(f"speedgate: {exc}{suffix}") from None
 
 
 @pytest.fixture
@@ -74,12 +69,8 @@ def speedgate_timer() -> Any:
 def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
     """Compare an optimized callable with its reference: perf.assert_close(...), perf.compare(...)."""
     state = _session(request.config)
-    try:
-        state.load_baseline()
-    except BaselineError as exc:
-        pytest.fail(f"speedgate: {exc}", pytrace=False)
-    obj = Perf(state, request.node.nodeid, speedgate_timer)
-    request.node.stash[PERF_KEY] = obj
+    _load_baseline(state, pytest.fail.Exception)
+    request.node.stash[PERF_KEY] = obj = Perf(state, request.node.nodeid, speedgate_timer)
     return obj
 
 
@@ -96,9 +87,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         result = yield
     finally:
         perf_obj = item.stash.get(PERF_KEY, None)
-        if perf_obj is not None:
-            # Each metric as a JUnit XML property of its test (written by --junitxml; travels under xdist).
-            item.user_properties.extend(report.junit_properties(perf_obj.results))
+        if perf_obj is not None:  # each result as JUnit XML properties of its test (travels under xdist)
+            item.user_properties.extend(export.junit_properties(perf_obj.results))
     if perf_obj is not None and perf_obj.failures:
         raise SpeedRegression("\n".join(perf_obj.failures))
     return result
@@ -107,80 +97,31 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     rep = yield
-    if rep.failed and PERF_KEY in item.stash:
-        state = _session(item.config)
-        state.failed_nodeids.add(item.nodeid)
-        folder = state.settings.artifacts_dir
-        if folder is not None:
-            perf_obj = item.stash[PERF_KEY]
-            kept = artifacts.write(
-                folder, item.nodeid, [r.to_json() for r in perf_obj.results], perf_obj.samples,
-                str(rep.longrepr), Path(str(item.config.rootpath)),
-            )
+    if PERF_KEY in item.stash:
+        kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
+        if kept is not None:
             rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
     return rep
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    state = _session(config)
+    config, state = session.config, _session(session.config)
     if hasattr(config, "workerinput"):
         config.workeroutput[WORKER_OUTPUT] = state.worker_payload()  # type: ignore[attr-defined]
         return
-    finish_errors: list[str] = []
-    if state.settings.update_baselines and (state.records or state.metric_records):
-        finished = state.update_baselines()
-        config.stash[FINISH_KEY] = finished.lines
-        finish_errors = finished.errors
-    if state.settings.json_path is not None:
-        _write(state.settings.json_path, json.dumps(state.json_report(), indent=2, sort_keys=True) + "\n")
-    if state.settings.benchmark_json_path is not None:
-        _write(state.settings.benchmark_json_path, json.dumps(state.benchmark_report(), indent=2) + "\n")
-    if state.settings.chart_path is not None and state.records:
-        from .chart import render
-
-        keys = ", ".join(sorted({r["hardware_key"] for r in state.records}))
-        try:
-            render(state.records, state.settings.chart_path, f"speedgate: {keys}, {len(state.records)} cases")
-        except RuntimeError as exc:
-            finish_errors.append(str(exc))
-    if state.records:
-        text = report.markdown(state.records, state.failed_nodeids, state.header_lines())
-        if state.settings.markdown_path is not None:
-            _write(state.settings.markdown_path, text)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(text)
-    if finish_errors:
-        config.stash[ERRORS_KEY] = finish_errors
+    done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    done = config.stash.get(FINISH_KEY, None)
     state = _session(config)
-    if hasattr(config, "workerinput") or not (state.records or state.metric_records or ERRORS_KEY in config.stash):
+    if done is None or not (state.records or state.metric_records or done.errors):
         return
-    tr = terminalreporter
-    tr.write_sep("=", "speedgate")
-    for line in state.header_lines():
-        tr.write_line(line)
-    tolerance = f"default tolerance {state.settings.tolerance:.0%}"
-    mode = "updating baselines" if state.settings.update_baselines else ("strict gate" if state.settings.strict else "gate")
-    tr.write_line(f"{mode}; {tolerance}; timer {state.settings.timer}")
-    for line in report.table(state.records, state.failed_nodeids):
-        tr.write_line(line)
-    for line in report.by_test(state.records):
-        tr.write_line(line)
-    for line in report.metrics_table(state.metric_records, state.failed_nodeids):
-        tr.write_line(line)
-    for line in report.notes(state.records):
-        tr.write_line(line)
-    for line in config.stash.get(FINISH_KEY, []):
-        tr.write_line(line)
-    for line in config.stash.get(ERRORS_KEY, []):
-        tr.write_line(f"speedgate error: {line}", red=True, bold=True)
+    terminalreporter.write_sep("=", "speedgate")
+    for line, error in terminal_lines(state, done):
+        terminalreporter.write_line(line, red=error, bold=error)
 
 
 class XdistHooks:

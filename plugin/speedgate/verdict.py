@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable, Iterable, TypeVar
 
 from .stats import RatioEstimate
 
@@ -16,6 +17,7 @@ class Verdict(str, Enum):
     NO_BASELINE_FILE = "no-baseline-file"
     UNTIMED = "untimed"
     BLESSED = "blessed"
+    MISSING = "missing"  # `compare`: in OLD, not in NEW
 
 
 # Order of severity for reports: regressions first.
@@ -24,10 +26,21 @@ SEVERITY = {
     Verdict.IMPROVED: 1,
     Verdict.NEW: 2,
     Verdict.NO_BASELINE_FILE: 3,
+    Verdict.MISSING: 3,
     Verdict.PASS: 4,
     Verdict.BLESSED: 5,
     Verdict.UNTIMED: 6,
 }
+
+T = TypeVar("T")
+
+
+def by_severity(items: Iterable[T], verdict_of: Callable[[T], Verdict] | None = None) -> list[T]:
+    """Regressions first, then improvements, new cases, passes; in their given order within each. The one place
+    results are ordered for a report; verdict_of defaults to each item's .verdict."""
+    of = verdict_of or (lambda item: getattr(item, "verdict"))
+    ranked = sorted(enumerate(items), key=lambda pair: (SEVERITY.get(of(pair[1]), 9), pair[0]))
+    return [item for _, item in ranked]
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ def judge(estimate: RatioEstimate, baseline: float | None, tolerance: float, *, 
         )
         return Judgement(Verdict.REGRESSED, baseline, floor, change, note)
     if estimate.low > ceiling:
-        note = f"improved beyond tolerance: {fmt_ci(estimate)} vs baseline {baseline:.3f}x (re-bless with --update-baselines)"
+        note = f"improved beyond tolerance: {fmt_ci(estimate)} vs baseline {baseline:.3f}x"
         return Judgement(Verdict.IMPROVED, baseline, floor, change, note)
     note = ""
     if estimate.ratio < floor:
@@ -102,5 +115,5 @@ def judge_metric(value: float, baseline: float | None, tolerance: float, directi
         return Judgement(Verdict.REGRESSED, baseline, worse_bound, change, note)
     if better:
         return Judgement(Verdict.IMPROVED, baseline, worse_bound, change,
-                         f"improved beyond tolerance: {value:g} against baseline {baseline:g} (re-bless with --update-baselines)")
+                         f"improved beyond tolerance: {value:g} against baseline {baseline:g}")
     return Judgement(Verdict.PASS, baseline, worse_bound, change, "")

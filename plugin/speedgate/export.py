@@ -1,0 +1,95 @@
+"""The run as files for other tools: speedgate's JSON report, pytest-benchmark's JSON layout, JUnit properties."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any, Mapping, Sequence
+
+from .results import CompareResult, MetricResult
+
+REPORT_VERSION = 1
+JUNIT_FIELDS = ("speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "baseline", "change", "peak_fraction",
+                "verdict")
+GATE_FIELDS = ("case_id", "speedup", "ci_low", "ci_high", "noise", "baseline", "change", "tolerance", "verdict",
+               "peak_fraction", "achieved_tflops", "achieved_gbps", "config")
+
+
+def json_report(
+    records: Sequence[CompareResult], metrics: Sequence[MetricResult], failed_nodeids: set[str], *,
+    settings: Mapping[str, Any], fingerprints: Mapping[str, Any], ceilings: Mapping[str, Any],
+    gpu_state: Mapping[str, str], workers: Mapping[str, Any],
+) -> dict[str, Any]:
+    """speedgate's own report (--speedgate-json): every case and metric with its test's outcome."""
+    return {
+        "speedgate_report_version": REPORT_VERSION,
+        "settings": dict(settings),
+        "fingerprints": dict(fingerprints),
+        "ceilings": dict(ceilings),
+        "gpu_state_at_start": dict(gpu_state),
+        "workers": dict(workers),
+        "cases": [dict(r.to_json(), test_failed=r.nodeid in failed_nodeids) for r in records],
+        "metrics": [dict(m.to_json(), test_failed=m.nodeid in failed_nodeids) for m in metrics],
+    }
+
+
+def junit_properties(results: Sequence[CompareResult]) -> list[tuple[str, Any]]:
+    """('speedgate.<pair>.<field>', value) for each result of a test; <pair> is its name=, or 'case'."""
+    props = []
+    for result in results:
+        record = result.to_json()
+        for name in JUNIT_FIELDS:
+            value = record.get(name)
+            if value is not None:
+                props.append((f"speedgate.{result.name or 'case'}.{name}", value))
+    return props
+
+
+def benchmark_machine_info() -> dict[str, Any]:
+    return {"node": platform.node(), "processor": platform.processor(), "machine": platform.machine(),
+            "python_implementation": platform.python_implementation(), "python_version": platform.python_version(),
+            "system": platform.system(), "release": platform.release()}
+
+
+def benchmark_json(records: Sequence[CompareResult], fingerprints: Mapping[str, Any], machine_info: Mapping[str, Any],
+                   commit_info: Mapping[str, Any], version: str, now: str) -> dict[str, Any]:
+    """pytest-benchmark's JSON layout: two benchmarks per timed case (reference, optimized) in one group.
+
+    Each benchmark's extra_info carries the gate's fields, so tools that read pytest-benchmark files see the
+    speedup and verdict beside the times.
+    """
+    benchmarks = []
+    for result in records:
+        record = result.to_json()
+        if not result.timed or not result.reference_stats:
+            continue
+        gate = {k: record.get(k) for k in GATE_FIELDS}
+        for side in ("reference", "optimized"):
+            benchmarks.append({
+                "group": result.case_id,
+                "name": f"{result.case_id.rpartition('/')[2]}[{side}]",
+                "fullname": f"{result.case_id}[{side}]",
+                "params": {"side": side},
+                "param": side,
+                "extra_info": {**gate, "side": side, "first_call_ms": record.get(f"{side}_first_ms")},
+                "options": {"timer": result.timer, "speedgate": True},
+                "stats": record[f"{side}_stats"],
+            })
+    return {
+        "machine_info": {**machine_info, "speedgate_fingerprints": dict(fingerprints)},
+        "commit_info": dict(commit_info),
+        "benchmarks": benchmarks,
+        "datetime": now,
+        "version": version,
+    }
+
+
+def pytest_benchmark_report(records: Sequence[CompareResult], fingerprints: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """benchmark_json with pytest-benchmark's own machine and commit info; it is an optional extra."""
+    try:
+        from pytest_benchmark import __version__ as benchmark_version
+        from pytest_benchmark.utils import get_commit_info
+    except ImportError:
+        raise RuntimeError(
+            "--speedgate-benchmark-json needs pytest-benchmark: pip install 'pytest-speedgate[benchmark]'"
+        ) from None
+    return benchmark_json(records, fingerprints, benchmark_machine_info(), get_commit_info(), benchmark_version, now)

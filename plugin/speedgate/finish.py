@@ -1,0 +1,123 @@
+"""The end of a run on the controller: bless what passed, write every report, and the lines for the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import baseline as baseline_file
+from . import export, report
+from .blessing import bless_into
+from .session import SpeedgateSession
+
+
+@dataclass
+class Finish:
+    """What the end of the run did: the summary's header, blessing's lines, and errors (each fails the run)."""
+
+    header: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
+    done = Finish()
+    if state.settings.update_baselines and (state.records or state.metric_records):
+        bless_all(state, done, interrupted)
+    if state.used or state.records:
+        done.header = header_lines(state)
+    write_reports(state, done)
+    return done
+
+
+def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
+    """Bless each hardware key's passing results into its file; say what was written and what was not."""
+    cases, metrics = state.blessable()
+    if interrupted:
+        done.lines.append("the run was interrupted: only tests that finished and passed were blessed")
+    unblessed = {r.case_id: r.nodeid for r in state.records if r.timed and not state.finished_and_passed(r.nodeid)}
+    for case_id, nodeid in sorted(unblessed.items()):
+        why = "its test failed" if nodeid in state.failed_nodeids else "its test did not finish"
+        done.lines.append(f"not blessed ({why}): {case_id}")
+    for key in sorted(set(cases) | set(metrics)):
+        blessed = bless_into(state.baseline_path_for(key), hardware_key=key, fingerprint=state.fingerprint_for(key),
+                             cases=cases.get(key, []), metrics=metrics.get(key, []))
+        if blessed.error:
+            done.errors.append(blessed.error)
+            continue
+        state.docs[key] = blessed.doc
+        done.lines.extend(blessed.lines)
+
+
+def header_lines(state: SpeedgateSession) -> list[str]:
+    keys = state.result_keys()
+    errors: dict[str, str] = {}
+    for key in keys:
+        try:
+            state.doc_for(key)
+        except baseline_file.BaselineError as exc:
+            errors[key] = str(exc)
+    return report.header(
+        keys, docs=state.docs, errors=errors, paths={k: state.baseline_path_for(k) for k in keys},
+        updating=state.settings.update_baselines, gpu_state=state.gpu_state_at_start, ceilings=state.ceilings_seen,
+        fingerprints=state.fingerprints, workers=state.workers,
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _dump(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def write_reports(state: SpeedgateSession, done: Finish) -> None:
+    """Every report file asked for, and the GitHub step summary; a report that cannot be made is an error."""
+    s = state.settings
+    if s.json_path is not None:
+        settings = {"tolerance": s.tolerance, "strict": s.strict, "update_baselines": s.update_baselines,
+                    "correctness_only": s.correctness_only, "baseline_dir": str(s.baseline_dir)}
+        _write(s.json_path, _dump(export.json_report(
+            state.records, state.metric_records, state.failed_nodeids, settings=settings,
+            fingerprints=state.fingerprints, ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start,
+            workers=state.workers)))
+    if s.benchmark_json_path is not None:
+        try:
+            doc = export.pytest_benchmark_report(state.records, state.fingerprints, baseline_file.now_iso())
+            _write(s.benchmark_json_path, json.dumps(doc, indent=2) + "\n")
+        except RuntimeError as exc:
+            done.errors.append(str(exc))
+    if s.chart_path is not None and state.records:
+        from .chart import render
+
+        keys = ", ".join(sorted({r.hardware_key for r in state.records}))
+        try:
+            render(state.records, s.chart_path, f"speedgate: {keys}, {len(state.records)} cases")
+        except RuntimeError as exc:
+            done.errors.append(str(exc))
+    if state.records or state.metric_records:
+        text = report.markdown(state.records, state.metric_records, state.failed_nodeids, done.header)
+        if s.markdown_path is not None:
+            _write(s.markdown_path, text)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(text)
+
+
+def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, bool]]:
+    """The speedgate section of the terminal summary: (line, is_error)."""
+    s = state.settings
+    mode = "updating baselines" if s.update_baselines else ("strict gate" if s.strict else "gate")
+    lines = [*done.header, f"{mode}; default tolerance {s.tolerance:.0%}; timer {s.timer}"]
+    lines += report.table(state.records, state.failed_nodeids) if state.records else []
+    lines += report.by_test(state.records)
+    lines += report.metrics_table(state.metric_records, state.failed_nodeids)
+    lines += report.notes(state.records)
+    lines += done.lines
+    return [(line, False) for line in lines] + [(f"speedgate error: {e}", True) for e in done.errors]

@@ -1,0 +1,119 @@
+"""The typed results of a run: one CompareResult per comparison, one MetricResult per metric, end to end.
+
+They cross xdist's channel and reach blessing, every report, the chart and `compare` as these types (to_json /
+from_json at the edges only); a verdict stays a Verdict until text is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from .verdict import Verdict
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """One comparison as measured and judged. Times in milliseconds; speedup = reference_ms / optimized_ms."""
+
+    case_id: str
+    nodeid: str
+    name: str | None
+    hardware_key: str
+    timed: bool
+    verdict: Verdict
+    note: str
+    tolerance: float
+    speedup: float | None = None
+    reference_ms: float | None = None
+    optimized_ms: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    noise: float | None = None
+    reference_cv: float | None = None
+    optimized_cv: float | None = None
+    rounds: int | None = None
+    timer: str | None = None
+    stopped_by: str | None = None
+    reference_first_ms: float | None = None
+    optimized_first_ms: float | None = None
+    baseline: float | None = None
+    change: float | None = None
+    remeasured: bool = False
+    flops: float | None = None
+    bytes: float | None = None
+    max_abs_error: float | None = None
+    rel_error: float | None = None
+    flops_dtype: str | None = None
+    reference_stats: dict[str, Any] | None = None
+    optimized_stats: dict[str, Any] | None = None
+    peak_fraction: float | None = None
+    bound: str | None = None
+    config: dict[str, Any] | None = None
+    throttled: dict[str, float] | None = None
+    graphed: bool = False
+    budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        """The optimized side's arithmetic rate, when flops= was given."""
+        if self.flops is None or not self.optimized_ms:
+            return None
+        return self.flops / (self.optimized_ms * 1e-3) / 1e12
+
+    @property
+    def achieved_gbps(self) -> float | None:
+        """The optimized side's memory rate, when bytes= was given."""
+        if self.bytes is None or not self.optimized_ms:
+            return None
+        return self.bytes / (self.optimized_ms * 1e-3) / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["verdict"] = self.verdict.value
+        record["achieved_tflops"] = self.achieved_tflops
+        record["achieved_gbps"] = self.achieved_gbps
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> CompareResult:
+        return cls(**_fields_of(cls, record))
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One single-valued metric as judged against its baseline."""
+
+    metric_id: str
+    nodeid: str
+    name: str
+    hardware_key: str
+    value: float
+    tolerance: float
+    direction: str
+    unit: str
+    verdict: Verdict
+    note: str
+    baseline: float | None = None
+    change: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["verdict"] = self.verdict.value
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> MetricResult:
+        return cls(**_fields_of(cls, record))
+
+
+def _fields_of(cls: type, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's values for cls's fields (derived keys such as achieved_gbps are dropped), verdict as a Verdict."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in record.items() if k in names}
+    values["verdict"] = Verdict(values["verdict"])
+    return values
+
+
+__all__ = ["CompareResult", "MetricResult"]
