@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -158,3 +160,9 @@ def test_no_gpu_probe_unless_the_cuda_timer_is_asked_for(
 
     monkeypatch.setattr(hardware, "visible_gpu_tokens", probe)
     assert read_settings(pytester.parseconfig(*args)).timer == (args[1] if args else "auto")
+
+
+def test_options_module_imports_neither_pytest_nor_torch() -> None:
+    # The pure modules (measure, compare) may import the defaults from speedgate.options.
+    code = "import sys, speedgate.options\nbad = [m for m in ('pytest', 'torch', 'pynvml') if m in sys.modules]\nassert not bad, bad\n"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,12 +8,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import pytest
+from typing import TYPE_CHECKING, TypeVar
 
 from . import hardware
 from .timers import TIMER_CHOICES
+
+if TYPE_CHECKING:  # pytest only for annotations: the pure modules import the defaults below from here
+    import pytest
 
 T = TypeVar("T")
 
@@ -152,6 +153,8 @@ def _from_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T 
 
 
 def _ini_switch(config: pytest.Config, name: str) -> bool:
+    import pytest  # already loaded: there is a config
+
     try:
         return bool(config.getini(name))
     except (ValueError, pytest.UsageError) as exc:  # pytest 8 raises ValueError, 9.2 UsageError; neither names the key
