@@ -63,7 +63,7 @@ def visible_gpu_tokens() -> list[str]:
 def nvml_device_count() -> int:
     """GPUs NVML sees (0 without a driver); does not initialise CUDA."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
     except ImportError:
         return 0
     try:
@@ -87,14 +87,14 @@ def _nvml_handle(pynvml: Any, token: str) -> Any:
 def _optional(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
-    except Exception:  # an attribute NVML does not offer on this driver or device: leave it out
+    except Exception:  # noqa: BLE001  # an attribute NVML does not offer on this driver or device: leave it out
         return None
 
 
 def gpu_hardware(token: str) -> dict[str, Any] | None:
     """NVML's view of one GPU, or None when NVML is missing or sees no GPU."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
     except ImportError:
         return None
     try:
@@ -156,7 +156,7 @@ def hardware_key(hardware: dict[str, Any]) -> str:
         if hardware.get("mig"):
             key += "-mig"
         return key
-    name = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", str(hardware.get("name", "")), flags=re.I)
+    name = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", str(hardware.get("name", "")), flags=re.IGNORECASE)
     return f"cpu-{slugify(name) or 'unknown'}-{hardware.get('cores', 1)}c"
 
 

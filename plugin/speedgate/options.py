@@ -5,35 +5,57 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
-from .hardware import validate_key
+from . import hardware
 from .timers import TIMER_CHOICES
 
+if TYPE_CHECKING:  # pytest only for annotations: the pure modules import the defaults below from here
+    import pytest
+
+T = TypeVar("T")
+
+# The only definitions of these defaults: other modules import them from here.
 DEFAULT_TOLERANCE = 0.10
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
 
-HELP_UPDATE = "measure and write the speedups of passing cases into the baseline file (merged; other cases kept)"
+# Each text serves both a command-line option (argparse expands '%' in it, so never write one: say "percent")
+# and an ini key (printed as written), and ends with its default.
+HELP_UPDATE = "measure the passing cases and merge their speedups into the baseline file, keeping other cases (default: off)"
 HELP_BASELINE_DIR = "folder of <hardware_key>.json baseline files (default: <rootdir>/baselines)"
-HELP_HARDWARE_KEY = "use this hardware key instead of the detected fingerprint (env SPEEDGATE_HARDWARE_KEY)"
+HELP_HARDWARE_KEY = (
+    "use this hardware key instead of the detected one; also env SPEEDGATE_HARDWARE_KEY "
+    "(default: the key of the first visible GPU, else of the CPU)"
+)
 HELP_TOLERANCE = f"allowed fractional drop of a speedup below its baseline, in [0, 1) (default: {DEFAULT_TOLERANCE})"
-HELP_JSON = "write every case's measurement and verdict to this JSON file"
-HELP_MARKDOWN = "write the summary table as Markdown to this file (also appended to $GITHUB_STEP_SUMMARY when set)"
-HELP_BENCHMARK_JSON = "write timed cases in pytest-benchmark's JSON layout (readable by `pytest-benchmark compare`)"
-HELP_ARTIFACTS = "keep failing tests' artifacts (samples, Triton source/PTX/SASS, inductor code) under DIR"
-HELP_CHART = "draw the run as a PNG (needs matplotlib): speedup against baseline with tolerance bands, and % of peak"
-HELP_CORRECTNESS = "run every comparison's correctness check but time nothing and gate nothing"
-HELP_STRICT = "also fail new cases, improvements beyond tolerance and a missing baseline file"
-HELP_TIMER = "clock for comparisons: auto (CUDA events when torch sees a GPU, else the host clock), cpu, cuda (default: auto)"
+HELP_JSON = "write every case's measurement and verdict to this JSON file (default: not written)"
+HELP_MARKDOWN = (
+    "write the summary table as Markdown to this file "
+    "(default: not written; the table is appended to $GITHUB_STEP_SUMMARY whenever that is set)"
+)
+HELP_BENCHMARK_JSON = (
+    "write timed cases in pytest-benchmark's JSON layout, readable by `pytest-benchmark compare` (default: not written)"
+)
+HELP_ARTIFACTS = "keep failing tests' artifacts (samples, Triton source/PTX/SASS, inductor code) under DIR (default: not kept)"
+HELP_CHART = (
+    "draw the run as a PNG (needs matplotlib): speedup against baseline with tolerance bands, and percent of peak "
+    "(default: not drawn)"
+)
+HELP_CORRECTNESS = "run every comparison's correctness check but time nothing and gate nothing (default: off)"
+HELP_STRICT = "also fail new cases, improvements beyond tolerance and a missing baseline file (default: off)"
+HELP_TIMER = (
+    "clock for comparisons: auto (CUDA events when torch sees a GPU, else the host clock), cpu, "
+    "or cuda, which needs a visible GPU (default: auto)"
+)
 HELP_BUDGET = f"seconds of timed rounds allowed for one comparison before it stops (default: {DEFAULT_BUDGET_S})"
 HELP_NOISE = (
     "stop measuring once the 95 percent interval on a speedup is within +- this fraction of it "
     f"(default: {DEFAULT_TARGET_NOISE})"
 )
-
 
 def _fraction(text: str) -> float:
     try:
@@ -41,7 +63,7 @@ def _fraction(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and 0.0 <= value < 1.0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction in [0, 1), e.g. 0.1 for 10%")
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction in [0, 1), e.g. 0.1 for 10 percent")
     return value
 
 
@@ -57,7 +79,7 @@ def _positive(text: str) -> float:
 
 def _hardware_key(text: str) -> str:
     try:
-        return validate_key(text)
+        return hardware.validate_key(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -68,7 +90,8 @@ def _timer(text: str) -> str:
     return text
 
 
-def add_options(parser: Any) -> None:
+def add_options(parser: pytest.Parser) -> None:
+    """Register speedgate's command-line options (one group) and its ini keys."""
     group = parser.getgroup("speedgate", "speedgate: gate optimizations on correctness and measured speedup")
     group.addoption("--update-baselines", action="store_true", default=False, help=HELP_UPDATE)
     group.addoption("--baseline-dir", default=None, metavar="DIR", help=HELP_BASELINE_DIR)
@@ -84,6 +107,8 @@ def add_options(parser: Any) -> None:
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
     group.addoption("--speedgate-noise", default=None, type=_fraction, metavar="FRACTION", help=HELP_NOISE)
+    # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
+    # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
     parser.addini("speedgate_tolerance", HELP_TOLERANCE, default=None)
     parser.addini("speedgate_correctness_only", HELP_CORRECTNESS, type="bool", default=False)
@@ -115,55 +140,90 @@ class SettingsError(ValueError):
     """A bad option or ini value; the message names the option."""
 
 
-def _from_ini(config: Any, name: str, parse: Any, default: Any) -> Any:
+def _from_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
+    """The ini key's parsed value, or None when it is unset or empty."""
     raw = config.getini(name)
-    if raw in (None, ""):
-        return default
-    if isinstance(raw, bool):
-        return raw
+    text = "" if raw is None else str(raw).strip()
+    if not text:
+        return None
     try:
-        return parse(str(raw).strip())
+        return parse(text)
     except argparse.ArgumentTypeError as exc:
         raise SettingsError(f"ini key {name}: {exc}") from None
 
 
-def read_settings(config: Any) -> Settings:
-    """Resolve every option once; raises SettingsError for a bad ini or environment value."""
-    opt = config.getoption
-    rootdir = Path(str(config.rootpath))
+def _ini_switch(config: pytest.Config, name: str) -> bool:
+    import pytest  # already loaded: there is a config
 
-    baseline_dir = opt("baseline_dir") or _from_ini(config, "speedgate_baseline_dir", str, None)
+    try:
+        return bool(config.getini(name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest 8 raises ValueError, 9.2 UsageError; neither names the key
+        raise SettingsError(f"ini key {name}: {exc}; use true/false, yes/no, on/off or 1/0 (any case)") from None
+
+
+def _require_gpu(source: str) -> None:
+    """Raise unless a GPU is visible. NVML only (torch is not imported), and only asked when the cuda timer is."""
+    if hardware.visible_gpu_tokens():
+        return
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    reason = (
+        f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU"
+        if hidden is not None
+        else "NVML sees none: no NVIDIA driver, or nvidia-ml-py is missing"
+    )
+    raise SettingsError(f"{source}: no GPU is visible ({reason}); use the auto or cpu timer on this machine")
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    """Resolve every option once; raises SettingsError for a bad ini or environment value, or a timer without its GPU."""
+
+    def opt(name: str) -> object:
+        return config.getoption(name)
+
+    def pick(cli_name: str, ini_name: str, parse: Callable[[str], T], default: T) -> T:
+        value: T | None = config.getoption(cli_name)
+        if value is not None:
+            return value
+        from_ini = _from_ini(config, ini_name, parse)
+        return default if from_ini is None else from_ini
+
+    def cli_path(name: str) -> Path | None:
+        value = opt(name)
+        return Path(str(value)).absolute() if value else None
+
+    rootdir = Path(config.rootpath)
+    cli_baseline_dir = opt("baseline_dir")
+    baseline_dir = str(cli_baseline_dir) if cli_baseline_dir else _from_ini(config, "speedgate_baseline_dir", str)
     baseline_path = Path(baseline_dir) if baseline_dir else rootdir / "baselines"
     if not baseline_path.is_absolute():
         # CLI paths are relative to where pytest was started; ini paths to the ini file's folder.
-        base = Path.cwd() if opt("baseline_dir") else Path(str(config.inipath.parent)) if config.inipath else rootdir
+        base = Path.cwd() if cli_baseline_dir else config.inipath.parent if config.inipath else rootdir
         baseline_path = base / baseline_path
 
-    key = opt("hardware_key")
+    key: str | None = config.getoption("hardware_key")
     if key is None and os.environ.get("SPEEDGATE_HARDWARE_KEY"):
         try:
-            key = validate_key(os.environ["SPEEDGATE_HARDWARE_KEY"])
+            key = hardware.validate_key(os.environ["SPEEDGATE_HARDWARE_KEY"])
         except ValueError as exc:
             raise SettingsError(f"SPEEDGATE_HARDWARE_KEY: {exc}") from None
 
-    def pick(cli_name: str, ini_name: str, parse: Any, default: Any) -> Any:
-        value = opt(cli_name)
-        return value if value is not None else _from_ini(config, ini_name, parse, default)
+    timer = pick("speedgate_timer", "speedgate_timer", _timer, "auto")
+    if timer == "cuda":
+        _require_gpu("--speedgate-timer cuda" if opt("speedgate_timer") else "ini key speedgate_timer = cuda")
 
-    json_path = opt("speedgate_json")
     settings = Settings(
         update_baselines=bool(opt("update_baselines")),
         baseline_dir=baseline_path,
         hardware_key=key,
         tolerance=pick("speedup_tolerance", "speedgate_tolerance", _fraction, DEFAULT_TOLERANCE),
-        json_path=Path(json_path).absolute() if json_path else None,
-        markdown_path=Path(opt("speedgate_markdown")).absolute() if opt("speedgate_markdown") else None,
-        chart_path=Path(opt("speedgate_chart")).absolute() if opt("speedgate_chart") else None,
-        artifacts_dir=Path(opt("speedgate_artifacts")).absolute() if opt("speedgate_artifacts") else None,
-        benchmark_json_path=Path(opt("speedgate_benchmark_json")).absolute() if opt("speedgate_benchmark_json") else None,
-        correctness_only=bool(pick("correctness_only", "speedgate_correctness_only", bool, False)),
-        strict=bool(pick("speedgate_strict", "speedgate_strict", bool, False)),
-        timer=pick("speedgate_timer", "speedgate_timer", _timer, "auto"),
+        json_path=cli_path("speedgate_json"),
+        markdown_path=cli_path("speedgate_markdown"),
+        benchmark_json_path=cli_path("speedgate_benchmark_json"),
+        artifacts_dir=cli_path("speedgate_artifacts"),
+        chart_path=cli_path("speedgate_chart"),
+        correctness_only=bool(opt("correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
+        strict=bool(opt("speedgate_strict")) or _ini_switch(config, "speedgate_strict"),
+        timer=timer,
         budget_s=pick("speedgate_budget", "speedgate_budget", _positive, DEFAULT_BUDGET_S),
         target_noise=pick("speedgate_noise", "speedgate_noise", _fraction, DEFAULT_TARGET_NOISE),
     )
