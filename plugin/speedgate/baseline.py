@@ -1,10 +1,13 @@
-"""Baseline files: read and validate, merge blessed results, write atomically. Imports jsonschema lazily."""
+"""Baseline files: read and validate, merge blessed results, write atomically under a lock. Imports jsonschema and filelock lazily."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
+import secrets
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -14,6 +17,10 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 SCHEMA_RESOURCE = "baseline-v1.schema.json"
+# How long update() waits for another process blessing into the same file. A bless holds the lock for a read,
+# a merge and a write (0.2-0.27 s for the 162-entry H100 file on a loaded 2-core dev box), so running out means
+# a stuck holder.
+LOCK_TIMEOUT_S = 300.0
 
 
 class BaselineError(Exception):
@@ -23,13 +30,52 @@ class BaselineError(Exception):
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     text = resources.files("speedgate").joinpath("schema", SCHEMA_RESOURCE).read_text(encoding="utf-8")
-    return json.loads(text)
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def _entry_and_field(parts: list[str]) -> tuple[str, str]:
+    """('cases/<case id>', 'speedup') for a place in a document: the entry a person looks up, then the field in it."""
+    # Case ids contain '/', so the entry is always the first two parts under cases and metrics.
+    split = 2 if len(parts) > 2 and parts[0] in ("cases", "metrics") else len(parts) - 1
+    return "/".join(parts[:split]) or "(top level)", "/".join(parts[split:])
+
+
+def _check_finite(value: Any, path: Path | str, parts: list[str]) -> None:
+    """Raise BaselineError at the first NaN or infinite number anywhere in value."""
+    # JSON schema cannot do this: every comparison with NaN is false, so NaN passes "minimum" and
+    # "exclusiveMinimum" (jsonschema 4.26 accepts it for {"type": "number", "exclusiveMinimum": 0}), and so
+    # does Infinity against any lower bound. A NaN speedup would switch the gate off for its case; an infinite
+    # one would fail every run while a re-bless reports it "kept".
+    if isinstance(value, float) and not math.isfinite(value):
+        entry, field = _entry_and_field(parts)
+        spelled = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        raise BaselineError(f"{path}: {entry}: {field} is {spelled}; every number must be finite")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, path, [*parts, str(key)])
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, path, [*parts, str(index)])
+
+
+def _check_intervals(doc: dict[str, Any], path: Path | str) -> None:
+    """The one range the schema cannot say: a case's speedup lies inside its own 95% interval."""
+    for case_id, case in doc["cases"].items():
+        speedup, low, high = case["speedup"], case.get("ci_low"), case.get("ci_high")
+        if (low is not None and low > speedup) or (high is not None and speedup > high):
+            raise BaselineError(
+                f"{path}: cases/{case_id}: speedup {speedup} is outside its interval [{low}, {high}]; "
+                "ci_low <= speedup <= ci_high must hold"
+            )
 
 
 def validate(doc: Any, path: Path | str) -> None:
-    """Raise BaselineError naming path and the first schema violation."""
-    import jsonschema
+    """Raise BaselineError naming path, the entry and what is wrong: a number that is not finite, the first schema
+    violation (ranges included), or a speedup outside its interval."""
+    import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
+    _check_finite(doc, path, [])
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
@@ -37,6 +83,7 @@ def validate(doc: Any, path: Path | str) -> None:
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
         raise BaselineError(f"{path}: does not match the baseline schema at {where}: {first.message}{more}")
+    _check_intervals(doc, path)
 
 
 def read(path: Path) -> dict[str, Any] | None:
@@ -48,11 +95,14 @@ def read(path: Path) -> dict[str, Any] | None:
     except OSError as exc:
         raise BaselineError(f"{path}: cannot be read: {exc}") from exc
     try:
-        doc = json.loads(text)
+        # NaN, Infinity and -Infinity are not JSON, but Python's json reads them. They are kept as floats here,
+        # not refused, so that validate() refuses them naming the entry and field; parse_constant cannot say where.
+        doc = json.loads(text, parse_constant=float)
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{path}: is not valid JSON: {exc}") from exc
     validate(doc, path)
-    return doc
+    checked: dict[str, Any] = doc
+    return checked
 
 
 @dataclass(frozen=True)
@@ -64,6 +114,13 @@ class Change:
     old_speedup: float | None
     new_speedup: float
     unit: str = "x"  # "x" for a case's speedup, "" for a metric's value
+
+
+def _usable(value: Any, value_key: str) -> bool:
+    """Whether an existing entry's value can be compared with: finite, and for a speedup, positive."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value > 0 if value_key == "speedup" else True  # a metric's value may be 0 (no graph breaks)
 
 
 def _merge_section(
@@ -78,6 +135,13 @@ def _merge_section(
         if previous is None:
             merged[case_id] = new
             changes.append(Change(case_id, "added", None, new[value_key], unit))
+            continue
+        old_value = previous.get(value_key)
+        if not _usable(old_value, value_key):
+            # An unusable old value (NaN moves by NaN, never more than the threshold) must never stay "kept".
+            merged[case_id] = new
+            shown = old_value if isinstance(old_value, (int, float)) and not isinstance(old_value, bool) else None
+            changes.append(Change(case_id, "updated", shown, new[value_key], unit))
             continue
         base = abs(previous[value_key]) or 1.0
         moved = abs(new[value_key] - previous[value_key]) / base
@@ -133,17 +197,35 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+def _existing_mode(path: Path) -> int | None:
+    """The permission bits of the file at path, or None when there is none."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return None
+
+
 def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Validate, write to a temporary file beside path, then rename over it: readers never see half a file."""
+    """Validate, write to a temporary file beside path, then rename over it: readers never see half a file.
+
+    The file gets the mode of the file it replaces, or for a new file 0666 less the umask (and any default ACL),
+    like any file the user writes.
+    """
     validate(doc, path)
     text = dumps(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    keep_mode = _existing_mode(path)
+    # Not tempfile.mkstemp: it creates the file 0600 whatever the umask, and the rename would carry that mode
+    # over to the baseline file. os.open with 0o666 lets the system apply the umask; O_EXCL makes the name ours.
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if keep_mode is not None:
+            os.chmod(tmp, keep_mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -153,11 +235,29 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
-def update(path: Path, change: Any) -> dict[str, Any] | None:
-    """Read path (validated; None when missing), call change(existing), write what it returns (None: nothing).
+def update(
+    path: Path, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """Under an inter-process lock on path: read it (validated; None when missing), call change(existing), and
+    write what it returns atomically (None: write nothing). Returns what was written, or None.
 
-    Placeholder without the inter-process lock (the baseline-safety branch brings it)."""
-    doc = change(read(path))
-    if doc is not None:
-        write_atomic(path, doc)
-    return doc
+    Two pytest processes blessing into one file would otherwise both read it, and the later rename would drop
+    the entries the other one added.
+    """
+    import filelock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A sibling lock file, not the baseline file itself: write_atomic replaces the baseline file by rename, so a
+    # lock held on it would be on the old inode, and the next process would lock the new one and go ahead.
+    lock_path = f"{path}.lock"
+    try:
+        with filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S):
+            doc = change(read(path))
+            if doc is not None:
+                write_atomic(path, doc)
+            return doc
+    except filelock.Timeout as exc:
+        raise BaselineError(
+            f"{lock_path}: could not take the lock on {path.name} within {LOCK_TIMEOUT_S:.0f} s; another process "
+            "is updating this baseline file and has not finished"
+        ) from exc
