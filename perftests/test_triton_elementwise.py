@@ -7,8 +7,12 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from perftests.compiled import compare_with_compiled
-from perftests.kernels.elementwise import add_relu_scale, add_relu_scale_eager, vector_add
+from perftests.kernels.elementwise import (
+    add_relu_scale,
+    add_relu_scale_eager,
+    vector_add,
+)
+from perftests.support.compiled import compare_with_compiled
 
 pytestmark = pytest.mark.triton
 

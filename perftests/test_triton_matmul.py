@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
-from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.tolerance import intermediate_rounding_atol, reduction_atol
 
 pytestmark = pytest.mark.triton
 

@@ -11,10 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
-from perftests.kernels.common import best_config, intermediate_rounding_atol
+from perftests.kernels.common import best_config
 from perftests.kernels.rowwise import rms_norm_eager
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.triton
 

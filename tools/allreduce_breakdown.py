@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict:
     import torch
     import torch.distributed as dist
+    from speedgate.distributed import slowest, timed_on_rank
 
     from perftests import collectives as c
     from perftests.kernels import quant
-    from speedgate.distributed import slowest, timed_on_rank
 
     rank, world, device = c.setup()
     try:
@@ -63,7 +63,6 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
 
 def main() -> None:
     import torch
-
     from speedgate.launch import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
