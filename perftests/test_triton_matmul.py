@@ -24,7 +24,7 @@ FP8_MAX = 448.0  # largest finite e4m3fn value
 # microseconds on the host: timed as CUDA-graph replays. See docs/NOTES.md (the slow mode of this case).
 GRAPHED_SHAPES = {"4096"}
 
-BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): bf16 runs on the GPU only"
+BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns: bf16 runs on the GPU only"
 
 
 def dims(device: str, shape_id: str) -> tuple[int, int, int]:
