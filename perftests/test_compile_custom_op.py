@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from perftests.kernels import ops
-from perftests.kernels.common import intermediate_rounding_atol
 from perftests.kernels.rowwise import rms_norm_eager
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 

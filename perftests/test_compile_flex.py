@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
+from perftests.support.tolerance import intermediate_rounding_atol, reduction_atol
 
 pytestmark = pytest.mark.compile
 

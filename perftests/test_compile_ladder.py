@@ -31,10 +31,10 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from perftests.compile_time import timed_call
-from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.fp8 import E4M3_UNIT, fp8_linears
 from perftests.models.transformer import build, linear_flops, workload
+from perftests.support.compile_time import timed_call
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 

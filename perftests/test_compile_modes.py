@@ -11,9 +11,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perftests.compile_time import cold_and_warm, no_compile_caches, no_grad, timed_call
-from perftests.kernels.common import intermediate_rounding_atol
-from perftests.models.transformer import LARGE, LARGE_CPU, build, linear_flops, parameters, workload
+from perftests.models.transformer import (
+    LARGE,
+    LARGE_CPU,
+    build,
+    linear_flops,
+    parameters,
+    workload,
+)
+from perftests.support.compile_time import (
+    cold_and_warm,
+    no_compile_caches,
+    no_grad,
+    timed_call,
+)
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 

@@ -13,9 +13,9 @@ import copy
 import pytest
 import torch
 
-from perftests.compile_time import first_pass, schedule_pass
-from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
+from perftests.support.compile_time import first_pass, schedule_pass
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 

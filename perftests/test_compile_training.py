@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compile_time import timed_call
-from perftests.kernels.common import intermediate_rounding_atol
 from perftests.models.transformer import build, workload
+from perftests.support.compile_time import timed_call
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 

@@ -3,9 +3,9 @@ NCCL's bf16 all-reduce, its pipelined form, and a bucketed gradient all-reduce o
 
 Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_ranks), for any count from 2.
 Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
-'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The algorithms and the error bound are in
-perftests/collectives.py. The quantization kernels themselves are checked on one device by test_quant_kernels,
-which runs on the CPU through the interpreter too.
+'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The algorithms are in perftests/kernels/allreduce.py;
+what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The quantization kernels themselves
+are checked on one device by test_quant_kernels, which runs on the CPU through the interpreter too.
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ def assert_within_bound(result: dict, label: str) -> None:
     assert stats["finite"], f"{label}: non-finite values in the all-reduced output"
     assert stats["max_error_over_bound"] <= 1.0, (
         f"{label}: an element's error is {stats['max_error_over_bound']:.3f}x the stated bound "
-        f"(max abs error {stats['max_abs_error']:.3g}, relative L2 {stats['rel_l2']:.3g}); see perftests/collectives.py")
+        f"(max abs error {stats['max_abs_error']:.3g}, relative L2 {stats['rel_l2']:.3g}); see perftests/support/nccl_cases.py")
 
 
 @pytest.mark.parametrize("size_mb", SIZES_MB, ids=[f"{s}MB" for s in SIZES_MB])
 def test_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     world = world_or_skip(device)
     numel = size_mb * 2**20 // 2  # bf16
-    result, measure = launch(perf, "perftests.collectives:allreduce_case", dict(numel=numel, variant="quantized"), world)
+    result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case", dict(numel=numel, variant="quantized"), world)
     assert_within_bound(result, "quantized")
     perf.compare_samples(measure, name="vs_nccl_bf16", world_size=world, bytes=numel * 2.0,
                          tolerance=TOLERANCE.get(size_mb))
@@ -75,7 +75,7 @@ def test_quantized_allreduce(perf, device: str, size_mb: int) -> None:
 def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     world = world_or_skip(device)
     numel = size_mb * 2**20 // 2
-    result, measure = launch(perf, "perftests.collectives:allreduce_case",
+    result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
                              dict(numel=numel, variant="pipelined", pieces=PIECES), world)
     assert_within_bound(result, "pipelined")
     perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0,
@@ -92,7 +92,7 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     """The wire on the copy engines (symmetric-memory peer copies) instead of NCCL's SM kernels."""
     world = world_or_skip(device)
     numel = size_mb * 2**20 // 2
-    result, measure = launch(perf, "perftests.collectives:allreduce_case",
+    result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
                              dict(numel=numel, variant="p2p", pieces=P2P_PIECES[size_mb]), world)
     assert_within_bound(result, "quantized")
     assert_within_bound(result, "p2p")
@@ -103,7 +103,7 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
 def test_backward_allreduce_overlap(perf, device: str) -> None:
     world = world_or_skip(device)
     payload = dict(width=4096, layers=8, tokens=4096, bucket_mb=25)
-    result, measure = launch(perf, "perftests.collectives:overlap_case", payload, world)
+    result, measure = launch(perf, "perftests.support.nccl_cases:overlap_case", payload, world)
     assert result["overlapped_equals_after"], "the overlapped all-reduce left different gradients than the one after backward"
     assert result["reduced"], "the gradients after the all-reduce equal this rank's own: nothing was reduced"
     perf.compare_samples(measure, name="overlapped_vs_after_backward", world_size=world,

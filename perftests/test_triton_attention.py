@@ -10,13 +10,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import attention as attn
-from perftests.kernels.common import best_config, cuda_kernel_names, intermediate_rounding_atol
+from perftests.kernels.common import best_config
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.triton
 
-BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): fp16 on the CPU"
+BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns: fp16 on the CPU"
+
+
+def cuda_kernel_names(fn) -> list[str]:
+    """Names of the GPU kernels one call of fn launches (through the profiler): which library path ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
 def sdpa_kernel(sdpa) -> str:

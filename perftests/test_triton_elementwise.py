@@ -2,45 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 import torch
 
-from perftests.compiled import compare_with_compiled
-from perftests.kernels.elementwise import add_relu_scale, add_relu_scale_eager, vector_add
+from perftests.kernels.elementwise import (
+    add_relu_scale,
+    add_relu_scale_eager,
+    vector_add,
+)
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.elementwise import DTYPE_IDS, DTYPES, SCALE, inputs, pair
 
 pytestmark = pytest.mark.triton
-
-SCALE = 0.5
-DTYPES = [torch.float32, torch.bfloat16]
-DTYPE_IDS = [str(d).removeprefix("torch.") for d in DTYPES]
-
-
-def numel(device: str) -> int:
-    # GPU: 2**26 elements (256 MiB per fp32 tensor, far beyond a 50 MiB L2). CPU interpreter: small and
-    # odd-sized, so the masked tail is exercised.
-    return 2**26 if device == "cuda" else 3 * 1024 + 17
-
-
-def inputs(device: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    n = numel(device)
-    return torch.randn(n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)
-
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """torch.add as a Python function, for torch.compile."""
     return x + y
-
-
-def pair(kind: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Callable[[], Any], Callable[[], Any], int]:
-    """(reference, optimized, bytes the optimized side must move) for one kind; shared with tools/stability.py."""
-    traffic = 3 * x.numel() * x.element_size()  # read x and y, write out
-    if kind == "vector_add":
-        return (lambda: torch.add(x, y)), (lambda: vector_add(x, y)), traffic
-    if kind == "add_relu_scale":
-        return (lambda: add_relu_scale_eager(x, y, SCALE)), (lambda: add_relu_scale(x, y, SCALE)), traffic
-    raise ValueError(kind)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

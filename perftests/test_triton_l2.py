@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels.streaming import stream_add, stream_add_eager
+from perftests.support.compiled import compare_with_compiled
 
 pytestmark = pytest.mark.triton
 

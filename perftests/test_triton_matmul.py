@@ -10,21 +10,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
-from perftests.kernels.common import intermediate_rounding_atol, reduction_atol
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.matmul import operands, quantize_e4m3, scaled_mm, scaled_mm_fast
+from perftests.support.tolerance import intermediate_rounding_atol, reduction_atol
 
 pytestmark = pytest.mark.triton
 
 GPU_SHAPES = {"4096": (4096, 4096, 4096), "8192": (8192, 8192, 8192), "llm": (8192, 28672, 4096)}
 # Not multiples of the interpreter's 32-wide tiles, so edge tiles are exercised; K and N keep TMA's 16-byte rows.
 CPU_SHAPE = (100, 80, 80)
-FP8_MAX = 448.0  # largest finite e4m3fn value
 # fp8 at 4096^3 runs in about 0.1 ms, and its launch (three TMA descriptors, the autotuner's lookup) costs tens of
 # microseconds on the host: timed as CUDA-graph replays. See docs/NOTES.md (the slow mode of this case).
 GRAPHED_SHAPES = {"4096"}
 
-BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns (NOTES-cpu.md): bf16 runs on the GPU only"
+BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns: bf16 runs on the GPU only"
 
 
 def dims(device: str, shape_id: str) -> tuple[int, int, int]:
@@ -40,20 +40,9 @@ def linear_bias_gelu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> to
     return F.gelu(F.linear(x, w, bias), approximate="tanh")
 
 
-def scaled_mm(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
-    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
-
-
 def skip_bf16_on_cpu(device: str, dtype: torch.dtype) -> None:
     if device == "cpu" and dtype == torch.bfloat16:
         pytest.skip(BF16_ON_CPU)
-
-
-def operands(device: str, dtype: torch.dtype, M: int, N: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # Scaled by 1/sqrt(K) so outputs stay near unit size whatever K is.
-    x = torch.randn(M, K, device=device, dtype=dtype)
-    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
-    return x, w
 
 
 @pytest.mark.parametrize(
@@ -105,12 +94,6 @@ def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None
     compare_with_compiled(perf, device, linear_bias_gelu, (x, w, bias), fused, **tol, **work)
 
 
-def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor scaling: scale = amax / 448, q = t / scale in e4m3 (t ~= q * scale)."""
-    scale = (t.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
-    return (t / scale).to(torch.float8_e4m3fn), scale
-
-
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
 @pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
 def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
@@ -137,10 +120,6 @@ def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
     rel = float((out.float() - F.linear(xb, wb).float()).norm() / F.linear(xb, wb).float().norm())
     assert rel < 0.09, f"fp8 result is {rel:.3f} (relative L2) from bf16: more than e4m3 quantization explains"
     perf.compare(lambda: F.linear(xb, wb), fp8, name="vs_bf16_cublas_precision_change", check=False, flops=flops, flops_dtype="fp8", **graph)
-
-
-def scaled_mm_fast(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
-    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True)
 
 
 def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:

@@ -11,10 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import matmul as mm
-from perftests.kernels.common import best_config, intermediate_rounding_atol
+from perftests.kernels import mlp
+from perftests.kernels.common import best_config
 from perftests.kernels.rowwise import rms_norm_eager
+from perftests.support.compiled import compare_with_compiled
+from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.triton
 
@@ -33,9 +35,9 @@ def test_fused_mlp_block(perf, device: str) -> None:
     x = torch.randn(M, K, device=device, dtype=dtype)
     gain = (torch.rand(K, device=device) + 0.5).to(dtype)
     w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
-    w_folded = mm.fold_gain(w, gain)  # once, at load time: not part of either timed side
+    w_folded = mlp.fold_gain(w, gain)  # once, at load time: not part of either timed side
     eager = lambda: mlp_block_eager(x, gain, w)  # noqa: E731
-    fused = lambda: mm.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
+    fused = lambda: mlp.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
     expected = eager()
     # The sides round different 16-bit operands of the GEMM: eager the normalized x, fused w * g. Each operand
     # is off by up to one roundoff u, so a K-term dot product is off by up to u * sum|x_k w_k| per operand,

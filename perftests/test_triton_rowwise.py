@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.compiled import compare_with_compiled
 from perftests.kernels import rowwise
+from perftests.support.compiled import compare_with_compiled
 
 pytestmark = pytest.mark.triton
 

@@ -21,16 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict:
     import torch
     import torch.distributed as dist
-
-    from perftests import collectives as c
-    from perftests.kernels import quant
     from speedgate.distributed import slowest, timed_on_rank
 
-    rank, world, device = c.setup()
+    from perftests.kernels import allreduce, quant
+    from perftests.support import nccl_cases
+
+    rank, world, device = nccl_cases.setup()
     try:
-        x = c._inputs(numel, rank, device)
-        ar = c.QuantizedAllReduce(numel, world, device)
-        p2p = {k: c.P2PQuantizedAllReduce(numel, world, device, pieces=k) for k in pieces}
+        x = nccl_cases.inputs(numel, rank, device)
+        ar = allreduce.QuantizedAllReduce(numel, world, device)
+        p2p = {k: allreduce.P2PQuantizedAllReduce(numel, world, device, pieces=k) for k in pieces}
         out = torch.empty_like(x)
         send, recv, reduced, gathered = ar.send[0], ar.recv[0], ar.reduced[0], ar.gathered[0]
         scratch = x.clone()
@@ -43,7 +43,7 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
             "quantize kernel": (lambda: quant.quantize(x, packed=send), 2 * numel),
             "all_to_all int8 codes + scales": (lambda: dist.all_to_all_single(recv.buffer, send.buffer), packed),
             "reduce + requantize kernel": (lambda: quant.reduce_requantize(packed=recv, out=reduced), packed),
-            "all_gather int8 codes + scales": (lambda: c._all_gather(gathered.buffer, reduced.buffer), packed),
+            "all_gather int8 codes + scales": (lambda: allreduce.all_gather(gathered.buffer, reduced.buffer), packed),
             "dequantize kernel": (lambda: quant.dequantize(packed=gathered, out=out), 2 * numel),
             "quantized all-reduce, whole": (lambda: ar(x, out), 2 * numel),
             **{f"quantized all-reduce over P2P copies (copy engines), {k} piece(s)": ((lambda f=f: f(x, out)), 2 * numel)
@@ -58,12 +58,11 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
             rows[name] = {"ms": slowest([median])[0], "bytes": nbytes}
         return {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name()}
     finally:
-        c.teardown()
+        nccl_cases.teardown()
 
 
 def main() -> None:
     import torch
-
     from speedgate.launch import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -37,7 +37,7 @@ def do_bench_ratios(repeats: int) -> dict[str, list[float]]:
     import torch
     import triton.testing
 
-    from perftests import test_triton_elementwise as suite
+    from perftests.support import elementwise as suite
 
     ratios: dict[str, list[float]] = {}
     for kind in ("vector_add", "add_relu_scale"):

@@ -1,35 +1,11 @@
-"""Helpers the kernel modules share: the interpreter switch, tolerance bounds for long reductions."""
+"""Helpers the kernel modules share: the interpreter switch, and an autotuner's chosen config as plain values."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
-import torch
-
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
-
-FP32_EPS = 2.0**-24  # unit roundoff of float32
-
-
-def reduction_atol(expected: torch.Tensor, terms: int, safety: float = 8.0) -> float:
-    """Absolute tolerance for outputs that are fp32 sums of `terms` products, computed in different orders.
-
-    Two fp32 accumulations of the same k products differ by about sqrt(k) * u * |partial sums|, and the
-    partial sums are bounded by max|expected| (typical for the random inputs used here); `safety` covers
-    the few-sigma tail over tens of millions of outputs. Elements near zero need this: a relative
-    tolerance alone would demand that two summation orders agree to the last bit of a tiny value.
-    """
-    scale = float(expected.detach().abs().max().float())
-    return safety * math.sqrt(terms) * FP32_EPS * scale
-
-
-def intermediate_rounding_atol(expected: torch.Tensor, dtype: torch.dtype, factor: float = 2.0) -> float:
-    """Absolute tolerance when one side rounds an intermediate to `dtype` (flash attention's P) and the other
-    does not: `factor` units of that dtype's roundoff at the output's largest magnitude."""
-    unit = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: FP32_EPS}[dtype]
-    return factor * unit * float(expected.detach().abs().max().float())
 
 
 def best_config(kernel: Any) -> dict[str, Any] | None:
@@ -38,13 +14,3 @@ def best_config(kernel: Any) -> dict[str, Any] | None:
     if config is None:
         return None
     return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-
-
-def cuda_kernel_names(fn: Any) -> list[str]:
-    """Names of the GPU kernels one call of fn launches (through the profiler): which library path ran."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})

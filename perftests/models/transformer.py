@@ -93,7 +93,7 @@ def workload(device: str) -> tuple[Config, int, int, torch.dtype]:
 
 
 def compile_time_builder() -> tuple[Transformer, tuple[torch.Tensor]]:
-    """For perftests.compile_time: the model and its input on this machine's device."""
+    """For perftests.support.compile_time.cold_and_warm: the model and its input on this machine's device."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg, batch, seq, dtype = workload(device)
     model = build(cfg, device, dtype)

@@ -1,0 +1,31 @@
+"""The matmul cases' operands, per-tensor e4m3 quantization and torch._scaled_mm references, shared by
+test_triton_matmul.py and tools/graph_experiment.py."""
+
+from __future__ import annotations
+
+import torch
+
+FP8_MAX = 448.0  # largest finite e4m3fn value
+
+
+def operands(device: str, dtype: torch.dtype, M: int, N: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) and w (N, K), w scaled by 1/sqrt(K) so that outputs stay near unit size whatever K is."""
+    x = torch.randn(M, K, device=device, dtype=dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    return x, w
+
+
+def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor scaling: scale = amax / 448, q = t / scale in e4m3 (t ~= q * scale)."""
+    scale = (t.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
+    return (t / scale).to(torch.float8_e4m3fn), scale
+
+
+def scaled_mm(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    """The vendor's fp8 GEMM, its accumulator promoted to fp32 (torch._scaled_mm's default)."""
+    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+
+
+def scaled_mm_fast(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    """The vendor's fp8 GEMM in its fast-accumulation mode (Hopper's reduced-precision accumulator over all of K)."""
+    return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True)

@@ -1,0 +1,162 @@
+"""The multi-GPU cases' bodies, run inside the ranks that speedgate.launch.run_ranks starts (one process per GPU,
+NCCL): process-group setup, inputs, the error check, and one function per case that test_nccl.py names as its target.
+The algorithms they run are in perftests/kernels/allreduce.py.
+
+Error bound of the quantized all-reduce, element by element, against an fp32 all-reduce of the same bf16 inputs:
+each rank's input is off by at most half its block's scale (a_r / 254, a_r = the block's max |x_r|); the
+requantized sum is off by at most half of its own scale (<= (A + sum_r a_r / 254) / 254, A = the exact sum's block
+max); the bf16 output rounds once more (<= 2^-9 of the value, which is within the exact value plus the two errors
+above); fp32 arithmetic in the kernels (the reciprocal, the products, the sum) adds relative errors near 2^-24 of the
+block's scales. The check asserts, on every element,
+    |y - y_fp32| <= (E1 + E2) (1 + 2^-8) + 2^-8 |y_fp32| + 1e-5 (sum_r a_r + A),  E1 = sum_r a_r / 254,
+    E2 = (A + E1) / 254.
+It is a worst case: E1 and E2 are sums of maxima of rounding errors, so over millions of elements the largest
+error comes within a few percent of it (on the CPU, 32k elements: 0.96 of the bound).
+
+Timing: the case functions run on every rank under speedgate.distributed.measure_across_ranks (a barrier
+before each call, the slowest rank's time per call).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from perftests.kernels import quant
+from perftests.kernels.allreduce import (
+    Buckets,
+    P2PQuantizedAllReduce,
+    QuantizedAllReduce,
+)
+
+# Keep NVLink multicast off (the GPU machines' rule; NCCL would otherwise try NVLS on H100/H200 systems).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def setup() -> tuple[int, int, torch.device]:
+    """Join the process group this rank was started for (NCCL on GPUs, gloo on the CPU): (rank, world, device)."""
+    for name, value in SAFE_ENV.items():
+        os.environ.setdefault(name, value)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return rank, world, device
+
+
+def teardown() -> None:
+    """Leave the process group once every rank is done with it."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def error_check(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """The quantized result y against an fp32 all-reduce of x, with the bound of the module's docstring."""
+    exact = x.float().clone()
+    dist.all_reduce(exact)
+    amax_ranks = x.float().reshape(-1, quant.QBLOCK).abs().amax(dim=1)
+    dist.all_reduce(amax_ranks)  # sum over ranks of each block's max |x_r|
+    big_a = exact.reshape(-1, quant.QBLOCK).abs().amax(dim=1)
+    e1 = amax_ranks / 254.0
+    e2 = (big_a + e1) / 254.0
+    per_block = (e1 + e2) * (1.0 + 2.0**-8) + 1e-5 * (amax_ranks + big_a)
+    bound = per_block[:, None] + 2.0**-8 * exact.reshape(-1, quant.QBLOCK).abs()
+    err = (y.float() - exact).abs().reshape(-1, quant.QBLOCK)
+    excess = float((err / bound).max())
+    rel_l2 = float(torch.linalg.vector_norm(y.float() - exact) / torch.linalg.vector_norm(exact))
+    finite = bool(torch.isfinite(y).all())
+    return {"max_error_over_bound": excess, "rel_l2": rel_l2, "max_abs_error": float(err.max()), "finite": finite}
+
+
+def inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
+    """This rank's bf16 tensor to all-reduce, the same in every run."""
+    g = torch.Generator(device=device).manual_seed(1234 + rank)
+    # Gradient-like: mostly small, a few larger values per block, a different scale per rank.
+    return (torch.randn(numel, generator=g, device=device) * (1.0 + rank)).to(torch.bfloat16)
+
+
+def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
+                   budget_s: float = 2.0, target_noise: float = 0.01) -> dict[str, Any]:
+    """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
+    'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16."""
+    from speedgate.distributed import measure_across_ranks
+
+    rank, world, device = setup()
+    try:
+        x = inputs(numel, rank, device)
+        one = QuantizedAllReduce(numel, world, device, pieces=1)
+        many = (P2PQuantizedAllReduce if variant == "p2p" else QuantizedAllReduce)(numel, world, device, pieces=pieces)
+        out = torch.empty_like(x)
+        result: dict[str, Any] = {"world": world, "numel": numel}
+        if check:
+            result["quantized"] = error_check(x, one(x, out))
+            result["pipelined" if variant != "p2p" else "p2p"] = error_check(x, many(x, out))
+        if timing:
+            if variant == "pipelined":
+                reference: Callable[[], Any] = lambda: one(x, out)  # noqa: E731
+            else:  # against NCCL's bf16 all-reduce
+                scratch = x.clone()  # all-reduced in place every call: its values grow, NCCL's speed does not care
+                reference = lambda: dist.all_reduce(scratch)  # noqa: E731
+            chosen = one if variant == "quantized" else many
+            optimized: Callable[[], Any] = lambda: chosen(x, out)  # noqa: E731
+            result["samples"] = measure_across_ranks(reference, optimized, budget_s=budget_s, target_noise=target_noise)
+        return result
+    finally:
+        teardown()
+
+
+def overlap_case(width: int, layers: int, tokens: int, bucket_mb: int = 25, check: bool = True, timing: bool = True,
+                 budget_s: float = 2.0, target_noise: float = 0.01) -> dict[str, Any]:
+    """One data-parallel backward: all-reduce of each bucket as soon as backward fills it, against all buckets
+    all-reduced after backward (the same buckets, the same bytes)."""
+    from speedgate.distributed import measure_across_ranks
+
+    rank, world, device = setup()
+    try:
+        torch.manual_seed(0)  # the same weights on every rank
+        layers_list: list[torch.nn.Module] = []
+        for _ in range(layers):
+            layers_list += [torch.nn.Linear(width, width, bias=False), torch.nn.GELU()]
+        model = torch.nn.Sequential(*layers_list).to(device=device, dtype=torch.bfloat16)
+        params = list(model.parameters())
+        buckets = Buckets(params, bucket_mb * 2**20)
+        g = torch.Generator(device=device).manual_seed(99 + rank)  # each rank its own data
+        x = torch.randn(tokens, width, generator=g, device=device, dtype=torch.bfloat16)
+
+        def step(overlap: bool) -> None:
+            buckets.overlap = overlap
+            buckets.zero()
+            model(x).float().square().mean().backward()
+            buckets.finish()
+
+        result: dict[str, Any] = {"world": world, "buckets": len(buckets.buckets),
+                                  "gradient_bytes": sum(p.numel() * p.element_size() for p in params)}
+        if check:
+            step(False)
+            after = [p.grad.detach().clone() for p in params]
+            step(True)
+            same = all(torch.equal(a, p.grad) for a, p in zip(after, params))
+            # and the gradients are the all-reduced ones: a second rank's data changed them
+            local = [p.grad.detach().clone() for p in params]
+            result["overlapped_equals_after"] = same
+            result["reduced"] = world > 1 and not all(torch.equal(a, b) for a, b in zip(local, _local_grads(model, x, params)))
+        if timing:
+            result["samples"] = measure_across_ranks(lambda: step(False), lambda: step(True), budget_s=budget_s,
+                                                     target_noise=target_noise)
+        return result
+    finally:
+        teardown()
+
+
+def _local_grads(model: torch.nn.Module, x: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    grads = torch.autograd.grad(model(x).float().square().mean(), params)
+    return [g.detach() for g in grads]
