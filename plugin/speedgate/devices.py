@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+
+# filelock, not fcntl: this module is imported whenever the plugin loads (every pytest run where it is installed),
+# and fcntl does not exist on Windows. filelock uses flock on Unix and msvcrt locking on Windows.
+from filelock import FileLock
 
 from .hardware import visible_gpu_tokens
 
@@ -61,15 +63,13 @@ class DeviceLock:
         folder.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
         self.path = folder / f"{safe}.lock"
-        self._file: IO[str] | None = None
+        self._lock = FileLock(str(self.path))  # waits without a limit, as flock(LOCK_EX) did
 
     def acquire(self) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a+", encoding="utf-8")
-            fcntl.flock(self._file, fcntl.LOCK_EX)
+        # Idempotent, as before: FileLock counts nested acquires, this lock does not.
+        if not self._lock.is_locked:
+            self._lock.acquire()
 
     def release(self) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        if self._lock.is_locked:
+            self._lock.release()

@@ -1,0 +1,101 @@
+"""DeviceLock across processes: holders are serialised, and a killed holder's lock is released."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from filelock import FileLock, Timeout
+
+import speedgate
+from speedgate.devices import DeviceLock
+
+# Each child takes the lock `turns` times and records (start, end) wall-clock times while holding it; it starts
+# when the go file appears, so the children contend from the first turn on.
+HOLDER = """
+import json, sys, time
+from pathlib import Path
+from speedgate.devices import DeviceLock
+
+folder, go, out, turns, hold = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+while not go.exists():
+    time.sleep(0.005)
+lock = DeviceLock("gpu0", folder)
+intervals = []
+for _ in range(turns):
+    lock.acquire()
+    start = time.time()
+    time.sleep(hold)
+    intervals.append((start, time.time()))
+    lock.release()
+out.write_text(json.dumps(intervals))
+"""
+
+# Takes the lock, says so, and sleeps until it is killed.
+SLEEPER = """
+import sys, time
+from pathlib import Path
+from speedgate.devices import DeviceLock
+
+lock = DeviceLock("gpu0", Path(sys.argv[1]))
+lock.acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _child_env() -> dict[str, str]:
+    # The children import this checkout's speedgate, the one under test.
+    env = dict(os.environ)
+    plugin_dir = str(Path(speedgate.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (plugin_dir, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def test_two_processes_take_turns(tmp_path: Path) -> None:
+    folder, go = tmp_path / "locks", tmp_path / "go"
+    turns, hold = 3, 0.1
+    outs = [tmp_path / f"holder{i}.json" for i in range(2)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(go), str(out), str(turns), str(hold)],
+                         env=_child_env())
+        for out in outs
+    ]
+    time.sleep(0.5)  # let both children start and wait on the go file
+    go.touch()
+    for child in children:
+        assert child.wait(timeout=60) == 0
+    intervals = sorted(tuple(pair) for out in outs for pair in json.loads(out.read_text()))
+    assert len(intervals) == 2 * turns
+    overlaps = [(a, b) for a, b in zip(intervals, intervals[1:]) if b[0] < a[1]]
+    assert not overlaps, f"two processes held the device lock at the same time: {overlaps}"
+
+
+def test_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:
+    folder = tmp_path / "locks"
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER, str(folder)], env=_child_env(),
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout is not None
+        assert sleeper.stdout.readline().strip() == "held"
+        path = DeviceLock("gpu0", folder).path
+        with pytest.raises(Timeout):  # the child holds it
+            FileLock(str(path), timeout=0.2).acquire()
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=30)
+    probe = FileLock(str(path), timeout=10)  # bounded, so a lock that outlived its holder fails instead of hanging
+    probe.acquire()
+    probe.release()
+    lock = DeviceLock("gpu0", folder)
+    lock.acquire()
+    lock.acquire()  # idempotent, as with flock: a second acquire neither blocks nor nests ...
+    lock.release()  # ... so one release frees it for other processes
+    other = FileLock(str(path), timeout=0)
+    other.acquire()
+    other.release()

@@ -1,0 +1,114 @@
+"""The package's metadata: its hard requirements are what the plugin imports, and its PyPI page links nothing relative."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the metadata is the same on 3.10
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "plugin" / "speedgate"
+
+
+def _project() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def _requirement_name(requirement: str) -> str:
+    return _normalize(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0])
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(tree: ast.Module, module_level: bool) -> set[str]:
+    """Top-level names of absolute imports: those that run when the module loads, or all of them."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            if module_level and (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                                 or _is_type_checking(child)):
+                continue
+            visit(child)
+
+    visit(tree)
+    return names - set(sys.stdlib_module_names) - {"__future__", "speedgate"}
+
+
+def _distributions(modules: set[str]) -> set[str]:
+    """The distributions that provide these modules (their own name when not installed here)."""
+    provided_by = metadata.packages_distributions()
+    return {_normalize(dist) for module in modules for dist in provided_by.get(module, [module])}
+
+
+def _plugin_imports(module_level: bool) -> set[str]:
+    modules: set[str] = set()
+    for path in sorted(PLUGIN.rglob("*.py")):
+        modules |= _imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), module_level)
+    return modules
+
+
+def test_hard_requirements_cover_what_the_plugin_imports_when_it_loads() -> None:
+    required = {_requirement_name(r) for r in _project()["dependencies"]}
+    missing = _distributions(_plugin_imports(module_level=True)) - required
+    assert not missing, f"plugin/speedgate imports these at module level; add them to [project] dependencies: {missing}"
+
+
+def test_installing_the_plugin_never_installs_torch_or_triton() -> None:
+    required = {_requirement_name(r) for r in _project()["dependencies"]}
+    assert not required & {"torch", "triton"}, "torch and triton are the user's: keep them out of dependencies"
+
+
+def test_every_lazy_import_is_in_an_extra() -> None:
+    project = _project()
+    offered = {_requirement_name(r) for r in project["dependencies"]}
+    for requirements in project["optional-dependencies"].values():
+        offered |= {_requirement_name(r) for r in requirements}
+    missing = _distributions(_plugin_imports(module_level=False)) - offered
+    assert not missing, f"plugin/speedgate imports these; offer them in an extra of pyproject.toml: {missing}"
+
+
+def test_license_metadata() -> None:
+    project = _project()
+    assert project["license"] == "MIT"
+    for name in project["license-files"]:
+        assert "MIT License" in (ROOT / name).read_text(encoding="utf-8")
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")], (
+        "PEP 639: a license expression replaces the License :: classifiers"
+    )
+
+
+# Markdown inline links and images `[text](target)` / `![alt](target)`, reference definitions `[label]: target`,
+# and HTML src/href attributes.
+LINK_TARGETS = re.compile(
+    r"\]\(\s*<?([^)\s>]+)|^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)|\b(?:src|href)\s*=\s*[\"']([^\"']+)",
+    re.MULTILINE,
+)
+
+
+def test_long_description_has_no_relative_links() -> None:
+    # PyPI renders the readme outside the repository, so a relative target (docs/x.png) is a broken link there.
+    readme = _project()["readme"]
+    path = readme if isinstance(readme, str) else readme["file"]
+    text = (ROOT / path).read_text(encoding="utf-8")
+    text = re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.MULTILINE | re.DOTALL)  # code blocks link nothing
+    targets = [next(t for t in match.groups() if t) for match in LINK_TARGETS.finditer(text)]
+    relative = [t for t in targets if not re.match(r"(https?|mailto):|#", t)]
+    assert not relative, f"{path} links relative targets, broken on PyPI: {relative}"
