@@ -160,6 +160,11 @@ def test_robust_cv_and_ratio_of_medians_match_the_pure_python_ones(n: int) -> No
     assert ratio_of_medians(ref, opt) == pytest.approx(_old_ratio_of_medians(ref, opt), rel=1e-12, abs=0.0)
 
 
+def test_ratio_of_no_samples_is_refused() -> None:
+    with pytest.raises(ValueError, match="no samples"):
+        ratio_of_medians([], [1.0])
+
+
 def test_non_positive_medians_give_infinity() -> None:
     assert robust_cv([-1.0, 0.0, 0.0]) == math.inf
     assert ratio_of_medians([1.0, 2.0], [0.0, 0.0]) == math.inf

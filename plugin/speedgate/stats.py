@@ -54,6 +54,9 @@ class RatioEstimate:
 
 
 def ratio_of_medians(numerator: Sequence[float], denominator: Sequence[float]) -> float:
+    # np.median of nothing is nan with a warning; statistics.median raised a ValueError, and so do we.
+    if len(numerator) == 0 or len(denominator) == 0:
+        raise ValueError("no samples")
     import numpy as np
 
     den = float(np.median(np.asarray(denominator, dtype=np.float64)))
