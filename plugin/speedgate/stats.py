@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 import math
-import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
-from typing import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+# numpy is imported inside the functions, so that importing this module (at pytest start-up) stays cheap.
 
 # 1.4826 * MAD estimates the standard deviation of normal data; robust to the odd slow sample.
 _MAD_TO_SIGMA = 1.4826
+# Resampled rounds drawn at once: 512 KB per gathered float64 array, so a chunk stays in a core's L2 cache and
+# memory stays bounded. 2000 rounds x 2000 resamples: 40 ms in chunks of 65_536, 60-85 ms in one chunk of 4e6
+# (CPU dev box, 2 cores, shared; 32_768 to 262_144 were within noise for 100 to 2000 rounds).
+_MAX_DRAWS = 65_536
 
 
 def robust_cv(samples: Sequence[float]) -> float:
     """Coefficient of variation from the median absolute deviation (0 for fewer than two samples)."""
     if len(samples) < 2:
         return 0.0
-    mid = median(samples)
+    import numpy as np
+
+    data = np.asarray(samples, dtype=np.float64)
+    mid = float(np.median(data))
     if mid <= 0:
         return math.inf
-    mad = median(abs(x - mid) for x in samples)
+    mad = float(np.median(np.abs(data - mid)))
     return _MAD_TO_SIGMA * mad / mid
 
 
@@ -42,10 +54,51 @@ class RatioEstimate:
 
 
 def ratio_of_medians(numerator: Sequence[float], denominator: Sequence[float]) -> float:
-    den = median(denominator)
+    # np.median of nothing is nan with a warning; statistics.median raised a ValueError, and so do we.
+    if len(numerator) == 0 or len(denominator) == 0:
+        raise ValueError("no samples")
+    import numpy as np
+
+    den = float(np.median(np.asarray(denominator, dtype=np.float64)))
     if den <= 0:
         return math.inf
-    return median(numerator) / den
+    return float(np.median(np.asarray(numerator, dtype=np.float64))) / den
+
+
+def _row_medians(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The median of each row, as np.median(values, axis=1), partitioning `values` in place.
+
+    One partition at the upper middle plus the maximum of the lower half: about twice as fast as np.median,
+    whose partition at both middles costs 11.4 ms against 6.1 ms on 400 x 2000 rounds (CPU dev box, 2 cores).
+    """
+    half = values.shape[1] // 2
+    values.partition(half, axis=1)
+    upper: NDArray[np.float64] = values[:, half]
+    if values.shape[1] % 2:
+        return upper
+    lower: NDArray[np.float64] = values[:, :half].max(axis=1)
+    return (lower + upper) / 2.0
+
+
+def _resampled_ratios(
+    numerator: NDArray[np.float64], denominator: NDArray[np.float64], resamples: int, rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """ratio_of_medians of `resamples` paired resamples: one row of round indices per resample, both sides
+    gathered by the same row. Rows are drawn in chunks of at most _MAX_DRAWS rounds (see there)."""
+    import numpy as np
+
+    n = len(numerator)
+    ratios = np.empty(resamples, dtype=np.float64)
+    rows = max(1, _MAX_DRAWS // n)
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        pick = rng.integers(0, n, size=(stop - start, n))
+        # The gathered arrays are fresh copies, so _row_medians may partition them in place.
+        num = _row_medians(numerator[pick])
+        den = _row_medians(denominator[pick])
+        # As ratio_of_medians: a median time <= 0 in the denominator gives an infinite ratio.
+        ratios[start:stop] = np.divide(num, den, out=np.full_like(num, np.inf), where=den > 0)
+    return ratios
 
 
 def bootstrap_ratio(
@@ -68,45 +121,47 @@ def bootstrap_ratio(
         raise ValueError("no samples")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
     point = ratio_of_medians(numerator, denominator)
     if n == 1:
         return RatioEstimate(point, point, point, confidence, n)
-    rng = random.Random(seed * 1_000_003 + n)
-    indices = range(n)
-    ratios = []
-    for _ in range(resamples):
-        pick = rng.choices(indices, k=n)
-        ratios.append(ratio_of_medians([numerator[i] for i in pick], [denominator[i] for i in pick]))
-    ratios.sort()
+    import numpy as np
+
+    num = np.asarray(numerator, dtype=np.float64)
+    den = np.asarray(denominator, dtype=np.float64)
+    ratios = _resampled_ratios(num, den, resamples, np.random.default_rng(seed * 1_000_003 + n))
     tail = (1.0 - confidence) / 2.0
-    low = ratios[max(0, int(math.floor(tail * resamples)))]
-    high = ratios[min(resamples - 1, int(math.ceil((1.0 - tail) * resamples)) - 1)]
+    low_rank = max(0, math.floor(tail * resamples))
+    high_rank = min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)
+    ratios.partition([low_rank, high_rank])
+    low, high = float(ratios[low_rank]), float(ratios[high_rank])
     return RatioEstimate(point, min(low, point), max(high, point), confidence, n)
 
 
-def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int]:
+def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int | str]:
     """Summary of one side's samples in seconds, with pytest-benchmark's field names (for its JSON layout)."""
-    data = sorted(x / 1e3 for x in samples_ms)
-    n = len(data)
+    n = len(samples_ms)
     if n == 0:
         return {}
-    mean = sum(data) / n
-    stddev = math.sqrt(sum((x - mean) ** 2 for x in data) / (n - 1)) if n > 1 else 0.0
+    import numpy as np
 
-    def quantile(q: float) -> float:
-        pos = q * (n - 1)
-        lo = int(math.floor(pos))
-        hi = min(lo + 1, n - 1)
-        return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-    q1, q3 = quantile(0.25), quantile(0.75)
+    data = np.sort(np.asarray(samples_ms, dtype=np.float64) / 1e3)
+    mean = float(data.mean())
+    stddev = float(data.std(ddof=1)) if n > 1 else 0.0
+    # Linear interpolation between closest ranks, position q * (n - 1): numpy's default method.
+    q1, q3 = (float(q) for q in np.quantile(data, [0.25, 0.75]))
     iqr = q3 - q1
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
-    iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
-    stddev_outliers = sum(1 for x in data if x < mean - stddev or x > mean + stddev)
+    # data is sorted: the first sample inside the low fence and the last one inside the high fence.
+    inside_low = int(np.searchsorted(data, low_fence, side="left"))
+    inside_high = int(np.searchsorted(data, high_fence, side="right"))
+    iqr_outliers = inside_low + (n - inside_high)
+    stddev_outliers = int(np.count_nonzero((data < mean - stddev) | (data > mean + stddev)))
     return {
-        "min": data[0], "max": data[-1], "mean": mean, "stddev": stddev, "median": median(data), "q1": q1, "q3": q3,
-        "iqr": iqr, "rounds": n, "iterations": 1, "total": sum(data), "ops": 1.0 / mean if mean > 0 else 0.0,
-        "ld15iqr": next(x for x in data if x >= low_fence), "hd15iqr": next(x for x in reversed(data) if x <= high_fence),
+        "min": float(data[0]), "max": float(data[-1]), "mean": mean, "stddev": stddev,
+        "median": float(np.median(data)), "q1": q1, "q3": q3, "iqr": iqr, "rounds": n, "iterations": 1,
+        "total": float(data.sum()), "ops": 1.0 / mean if mean > 0 else 0.0,
+        "ld15iqr": float(data[inside_low]), "hd15iqr": float(data[inside_high - 1]),
         "iqr_outliers": iqr_outliers, "stddev_outliers": stddev_outliers, "outliers": f"{stddev_outliers};{iqr_outliers}",
     }
