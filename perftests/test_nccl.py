@@ -41,7 +41,7 @@ def launch(perf, target: str, payload: dict, world: int) -> tuple[dict, callable
     """Run target on every rank once (checks and timing), and a callable that re-runs the timing alone."""
     from speedgate.launch import run_ranks
 
-    settings = dict(timing=perf.timing, budget_s=2.0, target_noise=0.01)
+    settings = dict(timing=perf.timing, policy=perf.policy.to_json())
     first = run_ranks(target, world, {**payload, **settings}, timeout_s=RANK_TIMEOUT_S)[0]
     taken = [first]
 

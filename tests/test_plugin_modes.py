@@ -191,12 +191,3 @@ def test_plugin_import_does_not_import_torch_triton_or_pynvml() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_cuda_timer_without_a_gpu_says_so(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    pytester.makeini("[pytest]\naddopts = --hardware-key no-gpu -p no:cacheprovider --speedgate-timer cuda\n")
-    pytester.makepyfile(test_gpu="import torch\n\ndef f():\n    return 1\n\ndef test_timed(perf):\n    perf.compare(f, f)\n")
-    result = pytester.runpytest()
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*speedgate: the CUDA timer was asked for, but torch.cuda.is_available() is False*"])

@@ -69,14 +69,12 @@ def no_compile_caches() -> contextlib.ExitStack:
 
 
 def frames_compiled() -> int:
-    """Frames dynamo has compiled in this process (a recompilation counts again).
+    """Frames dynamo has compiled in this process (a recompilation counts again): the plugin's own counter, the
+    one its recompilation check reads."""
+    import torch._dynamo.utils  # noqa: F401 - imported so that the counter exists
+    from speedgate.fixture import compiled_frames
 
-    The counter the plugin's recompilation check reads (speedgate.fixture._recompile_check); the plugin has no
-    public function for it yet.
-    """
-    import torch._dynamo.utils
-
-    return int(torch._dynamo.utils.counters["frames"]["total"])
+    return compiled_frames()
 
 
 def timed_call(fn: Callable[[], Any], device: str) -> tuple[Any, float]:

@@ -85,7 +85,7 @@ def inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
 
 
 def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
-                   budget_s: float = 2.0, target_noise: float = 0.01) -> dict[str, Any]:
+                   policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
     'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16."""
     from speedgate.distributed import measure_across_ranks
@@ -108,14 +108,14 @@ def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True
                 reference = lambda: dist.all_reduce(scratch)  # noqa: E731
             chosen = one if variant == "quantized" else many
             optimized: Callable[[], Any] = lambda: chosen(x, out)  # noqa: E731
-            result["samples"] = measure_across_ranks(reference, optimized, budget_s=budget_s, target_noise=target_noise)
+            result["samples"] = measure_across_ranks(reference, optimized, policy=policy)
         return result
     finally:
         teardown()
 
 
 def overlap_case(width: int, layers: int, tokens: int, bucket_mb: int = 25, check: bool = True, timing: bool = True,
-                 budget_s: float = 2.0, target_noise: float = 0.01) -> dict[str, Any]:
+                 policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """One data-parallel backward: all-reduce of each bucket as soon as backward fills it, against all buckets
     all-reduced after backward (the same buckets, the same bytes)."""
     from speedgate.distributed import measure_across_ranks
@@ -150,8 +150,7 @@ def overlap_case(width: int, layers: int, tokens: int, bucket_mb: int = 25, chec
             result["overlapped_equals_after"] = same
             result["reduced"] = world > 1 and not all(torch.equal(a, b) for a, b in zip(local, _local_grads(model, x, params)))
         if timing:
-            result["samples"] = measure_across_ranks(lambda: step(False), lambda: step(True), budget_s=budget_s,
-                                                     target_noise=target_noise)
+            result["samples"] = measure_across_ranks(lambda: step(False), lambda: step(True), policy=policy)
         return result
     finally:
         teardown()

@@ -34,15 +34,21 @@ class SpeedRegression(AssertionError):
     """Raised after a test body when one of its comparisons regressed (or, in strict mode, was not gated)."""
 
 
+def compiled_frames() -> int:
+    """Frames torch.compile (dynamo) has compiled in this process, a recompilation counting again; 0 when dynamo
+    was never imported. Never imports torch."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return 0 if utils is None else int(utils.counters["frames"]["total"])
+
+
 def _recompile_check(case_id: str) -> Callable[[], None]:
     """Armed after warm-up: fails the case if torch.compile compiled anything during the timed rounds."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
+    if sys.modules.get("torch._dynamo.utils") is None:
         return lambda: None
-    before = utils.counters["frames"]["total"]
+    before = compiled_frames()
 
     def check() -> None:
-        compiled = utils.counters["frames"]["total"] - before
+        compiled = compiled_frames() - before
         if compiled:
             raise RecompiledInRounds(
                 f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (a "
@@ -203,8 +209,8 @@ class Perf:
             try:
                 m = measurement_from_samples(
                     list(raw["reference_ms"]), list(raw["optimized_ms"]),
-                    reference_first_ms=float(raw.get("reference_first_ms", float("nan"))),
-                    optimized_first_ms=float(raw.get("optimized_first_ms", float("nan"))),
+                    reference_first_ms=_optional_ms(raw.get("reference_first_ms")),
+                    optimized_first_ms=_optional_ms(raw.get("optimized_first_ms")),
                     seconds=float(raw.get("seconds", 0.0)), stopped_by=str(raw.get("stopped_by", "external")),
                     stats_seconds=float(raw.get("stats_seconds", 0.0)),
                     timer=str(raw.get("timer", "external")),
@@ -350,6 +356,11 @@ def _check_measurable(case_id: str, m: Measurement) -> None:
             f"speedgate: {case_id}: a median time is zero (reference {m.reference_ms} ms, optimized {m.optimized_ms} ms): "
             "the work is below the clock's resolution; make the case larger"
         )
+
+
+def _optional_ms(value: Any) -> float | None:
+    """A first-call time from measure(): None when it was not measured (never NaN: a baseline refuses NaN)."""
+    return None if value is None else float(value)
 
 
 def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, Any] | None:

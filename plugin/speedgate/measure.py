@@ -59,8 +59,8 @@ class Measurement:
     estimate: RatioEstimate
     reference_cv: float
     optimized_cv: float
-    reference_first_ms: float
-    optimized_first_ms: float
+    reference_first_ms: float | None
+    optimized_first_ms: float | None
     rounds: int
     seconds: float
     stopped_by: str
@@ -213,8 +213,8 @@ def measurement_from_samples(
     ref_samples: list[float],
     opt_samples: list[float],
     *,
-    reference_first_ms: float,
-    optimized_first_ms: float,
+    reference_first_ms: float | None,
+    optimized_first_ms: float | None,
     seconds: float,
     stopped_by: str,
     timer: str,

@@ -33,6 +33,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.option.help or config.option.version:
+        return  # --help and --version must work whatever the ini holds; no test runs
     try:
         settings = read_settings(config)
     except SettingsError as exc:
