@@ -7,7 +7,7 @@ Padding is exact here: the model is causal, so tokens appended after position L 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch

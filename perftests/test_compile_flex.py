@@ -8,7 +8,8 @@ Flops are counted with the block mask's sparsity (the blocks FlexAttention skips
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from speedgate import baseline
 
 from conftest import baseline_doc
+from speedgate import baseline
 
 REPO_BASELINES = sorted((Path(__file__).resolve().parents[1] / "baselines").glob("*.json"))
 

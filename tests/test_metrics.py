@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from conftest import CASES
 from speedgate.verdict import Verdict, judge_metric
 
 

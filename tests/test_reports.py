@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from conftest import CASES, write_baseline
@@ -74,10 +77,7 @@ def test_benchmark_json_is_read_by_pytest_benchmark(project: pytest.Pytester) ->
     assert "test_fine::pair[optimized]" in proc.stdout and "test_slow[reference]" in proc.stdout
 
 
-def run_compare(*args: str) -> "subprocess.CompletedProcess[str]":
-    import subprocess
-    import sys
-
+def run_compare(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "speedgate", "compare", *args], capture_output=True, text=True)
 
 

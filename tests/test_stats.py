@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from speedgate import stats
 from speedgate.stats import (
     RatioEstimate,

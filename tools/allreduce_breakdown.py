@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict:
     import torch
     import torch.distributed as dist
-    from speedgate.distributed import slowest, timed_on_rank
 
     from perftests.kernels import allreduce, quant
     from perftests.support import nccl_cases
+    from speedgate.distributed import slowest, timed_on_rank
 
     rank, world, device = nccl_cases.setup()
     try:
@@ -63,6 +63,7 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
 
 def main() -> None:
     import torch
+
     from speedgate.launch import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(repeats: int = 4) -> None:
     import torch
-    from speedgate.measure import Policy, measure_pair
-    from speedgate.timers import CudaTimer
 
     from perftests.kernels import matmul as mm
     from perftests.support.matmul import operands, quantize_e4m3, scaled_mm_fast
+    from speedgate.measure import Policy, measure_pair
+    from speedgate.timers import CudaTimer
 
     x, w = operands("cuda", torch.float32, 4096, 4096, 4096)
     x8, sx = quantize_e4m3(x)

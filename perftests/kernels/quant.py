@@ -18,8 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-QBLOCK = 1024
 from perftests.kernels.common import INTERPRETING
+
+QBLOCK = 1024
 
 
 def _configs() -> list[triton.Config]:
@@ -139,7 +140,7 @@ class Packed:
         """(blocks per segment, bytes per segment, floats per segment) for the kernels."""
         return self.blocks, self.seg_bytes, self.seg_bytes // 4
 
-    def segment(self, j: int) -> "Packed":
+    def segment(self, j: int) -> Packed:
         return Packed(self.chunk, 1, buffer=self.buffer[j * self.seg_bytes:(j + 1) * self.seg_bytes])
 
     def unpack(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +73,7 @@ def frames_compiled() -> int:
     """Frames dynamo has compiled in this process (a recompilation counts again): the plugin's own counter, the
     one its recompilation check reads."""
     import torch._dynamo.utils  # noqa: F401 - imported so that the counter exists
+
     from speedgate.fixture import compiled_frames
 
     return compiled_frames()
@@ -80,6 +82,7 @@ def frames_compiled() -> int:
 def timed_call(fn: Callable[[], Any], device: str) -> tuple[Any, float]:
     """(fn()'s result, the wall seconds of that one call, the device's work included): a first compiled call."""
     import torch
+
     from speedgate.timers import CpuTimer
 
     # The plugin's host clock around a synchronized call: what CudaTimer.first_call does, without building a

@@ -7,7 +7,8 @@ call (trace, inductor, autotuning) is the case's `reference_first_ms`: compile t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -3,7 +3,8 @@ and tools/stability.py, which times the same callables with triton.testing.do_be
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

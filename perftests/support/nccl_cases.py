@@ -20,7 +20,8 @@ before each call, the slowest rank's time per call).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -13,8 +13,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 README = """speedgate artifacts for {nodeid}
 
@@ -114,7 +115,7 @@ def _triton(out: Path, root: Path) -> list[str]:
 
 
 def _compiled_variants(fn: Any) -> list[Any]:
-    variants = []
+    variants: list[Any] = []
     for cache in getattr(fn, "device_caches", {}).values():
         kernels = cache[0] if isinstance(cache, tuple) else cache
         if isinstance(kernels, dict):
@@ -146,8 +147,7 @@ def _inductor(out: Path) -> list[str]:
         return []
     cache = getattr(codecache, "PyCodeCache", None)
     modules = getattr(cache, "modules", None) or list(getattr(cache, "cache", {}).values())
-    files = [getattr(m, "__file__", None) for m in modules]
-    files = [f for f in files if f]
+    files = [str(f) for f in (getattr(m, "__file__", None) for m in modules) if f]
     if not files:
         return []
     out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ class BaselineError(Exception):
 
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    text = resources.files("speedgate").joinpath("schema", SCHEMA_RESOURCE).read_text(encoding="utf-8")
+    text = resources.files("speedgate").joinpath("schema").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     doc: dict[str, Any] = json.loads(text)
     return doc
 

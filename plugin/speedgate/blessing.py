@@ -6,9 +6,10 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from . import baseline as baseline_file
 from .results import CompareResult, MetricResult

@@ -7,9 +7,10 @@ rather than taken from a datasheet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Callable
+from typing import Any
 
 # Sizes: a 1 GiB copy (20x the H100's L2) and 8192^3 matmuls, large enough to reach steady state.
 COPY_BYTES = 2**30
@@ -53,7 +54,6 @@ def measure_copy_gbps(torch: Any) -> float:
     src = torch.randn(COPY_BYTES // 4, device="cuda")
     dst = torch.empty_like(src)
     ms = _events_median_ms(torch, lambda: dst.copy_(src), warmup=5, reps=30)
-    del src, dst
     return 2 * COPY_BYTES / (ms * 1e-3) / 1e9  # bytes read + bytes written
 
 

@@ -4,21 +4,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .hardware import software_drift
+from .options import DEFAULT_TOLERANCE
 from .report import align
 from .stats import RatioEstimate
-from .verdict import SEVERITY, Verdict, judge
+from .verdict import Verdict, by_severity, judge, judge_metric
 
 
 class CompareInputError(ValueError):
     """A file that is neither a baseline file nor a speedgate JSON report."""
 
 
-def load_cases(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """({case_id: entry}, software versions) from a baseline file or a --speedgate-json report."""
+@dataclass(frozen=True)
+class Side:
+    """What one file holds: cases and metrics by id, and the software they were measured with."""
+
+    cases: dict[str, dict[str, Any]]
+    metrics: dict[str, dict[str, Any]]
+    software: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One case or metric judged: NEW against OLD."""
+
+    ident: str
+    old: float | None
+    new: float | None
+    verdict: Verdict
+    change: float | None = None
+    ci: tuple[float, float] | None = None
+    tolerance: float | None = None
+    note: str = ""
+
+
+def load(path: Path) -> Side:
+    """A baseline file or a --speedgate-json report, validated."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -31,50 +58,89 @@ def load_cases(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
             validate(doc, path)
         except BaselineError as exc:
             raise CompareInputError(str(exc)) from None
-        return cases, doc["fingerprint"].get("software", {})
+        return Side(cases, dict(doc.get("metrics", {})), doc["fingerprint"].get("software", {}))
     if isinstance(cases, list) and "speedgate_report_version" in doc:
         timed = {c["case_id"]: c for c in cases if c.get("timed") and c.get("speedup")}
+        metrics = {m["metric_id"]: m for m in doc.get("metrics", [])}
         software: dict[str, Any] = {}
         for fp in doc.get("fingerprints", {}).values():
             software = fp.get("software", {})
-        return timed, software
+        return Side(timed, metrics, software)
     raise CompareInputError(f"{path}: neither a speedgate baseline file nor a --speedgate-json report")
 
 
-def compare(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]], tolerance: float | None) -> list[dict[str, Any]]:
+def load_cases(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """({case_id: entry}, software versions) of a file (see load)."""
+    side = load(path)
+    return side.cases, side.software
+
+
+def _absent(ident: str, o: Mapping[str, Any] | None, n: Mapping[str, Any] | None, key: str) -> Row | None:
+    if n is None and o is not None:
+        return Row(ident, o[key], None, Verdict.MISSING, note="not in NEW")
+    if o is None and n is not None:
+        return Row(ident, None, n[key], Verdict.NEW)
+    return None
+
+
+def compare(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]], tolerance: float | None) -> list[Row]:
     """One row per case: NEW's interval judged against OLD's speedup, as the gate judges a run."""
     rows = []
     for case_id in sorted(set(old) | set(new)):
         o, n = old.get(case_id), new.get(case_id)
-        if n is None:
-            rows.append({"case_id": case_id, "old": o["speedup"], "new": None, "verdict": "missing", "change": None, "note": "not in NEW"})
+        absent = _absent(case_id, o, n, "speedup")
+        if absent is not None or o is None or n is None:
+            rows.append(absent or Row(case_id, None, None, Verdict.MISSING))
             continue
-        if o is None:
-            rows.append({"case_id": case_id, "old": None, "new": n["speedup"], "verdict": Verdict.NEW.value, "change": None, "note": ""})
-            continue
-        tol = tolerance if tolerance is not None else float(n.get("tolerance") or o.get("tolerance") or 0.10)
-        estimate = RatioEstimate(n["speedup"], n.get("ci_low", n["speedup"]), n.get("ci_high", n["speedup"]), 0.95, int(n.get("rounds") or 0))
+        tol = tolerance if tolerance is not None else float(n.get("tolerance") or o.get("tolerance") or DEFAULT_TOLERANCE)
+        estimate = RatioEstimate(n["speedup"], n.get("ci_low", n["speedup"]), n.get("ci_high", n["speedup"]), 0.95,
+                                 int(n.get("rounds") or 0))
         j = judge(estimate, o["speedup"], tol, file_found=True)
-        rows.append({"case_id": case_id, "old": o["speedup"], "new": n["speedup"], "ci": (estimate.low, estimate.high),
-                     "verdict": j.verdict.value, "change": j.change, "note": j.note, "tolerance": tol})
-    order = {**{v.value: k for v, k in SEVERITY.items()}, "missing": 3}
-    return sorted(rows, key=lambda r: (order.get(r["verdict"], 9), r["case_id"]))
+        rows.append(Row(case_id, o["speedup"], n["speedup"], j.verdict, j.change, (estimate.low, estimate.high), tol, j.note))
+    return by_severity(rows)
 
 
-def format_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
-    header = ("case", "old", "new", "95% CI (new)", "change", "verdict")
+def compare_metrics(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]]) -> list[Row]:
+    """One row per metric: NEW's value judged against OLD's with OLD's tolerance and direction."""
+    rows = []
+    for metric_id in sorted(set(old) | set(new)):
+        o, n = old.get(metric_id), new.get(metric_id)
+        absent = _absent(metric_id, o, n, "value")
+        if absent is not None or o is None or n is None:
+            rows.append(absent or Row(metric_id, None, None, Verdict.MISSING))
+            continue
+        j = judge_metric(float(n["value"]), float(o["value"]), float(o["tolerance"]), o.get("direction", "lower"),
+                         file_found=True)
+        rows.append(Row(metric_id, o["value"], n["value"], j.verdict, j.change, None, float(o["tolerance"]), j.note))
+    return by_severity(rows)
+
+
+def format_rows(rows: Sequence[Row], unit: str = "x") -> list[str]:
+    header = ("case" if unit == "x" else "metric", "old", "new", "95% CI (new)" if unit == "x" else "tolerance",
+              "change", "verdict")
     cells = [header]
     for r in rows:
-        ci = f"{r['ci'][0]:.3f}-{r['ci'][1]:.3f}" if r.get("ci") else "-"
+        if unit == "x":
+            extra = f"{r.ci[0]:.3f}-{r.ci[1]:.3f}" if r.ci else "-"
+        else:
+            extra = f"{r.tolerance:.0%}" if r.tolerance is not None else "-"
         cells.append((
-            r["case_id"],
-            f"{r['old']:.3f}x" if r["old"] is not None else "-",
-            f"{r['new']:.3f}x" if r["new"] is not None else "-",
-            ci,
-            f"{r['change']:+.1%}" if r["change"] is not None else "-",
-            r["verdict"],
+            r.ident,
+            f"{r.old:.3f}{unit}" if r.old is not None else "-",
+            f"{r.new:.3f}{unit}" if r.new is not None else "-",
+            extra,
+            f"{r.change:+.1%}" if r.change is not None and r.change != float("inf") else "-",
+            r.verdict.value,
         ))
     return align(cells)
+
+
+def tally(rows: Sequence[Row]) -> str:
+    def count(v: Verdict) -> int:
+        return sum(r.verdict is v for r in rows)
+
+    return (f"{count(Verdict.REGRESSED)} regressed, {count(Verdict.IMPROVED)} improved, {count(Verdict.PASS)} within "
+            f"tolerance, {count(Verdict.NEW)} new, {count(Verdict.MISSING)} missing")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,24 +149,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_parser = sub.add_parser("compare", help="judge NEW's speedups against OLD's (baseline files or --speedgate-json reports)")
     cmp_parser.add_argument("old", type=Path)
     cmp_parser.add_argument("new", type=Path)
-    cmp_parser.add_argument("--tolerance", type=float, default=None, help="override every case's tolerance (default: the case's own, else 0.10)")
+    cmp_parser.add_argument("--tolerance", type=float, default=None,
+                            help=f"override every case's tolerance (default: the case's own, else {DEFAULT_TOLERANCE})")
     args = parser.parse_args(argv)
     if args.tolerance is not None and not 0.0 <= args.tolerance < 1.0:
         parser.error(f"--tolerance {args.tolerance} must be a fraction in [0, 1)")
     try:
-        old, old_sw = load_cases(args.old)
-        new, new_sw = load_cases(args.new)
+        old, new = load(args.old), load(args.new)
     except CompareInputError as exc:
         parser.exit(2, f"speedgate compare: {exc}\n")
-    rows = compare(old, new, args.tolerance)
-    print(f"OLD {args.old} ({len(old)} cases) -> NEW {args.new} ({len(new)} cases)")
-    drift = software_drift(old_sw, new_sw)
+    print(f"OLD {args.old} ({len(old.cases)} cases, {len(old.metrics)} metrics) -> "
+          f"NEW {args.new} ({len(new.cases)} cases, {len(new.metrics)} metrics)")
+    drift = software_drift(old.software, new.software)
     if drift:
         print(f"software: {', '.join(drift)}")
+    shared = (set(old.cases) & set(new.cases)) | (set(old.metrics) & set(new.metrics))
+    if not shared and (old.cases or old.metrics) and (new.cases or new.metrics):
+        print("speedgate compare: OLD and NEW share no case and no metric, so nothing was compared (files of "
+              "different hardware keys, or renamed tests?)", file=sys.stderr)
+        return 2
+    metric_rows = compare_metrics(old.metrics, new.metrics)
+    if metric_rows:
+        for line in format_rows(metric_rows, unit=""):
+            print(line)
+        print(f"metrics: {tally(metric_rows)}")
+    rows = compare(old.cases, new.cases, args.tolerance)
     for line in format_rows(rows):
         print(line)
-    regressed = sum(r["verdict"] == Verdict.REGRESSED.value for r in rows)
-    print(f"{regressed} regressed, {sum(r['verdict'] == Verdict.IMPROVED.value for r in rows)} improved, "
-          f"{sum(r['verdict'] == Verdict.PASS.value for r in rows)} within tolerance, "
-          f"{sum(r['verdict'] == Verdict.NEW.value for r in rows)} new, {sum(r['verdict'] == 'missing' for r in rows)} missing")
+    print(tally(rows))
+    regressed = any(r.verdict is Verdict.REGRESSED for r in [*rows, *metric_rows])
     return 1 if regressed else 0

@@ -8,11 +8,12 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from . import gate
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
-from . import gate
 from .gpu_state import throttled_fractions
 from .measure import Measurement, Policy, measure_pair, measurement_from_samples
 from .results import CompareResult, MetricResult
@@ -80,7 +81,7 @@ def interpreter_active() -> bool:
 class Perf:
     """What a test gets from the `perf` fixture."""
 
-    def __init__(self, session: "SpeedgateSession", nodeid: str, timer: "Timer | None" = None) -> None:
+    def __init__(self, session: SpeedgateSession, nodeid: str, timer: Timer | None = None) -> None:
         self._session = session
         self._timer = timer
         self.nodeid = nodeid
@@ -125,7 +126,7 @@ class Perf:
         so every comparison in it is measured and reported.
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
-        case_id, settings = common["case_id"], self._session.settings
+        case_id = common["case_id"]
         ref = _guard(reference, "reference", case_id)
         opt = _guard(optimized, "optimized", case_id)
         closeness: list[Closeness] = []
@@ -333,7 +334,7 @@ class Perf:
                 artifacts_dir=settings.artifacts_dir))
 
 
-def _graph_capture(timer: "Timer", case_id: str) -> Callable[[Callable[[], Any]], Callable[[], Any]] | None:
+def _graph_capture(timer: Timer, case_id: str) -> Callable[[Callable[[], Any]], Callable[[], Any]] | None:
     graphed = getattr(timer, "graphed", None)
     if graphed is None:
         return None  # no CUDA timer (CPU work, or a scripted clock): graph=True has nothing to capture

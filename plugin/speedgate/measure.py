@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .options import DEFAULT_BUDGET_S, DEFAULT_TARGET_NOISE
 from .stats import RatioEstimate, bootstrap_ratio, robust_cv

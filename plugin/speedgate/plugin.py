@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from .session import SpeedgateSession
 
 SESSION_KEY = pytest.StashKey[SpeedgateSession]()
 PERF_KEY = pytest.StashKey[Perf]()
-ASSIGNMENT_KEY = pytest.StashKey["Assignment | None"]()
+ASSIGNMENT_KEY = pytest.StashKey[Assignment | None]()
 FINISH_KEY = pytest.StashKey[Finish]()
 WORKER_OUTPUT = "speedgate"
 

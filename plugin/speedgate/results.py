@@ -7,8 +7,9 @@ from_json at the edges only); a verdict stays a Verdict until text is written.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .verdict import Verdict
 

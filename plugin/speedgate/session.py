@@ -5,17 +5,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import baseline as baseline_file
-from .devices import Assignment, DeviceLock
-from .results import CompareResult, MetricResult
-from .gpu_state import Monitor, open_monitor
-from .hardware import Fingerprint, detect, multi_gpu_key, software_drift, visible_gpu_tokens
-from .options import Settings
 from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
+from .devices import Assignment, DeviceLock
+from .gpu_state import Monitor, open_monitor
+from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
+from .options import Settings
+from .results import CompareResult, MetricResult
 from .timers import CudaTimer, Timer, make_timer
+
 
 class SpeedgateSession:
     """One pytest run's state: what the fixture asks for (fingerprint, baselines, timer, ceilings) and what the run

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from .stats import RatioEstimate
 
@@ -35,10 +36,15 @@ SEVERITY = {
 T = TypeVar("T")
 
 
+def _own_verdict(item: Any) -> Verdict:
+    verdict: Verdict = item.verdict
+    return verdict
+
+
 def by_severity(items: Iterable[T], verdict_of: Callable[[T], Verdict] | None = None) -> list[T]:
     """Regressions first, then improvements, new cases, passes; in their given order within each. The one place
     results are ordered for a report; verdict_of defaults to each item's .verdict."""
-    of = verdict_of or (lambda item: getattr(item, "verdict"))
+    of: Callable[[T], Verdict] = verdict_of or _own_verdict
     ranked = sorted(enumerate(items), key=lambda pair: (SEVERITY.get(of(pair[1]), 9), pair[0]))
     return [item for _, item in ranked]
 
