@@ -191,3 +191,10 @@ def test_plugin_import_does_not_import_torch_triton_or_pynvml() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_perf_policy_follows_the_options(project: pytest.Pytester) -> None:
+    """--speedgate-budget and --speedgate-noise reach perf.policy, which multi-process cases hand to their ranks."""
+    project.makepyfile(test_policy="def test_p(perf):\n    assert perf.policy.budget_s == 0.5\n"
+                                   "    assert perf.policy.target_rel_halfwidth == 0.02\n")
+    project.runpytest("--speedgate-budget", "0.5", "--speedgate-noise", "0.02").assert_outcomes(passed=1)

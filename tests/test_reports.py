@@ -171,3 +171,51 @@ def test_chart_png(project: pytest.Pytester) -> None:
     project.runpytest("--speedgate-chart", "out/run.png").assert_outcomes(passed=1, failed=1)
     data = (project.path / "out" / "run.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+METRIC_TEST = CASES + """
+def test_compile(perf):
+    perf.compare(ref_2ms, opt_1ms)
+    perf.metric("compile_s", 30.0, tolerance=0.2, unit="s")
+"""
+
+
+def test_metrics_reach_the_markdown_summary_and_the_budget_line(project: pytest.Pytester) -> None:
+    """A metric regression fails the test; the Markdown (and so GITHUB_STEP_SUMMARY) must say so, not '1 pass'."""
+    import json
+
+    path = write_baseline(project.path, {"test_cases.py::test_compile": 2.0})
+    doc = json.loads(path.read_text())
+    doc["metrics"] = {"test_cases.py::test_compile::compile_s": {
+        "value": 10.0, "tolerance": 0.2, "direction": "lower", "unit": "s", "measured_at": "2026-01-01T00:00:00Z",
+        "software": {}}}
+    path.write_text(json.dumps(doc))
+    project.makepyfile(test_cases=METRIC_TEST)
+    result = project.runpytest("--speedgate-markdown", "summary.md")
+    result.assert_outcomes(failed=1)
+    text = (project.path / "summary.md").read_text()
+    assert "**1 cases: 1 pass**" in text and "**1 metrics: 1 regressed**" in text
+    assert "| `test_cases.py::test_compile::compile_s` | 30 s | 10 s |" in text
+    result.stdout.fnmatch_lines(["*rounds of 1 comparisons took * s: *% timed work, *% statistics, *% host overhead*"])
+
+
+def test_compare_judges_metrics_and_refuses_files_with_nothing_in_common(tmp_path) -> None:
+    import json
+
+    from conftest import baseline_doc
+
+    def with_metric(doc: dict, value: float) -> dict:
+        doc["metrics"] = {"t.py::m::compile_s": {"value": value, "tolerance": 0.2, "direction": "lower", "unit": "s",
+                                                  "measured_at": "2026-01-01T00:00:00Z", "software": {}}}
+        return doc
+
+    old, new, other = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "other.json"
+    old.write_text(json.dumps(with_metric(baseline_doc({"a": 2.0}), 10.0)))
+    new.write_text(json.dumps(with_metric(baseline_doc({"a": 2.0}), 30.0)))
+    proc = run_compare(str(old), str(new))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the metric regressed
+    assert "metrics: 1 regressed, 0 improved, 0 within tolerance, 0 new, 0 missing" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "0 regressed, 0 improved, 1 within tolerance, 0 new, 0 missing"
+    other.write_text(json.dumps(baseline_doc({"b": 2.0}, key="other-box")))
+    proc = run_compare(str(old), str(other))
+    assert proc.returncode == 2 and "share no case and no metric" in proc.stderr

@@ -119,5 +119,7 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     lines += report.by_test(state.records)
     lines += report.metrics_table(state.metric_records, state.failed_nodeids)
     lines += report.notes(state.records)
+    budget = report.budget_line(state.records)
+    lines += [budget] if budget else []
     lines += done.lines
     return [(line, False) for line in lines] + [(f"speedgate error: {e}", True) for e in done.errors]

@@ -198,3 +198,18 @@ def header(
         shared = any(w["shared"] for w in workers.values())
         lines.append(f"xdist workers: {where}" + ("; devices shared, so tests took turns on each" if shared else ""))
     return lines
+
+
+def budget_line(records: Sequence[CompareResult]) -> str | None:
+    """How the timed comparisons' rounds spent their wall time: timed work, the stopping checks' statistics, and
+    host overhead (launches, L2 flushes, event reads)."""
+    budgets = [r.budget for r in records if r.budget]
+    if not budgets:
+        return None
+    total = sum(b["seconds"] for b in budgets)
+    if total <= 0:
+        return None
+    parts = {name: sum(b[key] for b in budgets) / total for name, key in
+             (("timed work", "timed_s"), ("statistics", "stats_s"), ("host overhead", "other_s"))}
+    return (f"rounds of {len(budgets)} comparisons took {total:.1f} s: "
+            + ", ".join(f"{share:.0%} {name}" for name, share in parts.items()))
