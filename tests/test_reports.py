@@ -219,3 +219,20 @@ def test_compare_judges_metrics_and_refuses_files_with_nothing_in_common(tmp_pat
     other.write_text(json.dumps(baseline_doc({"b": 2.0}, key="other-box")))
     proc = run_compare(str(old), str(other))
     assert proc.returncode == 2 and "share no case and no metric" in proc.stderr
+
+
+def test_chart_draws_metrics_too(tmp_path) -> None:
+    pytest.importorskip("matplotlib", reason="the chart is optional: pip install 'pytest-speedgate[chart]'")
+    from speedgate.chart import _metric_goodness, render
+    from speedgate.results import CompareResult, MetricResult
+    from speedgate.verdict import Verdict
+
+    case = CompareResult(case_id="t.py::a", nodeid="t.py::a", name=None, hardware_key="k", timed=True,
+                         verdict=Verdict.PASS, note="", tolerance=0.1, speedup=2.0, ci_low=1.9, ci_high=2.1, baseline=2.0)
+    slow = MetricResult(metric_id="t.py::a::compile_s", nodeid="t.py::a", name="compile_s", hardware_key="k", value=30.0,
+                        tolerance=0.2, direction="lower", unit="s", verdict=Verdict.REGRESSED, note="", baseline=10.0)
+    labels = render([case], tmp_path / "c.png", "t", [slow])
+    assert labels == ["t :: a", "metric: t :: a::compile_s"]
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    rel, low, high = _metric_goodness(slow)
+    assert rel == pytest.approx(1 / 3) and rel < low < 1 < high  # three times slower: left of its band

@@ -92,12 +92,13 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
             _write(s.benchmark_json_path, json.dumps(doc, indent=2) + "\n")
         except RuntimeError as exc:
             done.errors.append(str(exc))
-    if s.chart_path is not None and state.records:
+    if s.chart_path is not None and (state.records or state.metric_records):
         from .chart import render
 
-        keys = ", ".join(sorted({r.hardware_key for r in state.records}))
+        keys = ", ".join(state.result_keys())
+        title = f"speedgate: {keys}, {len(state.records)} cases, {len(state.metric_records)} metrics"
         try:
-            render(state.records, s.chart_path, f"speedgate: {keys}, {len(state.records)} cases")
+            render(state.records, s.chart_path, title, state.metric_records)
         except RuntimeError as exc:
             done.errors.append(str(exc))
     if state.records or state.metric_records:
