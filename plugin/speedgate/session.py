@@ -100,6 +100,9 @@ class SpeedgateSession:
 
     def timer(self) -> Timer:
         if self._timer is None:
+            from .measure import warm_statistics
+
+            warm_statistics()
             self._timer = make_timer(self.settings.timer)
             if self._timer.name == CudaTimer.name:
                 tokens = visible_gpu_tokens()
