@@ -84,3 +84,26 @@ def test_before_rounds_check_runs_after_the_rounds() -> None:
 
     measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), before_rounds=arm)
     assert events == ["armed", "checked"]
+
+
+def test_stopping_checks_stay_under_a_tenth_of_the_timed_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that costs 5 ms against rounds of 0.2 ms of work: the loop skips checks to keep statistics <= 10%."""
+    import time
+
+    from speedgate import measure
+
+    calls = []
+    real = measure.bootstrap_ratio
+
+    def slow_check(*args, **kwargs):
+        calls.append(1)
+        time.sleep(0.005)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "bootstrap_ratio", slow_check)
+    m = measure_pair(ref, opt, ScriptedTimer({"ref": [0.1, 0.12], "opt": [0.1, 0.08]}),
+                     Policy(warmup_s=0, max_rounds=2000, target_rel_halfwidth=0.0, budget_s=60))
+    timed_s = (sum(m.reference_samples) + sum(m.optimized_samples)) / 1e3  # 0.4 s of scripted work
+    assert m.rounds == 2000
+    assert m.stats_seconds <= measure.STATS_SHARE * timed_s + 0.02  # at most one check over the share
+    assert len(calls) - 1 <= measure.STATS_SHARE * timed_s / 0.005 + 2  # checks skipped, not run every batch
