@@ -120,6 +120,23 @@ class CudaTimer:
 
         return run
 
+    def device_busy_ms(self, fn: Fn, calls: int = 3) -> float:
+        """Milliseconds per call that the device was busy running fn's work on ANY stream (torch.profiler, the union
+        of kernel and copy intervals), over `calls` synchronized calls: what the events should have seen."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from .integrity import busy_ms
+
+        torch = self._torch
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        device = torch.autograd.DeviceType.CUDA
+        intervals = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == device]
+        return busy_ms(intervals) / 1e3 / calls
+
     def describe(self) -> str:
         return (
             f"CUDA events on {self.device_name}, L2 flushed before each call "

@@ -1,0 +1,60 @@
+"""What a measured time must satisfy to be believed: above the roofline floor, and not beaten by device work that ran
+outside the timed interval (another stream). Pure: the numbers in, a reason to fail (or None) out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# A time may beat the roofline floor computed from this run's measured ceilings by at most this factor before it is
+# implausible. The ceilings are measured (a device-to-device copy, a large matmul), so a good kernel can land a few
+# percent above them (the best honest case blessed on the H100 reached 0.994 of the copy ceiling; one gate run showed
+# 1.00); the cheats this guards against read 16x and 209x.
+PLAUSIBLE_PEAK_FRACTION = 1.15
+
+# The device was busy for longer than the events measured by more than this factor (plus a small absolute slack for
+# the profiler's own gaps): part of the work ran outside the timed stream.
+OUTSIDE_STREAM_FACTOR = 1.25
+OUTSIDE_STREAM_SLACK_MS = 0.005
+
+
+def implausible(
+    case_id: str, optimized_ms: float, floor_ms: float, bound: str, *, flops: float | None, nbytes: float | None,
+    ceiling: str,
+) -> str | None:
+    """A reason the optimized side's time is impossible on this GPU (faster than its declared work allows), or None."""
+    if optimized_ms <= 0 or floor_ms <= 0:
+        return None
+    fraction = floor_ms / optimized_ms
+    if fraction <= PLAUSIBLE_PEAK_FRACTION:
+        return None
+    work = ", ".join(part for part in (f"{flops:.4g} flops" if flops else "", f"{nbytes:.4g} bytes" if nbytes else "") if part)
+    return (f"speedgate: {case_id}: implausible: the optimized side took {optimized_ms:.4g} ms, but its declared work "
+            f"({work}) needs at least {floor_ms:.4g} ms on this GPU's measured {bound} ceiling ({ceiling}): "
+            f"{fraction:.0%} of peak. Either it skips work (a cached result, a partial launch grid) or it declares more "
+            f"work than it does (flops=/bytes=); never blessed")
+
+
+def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals: how long the device was busy, streams overlapping."""
+    total = 0.0
+    current: tuple[float, float] | None = None
+    for start, end in sorted(intervals):
+        if current is None or start > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (start, end)
+        else:
+            current = (current[0], max(current[1], end))
+    if current is not None:
+        total += current[1] - current[0]
+    return total
+
+
+def outside_stream(case_id: str, side: str, event_ms: float, device_busy_ms: float) -> str | None:
+    """A reason the side's event time misses work it did (device busy far longer than the events saw), or None."""
+    if device_busy_ms <= event_ms * OUTSIDE_STREAM_FACTOR + OUTSIDE_STREAM_SLACK_MS:
+        return None
+    return (f"speedgate: {case_id}: the {side} side's work does not fit in its timed interval: CUDA events measured "
+            f"{event_ms:.4g} ms per call, but the device was busy {device_busy_ms:.4g} ms per call (profiler, all "
+            f"streams). Likely cause: work queued on another stream that the timed stream never waits for (a missing "
+            f"stream sync); make the current stream wait for it (torch.cuda.current_stream().wait_stream(s))")
