@@ -127,12 +127,16 @@ class CudaTimer:
 
         from .integrity import busy_ms
 
+        import warnings
+
         torch = self._torch
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
         device = torch.autograd.DeviceType.CUDA
         intervals = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == device]
         return busy_ms(intervals) / 1e3 / calls
