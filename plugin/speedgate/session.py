@@ -139,7 +139,7 @@ class SpeedgateSession:
         doc = self.doc_for(key)
         if doc is None or not self.collected_cases:
             return None
-        entries = sorted(doc["cases"]) + sorted(doc.get("metrics", {}))
+        entries = sorted([*doc["cases"], *doc.get("metrics", {})])
         matched, orphaned = orphaned_entries(entries, self.collected_cases, self.collected_files, self.anchors)
         return {"hardware_key": key, "baseline": str(self.baseline_path_for(key)), "entries": len(entries),
                 "matched": matched, "orphaned": orphaned}
