@@ -21,6 +21,8 @@ class Finish:
     header: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown loudly, but the run may pass
+    unmatched: dict[str, Any] | None = None  # this hardware's baseline entries no collected test matched
 
 
 def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
@@ -29,6 +31,8 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
         bless_all(state, done, interrupted)
     if state.used or state.records:
         done.header = header_lines(state)
+    if not (state.settings.update_baselines or state.settings.correctness_only):
+        check_unmatched(state, done)
     write_reports(state, done)
     return done
 
@@ -50,6 +54,23 @@ def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
             continue
         state.docs[key] = blessed.doc
         done.lines.extend(blessed.lines)
+
+
+def check_unmatched(state: SpeedgateSession, done: Finish) -> None:
+    """List this hardware's baseline entries that no collected test matched (their gate is silently lost); when
+    none matched at all the case ids drifted: warn loudly, and fail a strict run."""
+    try:
+        found = state.unmatched_entries(state.hardware_key)
+    except baseline_file.BaselineError:
+        return  # the header already says why the file is unusable
+    if found is None:
+        return
+    done.unmatched = found
+    example = min(state.collected_cases)
+    lines, drift = report.unmatched(found["baseline"], found["orphaned"], found["matched"], example)
+    done.lines += lines
+    if drift:
+        (done.errors if state.settings.strict else done.warnings).append(drift)
 
 
 def header_lines(state: SpeedgateSession) -> list[str]:
@@ -82,10 +103,13 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
     if s.json_path is not None:
         settings = {"tolerance": s.tolerance, "strict": s.strict, "update_baselines": s.update_baselines,
                     "correctness_only": s.correctness_only, "baseline_dir": str(s.baseline_dir)}
-        _write(s.json_path, _dump(export.json_report(
+        doc = export.json_report(
             state.records, state.metric_records, state.failed_nodeids, settings=settings,
             fingerprints=state.fingerprints, ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start,
-            workers=state.workers)))
+            workers=state.workers)
+        if done.unmatched is not None:
+            doc["unmatched_baseline_entries"] = done.unmatched
+        _write(s.json_path, _dump(doc))
     if s.benchmark_json_path is not None:
         try:
             doc = export.pytest_benchmark_report(state.records, state.fingerprints, baseline_file.now_iso())
@@ -123,4 +147,5 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     budget = report.budget_line(state.records)
     lines += [budget] if budget else []
     lines += done.lines
-    return [(line, False) for line in lines] + [(f"speedgate error: {e}", True) for e in done.errors]
+    return ([(line, False) for line in lines] + [(f"speedgate warning: {w}", True) for w in done.warnings]
+            + [(f"speedgate error: {e}", True) for e in done.errors])

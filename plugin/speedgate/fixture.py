@@ -240,7 +240,7 @@ class Perf:
         flops_dtype: str | None, config: Mapping[str, Any] | None, hardware_key: str,
     ) -> dict[str, Any]:
         """The fields every CompareResult of this comparison shares, after checking its arguments."""
-        case_id = self.nodeid if name is None else f"{self.nodeid}::{name}"
+        case_id = self._session.case_id(self.nodeid, name)
         if name is not None and (not name or any(c in name for c in "\n\r\t")):
             raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
         if any(r.case_id == case_id for r in self.results):
@@ -295,7 +295,7 @@ class Perf:
         alone separates noise from change, so give timings a wide one and exact counts 0. A regression fails the
         test after its body, like a speedup regression; --update-baselines blesses the value.
         """
-        metric_id = f"{self.nodeid}::{name}"
+        metric_id = self._session.case_id(self.nodeid, name)
         if not name or any(c in name for c in "\n\r\t"):
             raise ValueError(f"speedgate: metric name {name!r} must be non-empty and on one line")
         if any(m.metric_id == metric_id for m in self.metrics):

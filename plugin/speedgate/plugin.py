@@ -49,6 +49,13 @@ def _session(config: pytest.Config) -> SpeedgateSession:
     return config.stash[SESSION_KEY]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Before -k/-m deselect any: case ids come from the test files, and a deselected test still exists.
+    _session(config).note_collected(
+        [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items], config.inipath)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, when the suite uses the gate and its baseline file is unusable.
     if any("perf" in getattr(item, "fixturenames", ()) for item in session.items):

@@ -94,6 +94,31 @@ def by_test(records: Sequence[CompareResult]) -> list[str]:
     return lines
 
 
+UNMATCHED_SHOWN = 20  # the terminal lists this many orphaned entries; the JSON report has them all
+
+
+def unmatched(baseline: str, orphaned: Sequence[str], matched: int, example_case: str) -> tuple[list[str], str | None]:
+    """The lines listing a baseline file's orphaned entries, and the warning when none of its entries matched (the
+    case ids drifted, so every case is new and the gate checks nothing); None when some did."""
+    if not orphaned:
+        return [], None
+    lines = [f"{len(orphaned)} entries of {baseline} match no collected test (renamed or deleted tests? these "
+             "entries gate nothing now):"]
+    lines += [f"  {entry}" for entry in orphaned[:UNMATCHED_SHOWN]]
+    if len(orphaned) > UNMATCHED_SHOWN:
+        lines.append(f"  ... and {len(orphaned) - UNMATCHED_SHOWN} more (--speedgate-json lists them all)")
+    if matched:
+        return lines, None
+    return lines, (
+        f"none of the {len(orphaned)} entries of {baseline} matched a collected test, so every case is new and the "
+        f"gate checks nothing. Its ids look like '{orphaned[0]}', this run's like '{example_case}': if those name "
+        "the same test, the case ids drifted (they are test paths relative to the folder of pytest's ini file, else "
+        "of the nearest pyproject.toml, setup.cfg, tox.ini, setup.py or .git, else of the topmost conftest.py: did "
+        "one of these move since the file was blessed?); if the tests were renamed, re-bless them with "
+        "--update-baselines"
+    )
+
+
 def metric_row(m: MetricResult, failed_test: bool) -> tuple[str, ...]:
     unit = f" {m.unit}" if m.unit else ""
     return (

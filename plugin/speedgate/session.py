@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,67 @@ from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
 from .options import Settings
 from .results import CompareResult, MetricResult
 from .timers import CudaTimer, Timer, make_timer
+
+# What marks a project's top folder when pytest found no ini file above the tests: pytest's own config files, a
+# setup.py, a checkout (.git is a file in a git worktree).
+PROJECT_MARKERS = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg",
+                   "setup.py", ".git")
+
+
+def case_anchor(folder: Path, inipath: Path | None) -> Path | None:
+    """The folder that case ids of test files in folder are relative to; None when nothing marks one.
+
+    It depends on where the files lie, never on how pytest was invoked (pytest's rootdir moves with the working
+    directory, with --rootdir, and with a path given as a separate option value, such as `--baseline-dir /abs`):
+    the ini file's folder when the tests lie under it; else the nearest ancestor holding a project marker; else the
+    topmost ancestor holding a conftest.py.
+    """
+    if inipath is not None and folder.is_relative_to(inipath.parent):
+        return inipath.parent
+    chain = (folder, *folder.parents)
+    for candidate in chain:
+        if any((candidate / marker).exists() for marker in PROJECT_MARKERS):
+            return candidate
+    with_conftest = [candidate for candidate in chain if (candidate / "conftest.py").is_file()]
+    return with_conftest[-1] if with_conftest else None
+
+
+def case_base(nodeid: str, test_file: Path, anchor: Path | None) -> str:
+    """A collected test's case id, before any compare name: its file relative to the anchor ('/'-separated), then
+    the rest of its node id. Without an anchor, the node id (relative to the rootdir, as pytest wrote it)."""
+    if anchor is None:
+        return nodeid
+    rest = nodeid.partition("::")[2]
+    path = test_file.relative_to(anchor).as_posix()
+    return f"{path}::{rest}" if rest else path
+
+
+def _matches_a_case(entry: str, cases: set[str]) -> bool:
+    """Whether a baseline entry belongs to one of the cases: it is one, or one followed by '::<name>'."""
+    if entry in cases:
+        return True
+    at = entry.find("::")
+    while at != -1:
+        if entry[:at] in cases:
+            return True
+        at = entry.find("::", at + 2)
+    return False
+
+
+def orphaned_entries(entries: Iterable[str], cases: set[str], files: set[str], anchors: Iterable[str]) -> tuple[int, list[str]]:
+    """(how many entries matched a collected case, the orphaned ones): entries that match no collected case though
+    their file was collected, or though their file no longer exists. Entries of an existing file that was not
+    collected (a path selection, --ignore, a skipped module) are out of this run's view: neither."""
+    roots = [Path(a) for a in anchors]
+    matched, orphaned = 0, []
+    for entry in entries:
+        if _matches_a_case(entry, cases):
+            matched += 1
+            continue
+        test_file = entry.partition("::")[0]
+        if test_file in files or (roots and not any((root / test_file).exists() for root in roots)):
+            orphaned.append(entry)
+    return matched, orphaned
 
 
 class SpeedgateSession:
@@ -42,6 +103,46 @@ class SpeedgateSession:
         self.gpu_state_at_start: dict[str, str] = {}
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it was pinned to
         self._gpu_counts: dict[str, int] = {}  # multi-GPU hardware key -> its GPU count
+        # What collection found, before -k/-m deselected any (a deselected test still exists): under xdist, each
+        # worker's, merged on the controller, which collects nothing itself.
+        self.case_bases: dict[str, str] = {}  # node id of a test using perf -> its case id
+        self.collected_cases: set[str] = set()  # case ids of the tests using perf
+        self.collected_files: set[str] = set()  # test files that yielded tests, as case ids write them
+        self.anchors: set[str] = set()  # the folders those case ids are relative to
+        self._anchor_of: dict[Path, Path | None] = {}  # test folder -> its anchor, found once
+
+    # -- case ids ----------------------------------------------------------------------------------------------
+    def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None) -> None:
+        """Record the collected tests, (node id, test file, uses perf), and give each one its case id."""
+        for nodeid, test_file, uses_perf in items:
+            folder = test_file.parent
+            if folder not in self._anchor_of:
+                self._anchor_of[folder] = case_anchor(folder, inipath)
+            anchor = self._anchor_of[folder]
+            base = case_base(nodeid, test_file, anchor)
+            self.collected_files.add(base.partition("::")[0])
+            if uses_perf:
+                self.case_bases[nodeid] = base
+                self.collected_cases.add(base)
+                if anchor is not None:
+                    self.anchors.add(str(anchor))
+
+    def case_id(self, nodeid: str, name: str | None = None) -> str:
+        """The id a comparison or metric of this test has in baseline files and reports: '<case>' or
+        '<case>::<name>'. A test collection did not see keeps its node id."""
+        base = self.case_bases.get(nodeid, nodeid)
+        return base if name is None else f"{base}::{name}"
+
+    def unmatched_entries(self, key: str) -> dict[str, Any] | None:
+        """Which entries (cases and metrics) of key's baseline file this run's collected tests left unmatched (see
+        orphaned_entries); None when there is no file or no collected test uses perf. BaselineError if unusable."""
+        doc = self.doc_for(key)
+        if doc is None or not self.collected_cases:
+            return None
+        entries = sorted([*doc["cases"], *doc.get("metrics", {})])
+        matched, orphaned = orphaned_entries(entries, self.collected_cases, self.collected_files, self.anchors)
+        return {"hardware_key": key, "baseline": str(self.baseline_path_for(key)), "entries": len(entries),
+                "matched": matched, "orphaned": orphaned}
 
     # -- what the fixture asks for ---------------------------------------------------------------------------
     @property
@@ -173,6 +274,8 @@ class SpeedgateSession:
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
                 "gpu_state": self.gpu_state_at_start,
+                "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
+                              "anchors": sorted(self.anchors)},
                 "worker": None if self.assignment is None else {
                     "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self.assignment.device,
                     "shared": self.assignment.shared},
@@ -193,6 +296,10 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
+        collected = data.get("collected", {})
+        self.collected_cases.update(collected.get("cases", []))
+        self.collected_files.update(collected.get("files", []))
+        self.anchors.update(collected.get("anchors", []))
         worker = data.get("worker")
         if worker:
             self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"]}
@@ -239,4 +346,4 @@ class SpeedgateSession:
         return sorted(keys) or [self.hardware_key]
 
 
-__all__ = ["SpeedgateSession"]
+__all__ = ["SpeedgateSession", "case_anchor", "case_base", "orphaned_entries"]

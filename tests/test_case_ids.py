@@ -1,0 +1,177 @@
+"""Case ids: the same whatever the invocation (subfolder, absolute paths, --rootdir, either --baseline-dir form),
+and baseline entries no collected test matches are listed (none matching at all: the loud drift warning)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
+from speedgate.session import case_anchor, case_base, orphaned_entries
+
+TESTS = CASES + """
+def test_a(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_b(perf):
+    perf.compare(ref_2ms, opt_500us, name="vs_eager")
+    perf.metric("recompiles", 0, tolerance=0.0)
+"""
+BLESSED = ["tests/sub/test_cases.py::test_a", "tests/sub/test_cases.py::test_b::vs_eager"]
+BLESSED_METRICS = ["tests/sub/test_cases.py::test_b::recompiles"]
+
+
+# -- the pure parts ----------------------------------------------------------------------------------------------
+def test_anchor_is_the_ini_folder_when_the_tests_lie_under_it(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "setup.cfg").write_text("")
+    assert case_anchor(tmp_path / "tests", tmp_path / "tox.ini") == tmp_path  # the ini wins over a nearer marker
+    # An ini file elsewhere (found through a path given as an option value) does not anchor these tests.
+    assert case_anchor(tmp_path / "tests", tmp_path / "other" / "tox.ini") == tmp_path / "tests"
+
+
+def test_anchor_without_ini_is_the_nearest_marker_else_the_topmost_conftest(tmp_path: Path) -> None:
+    deep = tmp_path / "proj" / "tests" / "sub"
+    deep.mkdir(parents=True)
+    (tmp_path / "proj" / "conftest.py").write_text("")
+    (tmp_path / "proj" / "tests" / "conftest.py").write_text("")
+    assert case_anchor(deep, None) == tmp_path / "proj"  # the topmost conftest.py
+    (tmp_path / "proj" / ".git").write_text("gitdir: elsewhere\n")  # a git worktree's .git is a file
+    (tmp_path / "proj" / "tests" / "pyproject.toml").write_text("")
+    assert case_anchor(deep, None) == tmp_path / "proj" / "tests"  # the nearest marker
+
+
+def test_case_base_is_the_file_from_the_anchor_then_the_node_id_rest(tmp_path: Path) -> None:
+    test_file = tmp_path / "perftests" / "test_x.py"
+    assert case_base("x/test_x.py::TestC::test_y[a/b]", test_file, tmp_path) == "perftests/test_x.py::TestC::test_y[a/b]"
+    assert case_base("../elsewhere/test_x.py::t", test_file, None) == "../elsewhere/test_x.py::t"  # no anchor
+
+
+def test_orphans_are_unmatched_entries_of_collected_or_vanished_files(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test_other.py").write_text("")
+    entries = ["t/test_a.py::test_x::vs_eager", "t/test_a.py::test_p[2]", "t/test_a.py::test_old",
+               "t/test_gone.py::test_z", "t/test_other.py::test_q"]
+    matched, orphaned = orphaned_entries(entries, {"t/test_a.py::test_x", "t/test_a.py::test_p[2]"},
+                                         {"t/test_a.py"}, [str(tmp_path)])
+    # test_other.py exists but was not collected (a path selection): out of view, not orphaned.
+    assert (matched, orphaned) == (2, ["t/test_a.py::test_old", "t/test_gone.py::test_z"])
+
+
+# -- through pytest ----------------------------------------------------------------------------------------------
+def make_project(pytester: pytest.Pytester, top: str = "ini") -> Path:
+    """tests/sub/test_cases.py with the scripted clock beside it; at the top, what marks the project: a tox.ini, a
+    .git folder, or only a conftest.py."""
+    sub = pytester.mkpydir("tests") / "sub"
+    sub.mkdir()
+    (sub / "test_cases.py").write_text(TESTS)
+    # Beside the tests: without an ini file, pytest loads no conftest.py above its rootdir (a subfolder run).
+    (sub / "conftest.py").write_text(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
+    if top == "ini":
+        pytester.makeini("[pytest]\n")
+    elif top == ".git":
+        (pytester.path / ".git").mkdir()
+    else:
+        pytester.makeconftest("")
+    return sub
+
+
+def run(pytester: pytest.Pytester, cwd: Path, *args: str) -> tuple[pytest.RunResult, dict]:
+    report = pytester.path / "report.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        result = pytester.runpytest("--hardware-key", "test-box", "-p", "no:cacheprovider",
+                                    f"--speedgate-json={report}", *args)
+    return result, json.loads(report.read_text())
+
+
+def verdicts(doc: dict) -> dict[str, str]:
+    return {r["case_id"]: r["verdict"] for r in doc["cases"]} | {m["metric_id"]: m["verdict"] for m in doc["metrics"]}
+
+
+@pytest.mark.parametrize("top", ["ini", ".git", "conftest.py"])
+def test_case_ids_do_not_depend_on_the_invocation(pytester: pytest.Pytester, top: str,
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    sub = make_project(pytester, top)
+    top = pytester.path
+    # Outside the project, so that the option value given as its own word moves pytest's rootdir.
+    baselines = tmp_path_factory.mktemp("elsewhere-baselines")
+    blessed, doc = run(pytester, top, f"--baseline-dir={baselines}", "--update-baselines", "tests")
+    blessed.assert_outcomes(passed=2)
+    assert sorted(verdicts(doc)) == sorted(BLESSED + BLESSED_METRICS)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    invocations = {
+        "from the top": (top, [f"--baseline-dir={baselines}"]),
+        "from a subfolder": (sub, [f"--baseline-dir={baselines}", "."]),
+        "with absolute paths": (elsewhere, [f"--baseline-dir={baselines}", str(top / "tests")]),
+        "with --rootdir": (top, ["--rootdir", str(elsewhere), f"--baseline-dir={baselines}", "tests"]),
+        "with --baseline-dir DIR": (top, ["--baseline-dir", str(baselines), "tests"]),
+        "with --baseline-dir=DIR": (top, [f"--baseline-dir={baselines}", "tests"]),
+    }
+    for name, (cwd, args) in invocations.items():
+        # Strict: a 'new' case would fail the run, and so would baseline entries that match nothing.
+        result, doc = run(pytester, cwd, "--speedgate-strict", *args)
+        assert result.ret == 0, f"{name}: {result.stdout.str()}"
+        assert verdicts(doc) == dict.fromkeys(BLESSED + BLESSED_METRICS, "pass"), name
+        assert doc["unmatched_baseline_entries"]["orphaned"] == [], name
+
+
+def test_renamed_and_deleted_tests_leave_orphans_listed(pytester: pytest.Pytester) -> None:
+    sub = make_project(pytester)
+    (sub / "test_old.py").write_text(CASES + "def test_o(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    run(pytester, pytester.path, "--update-baselines")[0].assert_outcomes(passed=3)
+    (sub / "test_old.py").unlink()
+    (sub / "test_cases.py").write_text(TESTS.replace("def test_b(", "def test_b_renamed("))
+    result, doc = run(pytester, pytester.path)
+    result.assert_outcomes(passed=2)  # not strict: a renamed test is new, and the gate goes on
+    orphaned = ["tests/sub/test_cases.py::test_b::recompiles", "tests/sub/test_cases.py::test_b::vs_eager",
+                "tests/sub/test_old.py::test_o"]
+    result.stdout.fnmatch_lines(["*3 entries of *test-box.json match no collected test*", *[f"  {e}" for e in orphaned]])
+    assert doc["unmatched_baseline_entries"]["orphaned"] == sorted(orphaned)
+    assert doc["unmatched_baseline_entries"]["matched"] == 1
+    assert "speedgate warning" not in result.stdout.str()  # one entry matched: no drift
+
+
+def test_deselected_and_unselected_tests_are_not_orphans(pytester: pytest.Pytester) -> None:
+    sub = make_project(pytester)
+    (sub / "test_more.py").write_text(CASES + "def test_m(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    run(pytester, pytester.path, "--update-baselines")[0].assert_outcomes(passed=3)
+    result, doc = run(pytester, pytester.path, "-k", "test_a", "tests/sub/test_cases.py")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert doc["unmatched_baseline_entries"] == {
+        "hardware_key": "test-box", "baseline": str(pytester.path / "baselines" / "test-box.json"), "entries": 4,
+        "matched": 3, "orphaned": []}  # test_b deselected, test_more.py not selected: neither is orphaned
+    assert "match no collected test" not in result.stdout.str()
+
+
+def test_ids_that_match_nothing_warn_loudly_and_fail_a_strict_run(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    run(pytester, pytester.path, "--update-baselines")[0].assert_outcomes(passed=2)
+    # The ini file moves into tests/: the anchor moves with it, every id drifts ('sub/test_cases.py::...').
+    (pytester.path / "tox.ini").rename(pytester.path / "tests" / "tox.ini")
+    baseline_dir = f"--baseline-dir={pytester.path / 'baselines'}"
+    result, doc = run(pytester, pytester.path, baseline_dir)
+    assert result.ret == 0 and set(verdicts(doc).values()) == {"new"}
+    result.stdout.fnmatch_lines([
+        "*3 entries of *test-box.json match no collected test*",
+        "speedgate warning: none of the 3 entries of *test-box.json matched a collected test*"
+        "'tests/sub/test_cases.py::test_a', this run's like 'sub/test_cases.py::test_a'*",
+    ])
+    strict, _ = run(pytester, pytester.path, baseline_dir, "--speedgate-strict")
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines(["speedgate error: none of the 3 entries of *test-box.json matched a collected test*"])
+
+
+def test_xdist_workers_send_what_they_collected(pytester: pytest.Pytester) -> None:
+    sub = make_project(pytester)
+    (sub / "test_old.py").write_text(CASES + "def test_o(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    pytester.runpytest_subprocess("--hardware-key", "test-box", "-p", "no:cacheprovider", "--update-baselines")
+    (sub / "test_old.py").unlink()
+    result = pytester.runpytest_subprocess("--hardware-key", "test-box", "-p", "no:cacheprovider", "-n", "2",
+                                           "--speedgate-json=r.json")
+    result.assert_outcomes(passed=2)
+    unmatched = json.loads((pytester.path / "r.json").read_text())["unmatched_baseline_entries"]
+    assert (unmatched["matched"], unmatched["orphaned"]) == (3, ["tests/sub/test_old.py::test_o"])
+    result.stdout.fnmatch_lines(["*1 entries of *test-box.json match no collected test*"])
