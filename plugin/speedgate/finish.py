@@ -69,6 +69,7 @@ def check_unmatched(state: SpeedgateSession, done: Finish) -> None:
     example = min(state.collected_cases)
     lines, drift = report.unmatched(found["baseline"], found["orphaned"], found["matched"], example)
     done.lines += lines
+    done.header += [line for line in lines if not line.startswith("  ")][:1]  # the count reaches the Markdown too
     if drift:
         (done.errors if state.settings.strict else done.warnings).append(drift)
 
@@ -126,7 +127,8 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
         except RuntimeError as exc:
             done.errors.append(str(exc))
     if state.records or state.metric_records:
-        text = report.markdown(state.records, state.metric_records, state.failed_nodeids, done.header)
+        notes = [*done.header, *(f"warning: {w}" for w in done.warnings), *(f"error: {e}" for e in done.errors)]
+        text = report.markdown(state.records, state.metric_records, state.failed_nodeids, notes)
         if s.markdown_path is not None:
             _write(s.markdown_path, text)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")

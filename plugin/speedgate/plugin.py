@@ -127,7 +127,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     done = config.stash.get(FINISH_KEY, None)
     state = _session(config)
-    if done is None or not (state.records or state.metric_records or done.errors):
+    if done is None or not (state.records or state.metric_records or done.errors or done.warnings or done.lines):
         return
     terminalreporter.write_sep("=", "speedgate")
     for line, error in terminal_lines(state, done):
