@@ -123,11 +123,11 @@ class CudaTimer:
     def device_busy_ms(self, fn: Fn, calls: int = 3) -> float:
         """Milliseconds per call that the device was busy running fn's work on ANY stream (torch.profiler, the union
         of kernel and copy intervals), over `calls` synchronized calls: what the events should have seen."""
+        import warnings
+
         from torch.profiler import ProfilerActivity, profile
 
         from .integrity import busy_ms
-
-        import warnings
 
         torch = self._torch
         torch.cuda.synchronize()
