@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class CaseError(Exception):
-    """A compared callable raised; the message says which side and what it raised."""
+    """A compared case cannot run or be checked as written (a side raised, outputs= failed, nothing to compare);
+    the message says which side and why."""
 
 
 class RecompiledInRounds(AssertionError):
@@ -60,18 +61,84 @@ def _recompile_check(case_id: str) -> Callable[[], None]:
     return check
 
 
-def _guard(fn: Callable[[], Any], side: str, case_id: str) -> Callable[[], Any]:
+def _guard(
+    fn: Callable[[], Any], side: str, case_id: str, after_first: Callable[[Any], Any] | None = None,
+) -> Callable[[], Any]:
+    """fn, with its errors named by side; after_first, when given, replaces the first call's return value with
+    after_first(that value) (the outputs= snapshot, taken before the other side runs)."""
     if not callable(fn):
         raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
+    pending = after_first
 
     @functools.wraps(fn)
     def call() -> Any:
+        nonlocal pending
         try:
-            return fn()
+            out = fn()
         except Exception as exc:
             raise CaseError(f"speedgate: {case_id}: the {side} callable raised {type(exc).__name__}: {exc}") from exc
+        if pending is not None:
+            snapshot, pending = pending, None
+            return snapshot(out)
+        return out
 
     return call
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of outputs()'s tensors (in lists, tuples and dicts), so the other side's call cannot overwrite them."""
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _outputs_of(outputs: Callable[[], Any], case_id: str, side: str, copy: bool) -> Callable[[Any], Any]:
+    """The first-call hook of outputs= mode: what outputs() holds right after this side's call."""
+
+    def take(_returned: Any) -> Any:
+        try:
+            value = outputs()
+        except Exception as exc:
+            raise CaseError(f"speedgate: {case_id}: outputs= raised {type(exc).__name__}: {exc} "
+                            f"(called after the {side} side)") from exc
+        if value is None:
+            raise CaseError(f"speedgate: {case_id}: outputs= returned None after the {side} side; "
+                            "return the tensors the two sides write")
+        return _snapshot(value) if copy else value
+
+    return take
+
+
+def _check_mode(check: bool, outputs: Callable[[], Any] | None, case_id: str) -> str:
+    """What compare() checks: the two return values ('returns'), outputs= after each side ('outputs'), or nothing
+    ('off', check=False)."""
+    if outputs is None:
+        return "returns" if check else "off"
+    if not callable(outputs):
+        raise TypeError(f"speedgate: {case_id}: outputs= must be a zero-argument callable, got {type(outputs).__name__}")
+    if not check:
+        raise ValueError(f"speedgate: {case_id}: outputs= names what to check, check=False turns the check off; "
+                         "pass one of them")
+    return "outputs"
+
+
+def _none_returned(case_id: str, ref_out: Any, opt_out: Any) -> str | None:
+    """Why two return values cannot be compared because of None, or None when they can."""
+    if ref_out is None and opt_out is None:
+        return (f"speedgate: {case_id}: both sides returned None, so there is nothing to compare. For in-place "
+                "kernels pass outputs= (a zero-argument callable returning the tensors to compare, called after "
+                "each side's first call), or say check=False to time the case unchecked.")
+    for side, out, other, other_out in (("optimized", opt_out, "reference", ref_out),
+                                        ("reference", ref_out, "optimized", opt_out)):
+        if out is None:
+            return (f"speedgate: {case_id}: the {side} callable returned None but the {other} returned "
+                    f"{type(other_out).__name__}: a forgotten `return`? Return the result from both sides, or for an "
+                    "in-place kernel return None from both and pass outputs=, or pass check=False.")
+    return None
 
 
 def interpreter_active() -> bool:
@@ -112,11 +179,15 @@ class Perf:
         flops_dtype: str | None = None,
         config: Mapping[str, Any] | None = None,
         graph: bool = False,
+        outputs: Callable[[], Any] | None = None,
     ) -> CompareResult:
         """Check that optimized() matches reference(), time both side by side, and gate the speedup.
 
-        check=True compares the two callables' first return values with assert_close (skipped when
-        either returns None, as in-place kernels do). flops= and bytes= are the optimized side's work,
+        check=True compares the two callables' first return values with assert_close; a side that returns None
+        is an error (a forgotten `return` must not pass unchecked). In-place kernels, which return None, pass
+        outputs=: a zero-argument callable returning the tensors to compare, called right after each side's first
+        call (the reference's are copied before the optimized side runs; each side must write them afresh, and the
+        first-call times include that copy). check=False times the case unchecked; reports mark it. flops= and bytes= are the optimized side's work,
         for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings measured
         in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
         the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
@@ -127,17 +198,27 @@ class Perf:
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
         case_id = common["case_id"]
-        ref = _guard(reference, "reference", case_id)
-        opt = _guard(optimized, "optimized", case_id)
+        mode = common["check"] = _check_mode(check, outputs, case_id)
+        # In outputs= mode the first call of each side returns its snapshot of outputs() (see _guard); the
+        # reference runs first, so only its snapshot must be a copy.
+        snap = {side: _outputs_of(outputs, case_id, side, copy=side == "reference") if outputs is not None else None
+                for side in ("reference", "optimized")}
+        ref = _guard(reference, "reference", case_id, snap["reference"])
+        opt = _guard(optimized, "optimized", case_id, snap["optimized"])
         closeness: list[Closeness] = []
 
         def check_outputs(ref_out: Any, opt_out: Any) -> None:
-            if not check or ref_out is None or opt_out is None:
+            if mode == "off":
                 return
+            problem = _none_returned(case_id, ref_out, opt_out) if mode == "returns" else None
+            if problem:
+                raise CaseError(problem)
             try:
                 closeness.append(assert_close(opt_out, ref_out, rtol, atol))
             except AssertionError as exc:
-                raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
+                what = "outputs= after the optimized side differ from those after the reference" if mode == "outputs" \
+                    else "optimized output differs from reference"
+                raise AssertionError(f"speedgate: {case_id}: {what}: {exc}") from None
 
         untimed = self._untimed_reason()
         if untimed:
@@ -198,6 +279,7 @@ class Perf:
             raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
         key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, key)
+        common["check"] = "caller"  # the outputs live in the other processes
         case_id = common["case_id"]
         untimed = self._untimed_reason()
         if untimed:
