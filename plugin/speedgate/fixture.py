@@ -61,84 +61,32 @@ def _recompile_check(case_id: str) -> Callable[[], None]:
     return check
 
 
-def _guard(
-    fn: Callable[[], Any], side: str, case_id: str, after_first: Callable[[Any], Any] | None = None,
-) -> Callable[[], Any]:
-    """fn, with its errors named by side; after_first, when given, replaces the first call's return value with
-    after_first(that value) (the outputs= snapshot, taken before the other side runs)."""
+def _guard(fn: Callable[[], Any], side: str, case_id: str, outputs: Callable[[], Any] | None = None, copy: bool = False) -> Callable[[], Any]:
+    """fn, with its errors named by side. With outputs (outputs= mode) its first call returns outputs() taken right
+    after it instead, a copy when copy (the other side's call may overwrite the same buffer)."""
     if not callable(fn):
         raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
-    pending = after_first
+    first = outputs is not None
 
     @functools.wraps(fn)
     def call() -> Any:
-        nonlocal pending
+        nonlocal first
         try:
             out = fn()
         except Exception as exc:
             raise CaseError(f"speedgate: {case_id}: the {side} callable raised {type(exc).__name__}: {exc}") from exc
-        if pending is not None:
-            snapshot, pending = pending, None
-            return snapshot(out)
-        return out
+        if not first or outputs is None:
+            return out
+        first = False
+        try:
+            out = outputs()
+        except Exception as exc:
+            raise CaseError(f"speedgate: {case_id}: outputs= raised {type(exc).__name__}: {exc} (after the {side})") from exc
+        if out is None:
+            raise CaseError(f"speedgate: {case_id}: outputs= returned None after the {side}: return what the sides write")
+        return gate.snapshot(out) if copy else out
 
     return call
-
-
-def _snapshot(value: Any) -> Any:
-    """A copy of outputs()'s tensors (in lists, tuples and dicts), so the other side's call cannot overwrite them."""
-    if hasattr(value, "detach") and hasattr(value, "clone"):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_snapshot(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    return value
-
-
-def _outputs_of(outputs: Callable[[], Any], case_id: str, side: str, copy: bool) -> Callable[[Any], Any]:
-    """The first-call hook of outputs= mode: what outputs() holds right after this side's call."""
-
-    def take(_returned: Any) -> Any:
-        try:
-            value = outputs()
-        except Exception as exc:
-            raise CaseError(f"speedgate: {case_id}: outputs= raised {type(exc).__name__}: {exc} "
-                            f"(called after the {side} side)") from exc
-        if value is None:
-            raise CaseError(f"speedgate: {case_id}: outputs= returned None after the {side} side; "
-                            "return the tensors the two sides write")
-        return _snapshot(value) if copy else value
-
-    return take
-
-
-def _check_mode(check: bool, outputs: Callable[[], Any] | None, case_id: str) -> str:
-    """What compare() checks: the two return values ('returns'), outputs= after each side ('outputs'), or nothing
-    ('off', check=False)."""
-    if outputs is None:
-        return "returns" if check else "off"
-    if not callable(outputs):
-        raise TypeError(f"speedgate: {case_id}: outputs= must be a zero-argument callable, got {type(outputs).__name__}")
-    if not check:
-        raise ValueError(f"speedgate: {case_id}: outputs= names what to check, check=False turns the check off; "
-                         "pass one of them")
-    return "outputs"
-
-
-def _none_returned(case_id: str, ref_out: Any, opt_out: Any) -> str | None:
-    """Why two return values cannot be compared because of None, or None when they can."""
-    if ref_out is None and opt_out is None:
-        return (f"speedgate: {case_id}: both sides returned None, so there is nothing to compare. For in-place "
-                "kernels pass outputs= (a zero-argument callable returning the tensors to compare, called after "
-                "each side's first call), or say check=False to time the case unchecked.")
-    for side, out, other, other_out in (("optimized", opt_out, "reference", ref_out),
-                                        ("reference", ref_out, "optimized", opt_out)):
-        if out is None:
-            return (f"speedgate: {case_id}: the {side} callable returned None but the {other} returned "
-                    f"{type(other_out).__name__}: a forgotten `return`? Return the result from both sides, or for an "
-                    "in-place kernel return None from both and pass outputs=, or pass check=False.")
-    return None
 
 
 def interpreter_active() -> bool:
@@ -183,13 +131,12 @@ class Perf:
     ) -> CompareResult:
         """Check that optimized() matches reference(), time both side by side, and gate the speedup.
 
-        check=True compares the two callables' first return values with assert_close; a side that returns None
-        is an error (a forgotten `return` must not pass unchecked). In-place kernels, which return None, pass
-        outputs=: a zero-argument callable returning the tensors to compare, called right after each side's first
-        call (the reference's are copied before the optimized side runs; each side must write them afresh, and the
-        first-call times include that copy). check=False times the case unchecked; reports mark it. flops= and bytes= are the optimized side's work,
-        for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings measured
-        in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
+        check=True compares the two callables' first return values with assert_close; a side returning None is an
+        error. In-place kernels return None and pass outputs=, a zero-argument callable returning the tensors to
+        compare: called right after each side's first call (timed with it), the reference's copied before the
+        optimized side runs. check=False times the case unchecked, and the reports say so. flops= and
+        bytes= are the optimized side's work, for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak"
+        against the ceilings measured in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
         the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
         one is reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their
         replays: for kernels of tens of microseconds, where host launch overhead would otherwise leak into the
@@ -198,27 +145,23 @@ class Perf:
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
         case_id = common["case_id"]
-        mode = common["check"] = _check_mode(check, outputs, case_id)
-        # In outputs= mode the first call of each side returns its snapshot of outputs() (see _guard); the
-        # reference runs first, so only its snapshot must be a copy.
-        snap = {side: _outputs_of(outputs, case_id, side, copy=side == "reference") if outputs is not None else None
-                for side in ("reference", "optimized")}
-        ref = _guard(reference, "reference", case_id, snap["reference"])
-        opt = _guard(optimized, "optimized", case_id, snap["optimized"])
+        mode = common["check"] = gate.check_mode(check, outputs, case_id)
+        # The reference's first call runs first (measure_pair): only its outputs= must be copied.
+        ref = _guard(reference, "reference", case_id, outputs, copy=True)
+        opt = _guard(optimized, "optimized", case_id, outputs)
         closeness: list[Closeness] = []
 
         def check_outputs(ref_out: Any, opt_out: Any) -> None:
             if mode == "off":
                 return
-            problem = _none_returned(case_id, ref_out, opt_out) if mode == "returns" else None
+            problem = gate.returned_none(case_id, ref_out, opt_out) if mode == "returns" else None
             if problem:
                 raise CaseError(problem)
             try:
                 closeness.append(assert_close(opt_out, ref_out, rtol, atol))
             except AssertionError as exc:
-                what = "outputs= after the optimized side differ from those after the reference" if mode == "outputs" \
-                    else "optimized output differs from reference"
-                raise AssertionError(f"speedgate: {case_id}: {what}: {exc}") from None
+                what = "outputs= after the optimized side differ" if mode == "outputs" else "optimized output differs"
+                raise AssertionError(f"speedgate: {case_id}: {what} from reference: {exc}") from None
 
         untimed = self._untimed_reason()
         if untimed:
