@@ -85,4 +85,6 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     torch._dynamo.reset()
     for run in (runners["static"], runners[strategy]):
         schedule_pass(run, inputs)()
-    perf.compare(schedule_pass(runners["static"], inputs), schedule_pass(runners[strategy], inputs), name="steady_state_vs_static")
+    # A pass returns nothing (see schedule_pass); each strategy's outputs were checked against eager above.
+    perf.compare(schedule_pass(runners["static"], inputs), schedule_pass(runners[strategy], inputs), name="steady_state_vs_static",
+                 check=False)

@@ -51,4 +51,5 @@ def test_regional_vs_whole_model(perf, device: str) -> None:
     torch._dynamo.reset()
     for run in (whole, regional):  # compile both again, outside any measurement, so the rounds recompile nothing
         schedule_pass(run, inputs)()
-    perf.compare(schedule_pass(whole, inputs), schedule_pass(regional, inputs), name="regional_vs_whole")
+    # A pass returns nothing (see schedule_pass); each strategy's outputs were checked against eager above.
+    perf.compare(schedule_pass(whole, inputs), schedule_pass(regional, inputs), name="regional_vs_whole", check=False)

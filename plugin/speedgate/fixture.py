@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class CaseError(Exception):
-    """A compared callable raised; the message says which side and what it raised."""
+    """A compared case cannot run or be checked as written (a side raised, outputs= failed, nothing to compare);
+    the message says which side and why."""
 
 
 class RecompiledInRounds(AssertionError):
@@ -60,16 +61,30 @@ def _recompile_check(case_id: str) -> Callable[[], None]:
     return check
 
 
-def _guard(fn: Callable[[], Any], side: str, case_id: str) -> Callable[[], Any]:
+def _guard(fn: Callable[[], Any], side: str, case_id: str, outputs: Callable[[], Any] | None = None, copy: bool = False) -> Callable[[], Any]:
+    """fn, with its errors named by side. With outputs (outputs= mode) its first call returns outputs() taken right
+    after it instead, a copy when copy (the other side's call may overwrite the same buffer)."""
     if not callable(fn):
         raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
+    first = outputs is not None
 
     @functools.wraps(fn)
     def call() -> Any:
+        nonlocal first
         try:
-            return fn()
+            out = fn()
         except Exception as exc:
             raise CaseError(f"speedgate: {case_id}: the {side} callable raised {type(exc).__name__}: {exc}") from exc
+        if not first or outputs is None:
+            return out
+        first = False
+        try:
+            out = outputs()
+        except Exception as exc:
+            raise CaseError(f"speedgate: {case_id}: outputs= raised {type(exc).__name__}: {exc} (after the {side})") from exc
+        if out is None:
+            raise CaseError(f"speedgate: {case_id}: outputs= returned None after the {side}: return what the sides write")
+        return gate.snapshot(out) if copy else out
 
     return call
 
@@ -112,13 +127,16 @@ class Perf:
         flops_dtype: str | None = None,
         config: Mapping[str, Any] | None = None,
         graph: bool = False,
+        outputs: Callable[[], Any] | None = None,
     ) -> CompareResult:
         """Check that optimized() matches reference(), time both side by side, and gate the speedup.
 
-        check=True compares the two callables' first return values with assert_close (skipped when
-        either returns None, as in-place kernels do). flops= and bytes= are the optimized side's work,
-        for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings measured
-        in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
+        check=True compares the two callables' first return values with assert_close; a side returning None is an
+        error. In-place kernels return None and pass outputs=, a zero-argument callable returning the tensors to
+        compare: called right after each side's first call (timed with it), the reference's copied before the
+        optimized side runs. check=False times the case unchecked, and the reports say so. flops= and
+        bytes= are the optimized side's work, for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak"
+        against the ceilings measured in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
         the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
         one is reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their
         replays: for kernels of tens of microseconds, where host launch overhead would otherwise leak into the
@@ -127,17 +145,23 @@ class Perf:
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
         case_id = common["case_id"]
-        ref = _guard(reference, "reference", case_id)
-        opt = _guard(optimized, "optimized", case_id)
+        mode = common["check"] = gate.check_mode(check, outputs, case_id)
+        # The reference's first call runs first (measure_pair): only its outputs= must be copied.
+        ref = _guard(reference, "reference", case_id, outputs, copy=True)
+        opt = _guard(optimized, "optimized", case_id, outputs)
         closeness: list[Closeness] = []
 
         def check_outputs(ref_out: Any, opt_out: Any) -> None:
-            if not check or ref_out is None or opt_out is None:
+            if mode == "off":
                 return
+            problem = gate.returned_none(case_id, ref_out, opt_out) if mode == "returns" else None
+            if problem:
+                raise CaseError(problem)
             try:
                 closeness.append(assert_close(opt_out, ref_out, rtol, atol))
             except AssertionError as exc:
-                raise AssertionError(f"speedgate: {case_id}: optimized output differs from reference: {exc}") from None
+                what = "outputs= after the optimized side differ" if mode == "outputs" else "optimized output differs"
+                raise AssertionError(f"speedgate: {case_id}: {what} from reference: {exc}") from None
 
         untimed = self._untimed_reason()
         if untimed:
@@ -198,6 +222,7 @@ class Perf:
             raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
         key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, key)
+        common["check"] = "caller"  # the outputs live in the other processes
         case_id = common["case_id"]
         untimed = self._untimed_reason()
         if untimed:

@@ -26,12 +26,14 @@ def _rate(r: CompareResult) -> str:
     return "-"
 
 
-def verdict_text(verdict: Verdict, failed_test: bool, remeasured: bool = False) -> str:
+def verdict_text(verdict: Verdict, failed_test: bool, remeasured: bool = False, unchecked: bool = False) -> str:
     text = verdict.value
     if failed_test and verdict is not Verdict.REGRESSED:
         text += " (test failed)"
     if remeasured:
         text += ", re-measured"
+    if unchecked:
+        text += ", unchecked"  # check=False: a speedup of outputs nobody compared
     return text
 
 
@@ -47,7 +49,7 @@ def row(r: CompareResult, failed_test: bool) -> tuple[str, ...]:
         f"{r.change:+.1%}" if r.change is not None else "-",
         _rate(r) if timed else "-",
         f"{r.peak_fraction:.0%} {(r.bound or '')[:3]}" if r.peak_fraction is not None else "-",
-        verdict_text(r.verdict, failed_test, r.remeasured),
+        verdict_text(r.verdict, failed_test, r.remeasured, r.unchecked),
     )
 
 

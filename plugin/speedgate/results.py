@@ -55,6 +55,15 @@ class CompareResult:
     throttled: dict[str, float] | None = None
     graphed: bool = False
     budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
+    # What the correctness check compared: "returns" (the two return values), "outputs" (outputs= after each
+    # side), "off" (check=False: unchecked), "caller" (compare_samples: the caller's to check); "" when unknown
+    # (a record written before the field existed).
+    check: str = ""
+
+    @property
+    def unchecked(self) -> bool:
+        """Whether this case was timed without any check of its outputs (check=False)."""
+        return self.check == "off"
 
     @property
     def achieved_tflops(self) -> float | None:
