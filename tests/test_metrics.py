@@ -120,7 +120,7 @@ def optimized():
 
 
 def test_recompiles(perf):
-    perf.compare(reference, optimized)
+    perf.compare(reference, optimized, check=False)
 
 
 def optimized_static():
@@ -128,7 +128,7 @@ def optimized_static():
 
 
 def test_static(perf):
-    perf.compare(reference, optimized_static)
+    perf.compare(reference, optimized_static, check=False)
 """
     )
     # In subprocesses: inductor's modules cannot be imported twice in one process, and pytester's in-process

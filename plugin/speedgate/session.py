@@ -95,6 +95,7 @@ class SpeedgateSession:
         self.metric_records: list[MetricResult] = []
         self.failed_nodeids: set[str] = set()
         self.passed_nodeids: set[str] = set()  # tests whose call passed (a run cut short blesses only these)
+        self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.used = False
         self._ceilings: Ceilings | None = None
@@ -309,7 +310,9 @@ class SpeedgateSession:
         """Record a phase's outcome of a test that used perf; keep its artifacts when it failed and they were asked
         for (returns where)."""
         if rep.when == "call" and rep.passed:
-            self.passed_nodeids.add(nodeid)
+            self._call_passed.add(nodeid)
+        if rep.when == "teardown" and rep.passed and nodeid in self._call_passed:
+            self.passed_nodeids.add(nodeid)  # finished: its call passed and its teardown ran to the end
         if not rep.failed:
             return None
         self.failed_nodeids.add(nodeid)
