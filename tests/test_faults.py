@@ -174,6 +174,19 @@ def test_serial_run_reports_later_perf_cases_as_not_run_naming_the_culprit(proje
     result.stdout.fnmatch_lines(["*- speedgate -*", "*illegal memory access*the later cases that use perf are not run*"])
 
 
+def test_an_asynchronous_fault_fails_the_test_that_queued_it(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on the GPU: the kernel's illegal access surfaces at the next synchronize, which the plugin does after the body.
+    def synchronize() -> None:
+        raise torch.AcceleratorError(ILLEGAL_ADDRESS)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    project.makepyfile(test_cases="def test_launches(perf):\n    pass\n\ndef test_next(perf):\n    pass\n")
+    result = project.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=1, errors=1)
+    result.stdout.fnmatch_lines(["not run: the CUDA context * poisoned by test_cases.py::test_launches (AcceleratorError: *"])
+
+
 def test_xdist_replaces_the_worker_after_a_sticky_error_and_keeps_its_results(project: pytest.Pytester) -> None:
     project.makepyfile(test_cases=CASES + FAULTS)
     result = project.runpytest_subprocess("-n", "1", "-p", "no:randomly", "--update-baselines", "--junitxml", "j.xml")
