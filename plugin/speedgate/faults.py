@@ -213,8 +213,8 @@ class WorkerCrashes:
         # The controller hears of the start a little after the worker's timer starts: allow for that lag.
         if elapsed >= timeout_s - min(1.0, timeout_s / 10):
             report.longrepr = (f"{report.longrepr}\nspeedgate: it ran {elapsed:.0f} s, past pytest-timeout's per-test "
-                               f"limit of {timeout_s:g} s: the case hung and pytest-timeout ended the worker (set "
-                               "faulthandler_timeout a little lower than timeout to get its stacks on stderr)")
+                               f"limit of {timeout_s:g} s: the case hung and pytest-timeout ended the worker (its stacks: "
+                               "on stderr above when faulthandler_timeout is set a little below timeout)")
 
 
 def timeout_setting(config: Any) -> float | None:
