@@ -145,7 +145,6 @@ class XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-
         self.crashes = faults.WorkerCrashes()
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
