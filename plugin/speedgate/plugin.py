@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from . import export
+from . import export, faults
 from .baseline import BaselineError
 from .devices import Assignment, pin_worker
 from .finish import Finish, finish_run, terminal_lines
@@ -20,6 +20,7 @@ SESSION_KEY = pytest.StashKey[SpeedgateSession]()
 PERF_KEY = pytest.StashKey[Perf]()
 ASSIGNMENT_KEY = pytest.StashKey[Assignment | None]()
 FINISH_KEY = pytest.StashKey[Finish]()
+FAULTS_KEY = pytest.StashKey[faults.FaultWatch]()
 WORKER_OUTPUT = "speedgate"
 
 
@@ -41,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingsError as exc:
         raise pytest.UsageError(f"speedgate: {exc}") from None
     config.stash[SESSION_KEY] = SpeedgateSession(settings, config.stash.get(ASSIGNMENT_KEY, None))
+    config.stash[FAULTS_KEY] = faults.FaultWatch(getattr(config, "workerinput", {}).get("workerid"))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
 
@@ -91,6 +93,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
         return (yield)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Serial run: after a sticky CUDA error, a case that uses perf would only fail with the culprit's error.
+    not_run = item.config.stash[FAULTS_KEY].not_run()
+    if not_run and "perf" in getattr(item, "fixturenames", ()):
+        pytest.fail(not_run, pytrace=False)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
@@ -99,8 +109,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         perf_obj = item.stash.get(PERF_KEY, None)
         if perf_obj is not None:  # each result as JUnit XML properties of its test (travels under xdist)
             item.user_properties.extend(export.junit_properties(perf_obj.results))
-    if perf_obj is not None and perf_obj.failures:
-        raise SpeedRegression("\n".join(perf_obj.failures))
+    if perf_obj is not None:
+        faults.synchronize_cuda()  # an asynchronous GPU fault fails the test that queued the kernel, not the next
+        if perf_obj.failures:
+            raise SpeedRegression("\n".join(perf_obj.failures))
     return result
 
 
@@ -111,6 +123,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
         if kept is not None:
             rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
+    item.config.stash[FAULTS_KEY].after_report(item.nodeid, rep, call.excinfo, _session(item.config).worker_payload)
     return rep
 
 
@@ -139,8 +152,22 @@ class XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.crashes = faults.WorkerCrashes()
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
         if payload:
             _session(self.config).absorb(payload)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.crashes.note_start(nodeid)
+
+    @pytest.hookimpl(trylast=True)  # a worker: after xdist sent the report; the controller: after it was shown
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if hasattr(self.config, "workerinput"):
+            self.config.stash[FAULTS_KEY].end_if_poisoned(report)
+        elif payload := self.crashes.note_report(report):
+            _session(self.config).absorb(payload)  # the results of a worker that ended after a sticky CUDA error
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        self.crashes.explain(crashitem, report, faults.timeout_setting(self.config))
