@@ -85,7 +85,7 @@ def cheats(pytester: pytest.Pytester) -> pytest.Pytester:
 
     pytester.makeconftest(SCRIPTED_CONFTEST.format(times=TIMES))
     pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
-    pytester.makepyfile(test_cheats=CHEATS)
+    pytester.makepyfile(test_sides=CHEATS)
     return pytester
 
 
@@ -99,7 +99,7 @@ def test_cheats_fail_and_are_never_blessed(cheats: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*test_cached_result*differs from reference*"])
     result.stdout.fnmatch_lines(["*test_mutated_inputs*changed its inputs*"])
     blessed = json.loads((cheats.path / "baselines" / "test-box.json").read_text())["cases"]
-    assert set(blessed) == {"test_cheats.py::test_control"}
+    assert set(blessed) == {"test_sides.py::test_control"}
 
 
 def test_cheats_fail_the_gate_too(cheats: pytest.Pytester) -> None:

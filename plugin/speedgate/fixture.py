@@ -6,87 +6,39 @@ import functools
 import json
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from . import gate
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
+from .comparison import (
+    CaseError,
+    Checker,
+    Dishonest,
+    Fn,
+    InputSets,
+    Side,
+    check_streams,
+    compiled_frames,
+    graph_capture,
+    recompile_check,
+)
 from .gpu_state import throttled_fractions
-from .measure import Measurement, Policy, measure_pair, measurement_from_samples
+from .measure import Measurement, Policy, Rounds, measure_pair, measurement_from_samples
 from .results import CompareResult, MetricResult
+
+__all__ = ["CaseError", "Perf", "SpeedRegression", "compiled_frames"]
 
 if TYPE_CHECKING:
     from .session import SpeedgateSession
     from .timers import Timer
 
 
-class CaseError(Exception):
-    """A compared case cannot run or be checked as written (a side raised, outputs= failed, nothing to compare);
-    the message says which side and why."""
-
-
-class RecompiledInRounds(AssertionError):
-    """torch.compile compiled again while a comparison was being timed: the samples hold compile time."""
-
-
 class SpeedRegression(AssertionError):
     """Raised after a test body when one of its comparisons regressed (or, in strict mode, was not gated)."""
-
-
-def compiled_frames() -> int:
-    """Frames torch.compile (dynamo) has compiled in this process, a recompilation counting again; 0 when dynamo
-    was never imported. Never imports torch."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    return 0 if utils is None else int(utils.counters["frames"]["total"])
-
-
-def _recompile_check(case_id: str) -> Callable[[], None]:
-    """Armed after warm-up: fails the case if torch.compile compiled anything during the timed rounds."""
-    if sys.modules.get("torch._dynamo.utils") is None:
-        return lambda: None
-    before = compiled_frames()
-
-    def check() -> None:
-        compiled = compiled_frames() - before
-        if compiled:
-            raise RecompiledInRounds(
-                f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (a "
-                "recompilation: a guard failed, e.g. a new shape, dtype or Python value); the samples include "
-                "compile time. Make the inputs static across calls, or mark dimensions dynamic."
-            )
-
-    return check
-
-
-def _guard(fn: Callable[[], Any], side: str, case_id: str, outputs: Callable[[], Any] | None = None, copy: bool = False) -> Callable[[], Any]:
-    """fn, with its errors named by side. With outputs (outputs= mode) its first call returns outputs() taken right
-    after it instead, a copy when copy (the other side's call may overwrite the same buffer)."""
-    if not callable(fn):
-        raise TypeError(f"speedgate: {case_id}: the {side} must be a zero-argument callable, got {type(fn).__name__}")
-    first = outputs is not None
-
-    @functools.wraps(fn)
-    def call() -> Any:
-        nonlocal first
-        try:
-            out = fn()
-        except Exception as exc:
-            raise CaseError(f"speedgate: {case_id}: the {side} callable raised {type(exc).__name__}: {exc}") from exc
-        if not first or outputs is None:
-            return out
-        first = False
-        try:
-            out = outputs()
-        except Exception as exc:
-            raise CaseError(f"speedgate: {case_id}: outputs= raised {type(exc).__name__}: {exc} (after the {side})") from exc
-        if out is None:
-            raise CaseError(f"speedgate: {case_id}: outputs= returned None after the {side}: return what the sides write")
-        return gate.snapshot(out) if copy else out
-
-    return call
 
 
 def interpreter_active() -> bool:
@@ -114,8 +66,8 @@ class Perf:
 
     def compare(
         self,
-        reference: Callable[[], Any],
-        optimized: Callable[[], Any],
+        reference: Callable[..., Any],
+        optimized: Callable[..., Any],
         *,
         name: str | None = None,
         tolerance: float | None = None,
@@ -128,45 +80,45 @@ class Perf:
         config: Mapping[str, Any] | None = None,
         graph: bool = False,
         outputs: Callable[[], Any] | None = None,
+        inputs: Callable[[int], Sequence[Any]] | None = None,
     ) -> CompareResult:
-        """Check that optimized() matches reference(), time both side by side, and gate the speedup.
+        """Check that optimized matches reference, time both side by side, and gate the speedup.
 
-        check=True compares the two callables' first return values with assert_close; a side returning None is an
-        error. In-place kernels return None and pass outputs=, a zero-argument callable returning the tensors to
-        compare: called right after each side's first call (timed with it), the reference's copied before the
-        optimized side runs. check=False times the case unchecked, and the reports say so. flops= and
-        bytes= are the optimized side's work, for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak"
-        against the ceilings measured in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32). config= records
-        the configuration the optimized side ran with (an autotuner's choice); a change from the blessed
-        one is reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their
-        replays: for kernels of tens of microseconds, where host launch overhead would otherwise leak into the
-        samples; it measures the device's work only, so never use it for a case about launch overhead. A regression does not raise here: the test fails after its body,
-        so every comparison in it is measured and reported.
+        The sides are zero-argument callables, or with inputs=make (make(seed) returns a tuple of arguments) both
+        are called as fn(*args) on input sets rotated through warm-up and rounds, checked first on a set neither saw
+        before, again after timing on a fresh one, and checked for writing to their inputs.
+        check=True compares the two callables' first return values with assert_close, and again after the timed
+        rounds (a side right only on the checked call fails); a side returning None is an error. In-place kernels
+        return None and pass outputs=, a zero-argument callable returning the tensors to compare: called right
+        after each side's checked call (timed with its first call), the reference's copied before the optimized side
+        runs. check=False times the case unchecked, and the reports say so. flops= and bytes= are the optimized
+        side's work, for achieved TFLOP/s and GB/s; on the GPU they also give "% of peak" against the ceilings
+        measured in this run (flops_dtype= names the matmul ceiling: bf16, fp16, fp8, tf32, fp32), and a time
+        under that roofline floor fails as implausible. On the GPU each side's device work is also checked to lie
+        inside its timed interval (not on a stream the timed one never waits for). config= records the
+        configuration the optimized side ran with (an autotuner's choice); a change from the blessed one is
+        reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their replays: for
+        kernels of tens of microseconds, where host launch overhead would otherwise leak into the samples; it
+        measures the device's work only, so never use it for a case about launch overhead (nor with inputs=: a
+        graph replays the inputs it captured). A regression does not raise here: the test fails after its body, so
+        every comparison in it is measured and reported.
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
         case_id = common["case_id"]
         mode = common["check"] = gate.check_mode(check, outputs, case_id)
+        if graph and inputs is not None:
+            raise ValueError(f"speedgate: {case_id}: graph=True replays the inputs it captured; it cannot rotate inputs=")
+        sets = InputSets(inputs, case_id) if inputs is not None else None
         # The reference's first call runs first (measure_pair): only its outputs= must be copied.
-        ref = _guard(reference, "reference", case_id, outputs, copy=True)
-        opt = _guard(optimized, "optimized", case_id, outputs)
-        closeness: list[Closeness] = []
-
-        def check_outputs(ref_out: Any, opt_out: Any) -> None:
-            if mode == "off":
-                return
-            problem = gate.returned_none(case_id, ref_out, opt_out) if mode == "returns" else None
-            if problem:
-                raise CaseError(problem)
-            try:
-                closeness.append(assert_close(opt_out, ref_out, rtol, atol))
-            except AssertionError as exc:
-                what = "outputs= after the optimized side differ" if mode == "outputs" else "optimized output differs"
-                raise AssertionError(f"speedgate: {case_id}: {what} from reference: {exc}") from None
+        ref = Side(reference, "reference", case_id, sets, outputs, copy=True)
+        opt = Side(optimized, "optimized", case_id, sets, outputs, copy=False)
+        checker = Checker(case_id, mode, rtol, atol)
 
         untimed = self._untimed_reason()
         if untimed:
-            check_outputs(ref(), opt())
-            result = gate.untimed(common, untimed, closeness)
+            checker.first(ref(), opt())
+            checker.again(ref, opt, ref, opt, sets)
+            result = gate.untimed(common, untimed, checker.closeness)
             self._record(result)
             return result
 
@@ -175,11 +127,17 @@ class Perf:
         monitor = self._session.monitor
         started = time.monotonic()
         violations_before = monitor.violations() if monitor else {}
-        arm = functools.partial(_recompile_check, case_id)
-        prepare = _graph_capture(timer, case_id) if graph else None
-        measurement = measure_pair(
-            ref, opt, timer, policy, on_first_outputs=check_outputs, before_rounds=arm, prepare_rounds=prepare
-        )
+        arm = functools.partial(recompile_check, case_id)
+        prepare = graph_capture(timer, case_id) if graph else None
+        busy: dict[str, float] = {}
+
+        def after_rounds(reference_fn: Fn, optimized_fn: Fn, rounds: Rounds) -> None:
+            checker.again(reference_fn, optimized_fn, ref, opt, sets)
+            busy.update(check_streams(case_id, timer, reference_fn, optimized_fn, median(rounds.reference),
+                                      median(rounds.optimized)))
+
+        measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,
+                                   prepare_rounds=prepare, after_rounds=after_rounds)
         _check_measurable(case_id, measurement)
         throttled = (
             throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
@@ -190,11 +148,15 @@ class Perf:
             _check_measurable(case_id, m)
             return m
 
-        return self._judge_and_record(
-            measurement, again, common, graphed=prepare is not None, throttled=throttled,
+        result = self._judge_and_record(
+            measurement, again, {**common, **busy}, graphed=prepare is not None, throttled=throttled,
             roofline=lambda m: self._session.roofline(timer, m.optimized_ms, flops, bytes, flops_dtype),
-            closeness=closeness,
+            closeness=checker.closeness,
         )
+        reason = self._session.implausible(result)
+        if reason:
+            raise Dishonest(reason)
+        return result
 
     def compare_samples(
         self,
@@ -357,23 +319,6 @@ class Perf:
             self.failures.append(gate.failure_text(
                 result, baseline_path=self._session.baseline_path_for(result.hardware_key),
                 artifacts_dir=settings.artifacts_dir))
-
-
-def _graph_capture(timer: Timer, case_id: str) -> Callable[[Callable[[], Any]], Callable[[], Any]] | None:
-    graphed = getattr(timer, "graphed", None)
-    if graphed is None:
-        return None  # no CUDA timer (CPU work, or a scripted clock): graph=True has nothing to capture
-
-    def prepare(fn: Callable[[], Any]) -> Callable[[], Any]:
-        try:
-            return graphed(fn)
-        except Exception as exc:
-            raise CaseError(
-                f"speedgate: {case_id}: graph=True, but a side could not be captured in a CUDA graph "
-                f"({type(exc).__name__}: {exc}); time it without graph=True"
-            ) from exc
-
-    return prepare
 
 
 def _check_measurable(case_id: str, m: Measurement) -> None:

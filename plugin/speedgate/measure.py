@@ -170,6 +170,7 @@ def measure_pair(
     on_first_outputs: Callable[[Any, Any], None] | None = None,
     before_rounds: Callable[[], Callable[[], None]] | None = None,
     prepare_rounds: Callable[[Fn], Fn] | None = None,
+    after_rounds: Callable[[Fn, Fn, Rounds], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measurement:
     """Time reference against optimized in interleaved rounds until the interval is narrow or time runs out.
@@ -207,10 +208,13 @@ def measure_pair(
                 [b if (first + k) % 2 == 0 else a for k, (a, b) in enumerate(pairs)])
 
     # A check armed after warm-up and run after the rounds (the gate uses it to fail on a recompilation).
-    after_rounds = before_rounds() if before_rounds is not None else None
+    recompiled = before_rounds() if before_rounds is not None else None
     rounds = run_rounds(take, policy, batch_size=_batch_size, per_pair_ms=sum(warm[-2:]), clock=clock)
+    if recompiled is not None:
+        recompiled()
     if after_rounds is not None:
-        after_rounds()
+        # e.g. re-check the outputs of what was timed (graph replays too) and where its device work ran.
+        after_rounds(reference, optimized, rounds)
     return measurement_from_samples(
         rounds.reference, rounds.optimized, reference_first_ms=reference_first_ms,
         optimized_first_ms=optimized_first_ms, seconds=rounds.seconds, stopped_by=rounds.stopped_by,

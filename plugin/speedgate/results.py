@@ -54,6 +54,9 @@ class CompareResult:
     config: dict[str, Any] | None = None
     throttled: dict[str, float] | None = None
     graphed: bool = False
+    # GPU: how long the device was busy per call on every stream (profiler), beside the events' medians.
+    reference_busy_ms: float | None = None
+    optimized_busy_ms: float | None = None
     budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
     # What the correctness check compared: "returns" (the two return values), "outputs" (outputs= after each
     # side), "off" (check=False: unchecked), "caller" (compare_samples: the caller's to check); "" when unknown
@@ -79,11 +82,19 @@ class CompareResult:
             return None
         return self.bytes / (self.optimized_ms * 1e-3) / 1e9
 
+    @property
+    def timing_accuracy(self) -> float | None:
+        """The optimized side's event median over its profiled device time (1.0: the events saw exactly its work)."""
+        if not self.optimized_busy_ms or not self.optimized_ms:
+            return None
+        return self.optimized_ms / self.optimized_busy_ms
+
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         record["verdict"] = self.verdict.value
         record["achieved_tflops"] = self.achieved_tflops
         record["achieved_gbps"] = self.achieved_gbps
+        record["timing_accuracy"] = self.timing_accuracy
         return record
 
     @classmethod

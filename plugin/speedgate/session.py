@@ -234,6 +234,21 @@ class SpeedgateSession:
         self.ceilings_seen[self.hardware_key] = self._ceilings.to_json()
         return {"peak_fraction": floor[0] / optimized_ms, "bound": floor[1]}
 
+    def implausible(self, result: CompareResult) -> str | None:
+        """Why the result's optimized time cannot be true on this GPU (under the roofline floor of its declared work
+        on this run's measured ceilings), or None."""
+        if result.peak_fraction is None or self._ceilings is None or not result.optimized_ms:
+            return None
+        from .integrity import implausible
+
+        bound = result.bound or "memory"
+        if bound == "compute" and result.flops_dtype:
+            ceiling = f"{result.flops_dtype} matmul {self._ceilings.matmul_tflops.get(result.flops_dtype, 0):.0f} TFLOP/s"
+        else:
+            ceiling = f"copy {self._ceilings.copy_gbps:.0f} GB/s"
+        return implausible(result.case_id, result.optimized_ms, result.peak_fraction * result.optimized_ms, bound,
+                           flops=result.flops, nbytes=result.bytes, ceiling=ceiling)
+
     @contextlib.contextmanager
     def device_turn(self) -> Iterator[None]:
         """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
