@@ -105,3 +105,96 @@ def test_cheats_fail_and_are_never_blessed(cheats: pytest.Pytester) -> None:
 def test_cheats_fail_the_gate_too(cheats: pytest.Pytester) -> None:
     cheats.runpytest("--update-baselines", "-k", "control").assert_outcomes(passed=1)
     cheats.runpytest().assert_outcomes(passed=1, failed=4)
+
+
+GPU_CHEATS = """
+import torch
+
+N = 32 * 2**20
+x = torch.randn(N, device="cuda")
+y = torch.randn(N, device="cuda")
+ADD_BYTES = 3 * N * 4
+side = torch.cuda.Stream()
+
+
+def reference():
+    return x + y
+
+def honest():
+    return torch.add(x, y)
+
+def side_stream():
+    out = torch.empty_like(x)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.add(x, y, out=out)
+    out.record_stream(side)
+    side.synchronize() if not hasattr(side_stream, "checked") else None  # right when checked, then racing
+    side_stream.checked = True
+    return out
+
+precomputed = x + y
+
+def cached():
+    return precomputed
+
+small_x, small_y = x[: N // 64], y[: N // 64]
+
+def small_reference():
+    return small_x + small_y
+
+def small():
+    return torch.add(small_x, small_y)
+
+
+def make(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(N, device="cuda", generator=g), torch.randn(N, device="cuda", generator=g))
+
+def add(a, b):
+    return a + b
+
+memo = {}
+
+def memoised(a, b):
+    if "out" not in memo:
+        memo["out"] = a + b
+    return memo["out"]
+
+
+def test_control(perf):
+    perf.compare(reference, honest, bytes=ADD_BYTES)
+
+def test_side_stream(perf):
+    perf.compare(reference, side_stream, bytes=ADD_BYTES)
+
+def test_cached_result_beyond_roofline(perf):
+    perf.compare(reference, cached, bytes=ADD_BYTES)
+
+def test_cached_result_fresh_inputs(perf):
+    perf.compare(add, memoised, inputs=make)
+
+def test_declares_more_work_than_it_does(perf):
+    perf.compare(small_reference, small, bytes=ADD_BYTES)
+"""
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="GPU cheat classes need CUDA (side streams, device timing, the roofline)")
+def test_gpu_cheats_fail_and_are_never_blessed(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = --hardware-key gpu-cheats -p no:cacheprovider\n")
+    pytester.makepyfile(test_gpu_sides=GPU_CHEATS)
+    bless = pytester.runpytest_subprocess("--update-baselines")
+    bless.assert_outcomes(passed=1, failed=4)
+    bless.stdout.fnmatch_lines(["*test_side_stream*does not fit in its timed interval*another stream*"])
+    bless.stdout.fnmatch_lines(["*test_cached_result_beyond_roofline*implausible*bytes*GB/s*"])
+    bless.stdout.fnmatch_lines(["*test_cached_result_fresh_inputs*wrong after timing*fresh input set*"])
+    bless.stdout.fnmatch_lines(["*test_declares_more_work_than_it_does*implausible*"])
+    blessed = json.loads((pytester.path / "baselines" / "gpu-cheats.json").read_text())["cases"]
+    assert set(blessed) == {"test_gpu_sides.py::test_control"}
+    pytester.runpytest_subprocess().assert_outcomes(passed=1, failed=4)

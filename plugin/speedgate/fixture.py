@@ -132,9 +132,10 @@ class Perf:
         busy: dict[str, float] = {}
 
         def after_rounds(reference_fn: Fn, optimized_fn: Fn, rounds: Rounds) -> None:
-            checker.again(reference_fn, optimized_fn, ref, opt, sets)
+            # Where the work ran first (a side-stream race also spoils the outputs), then the outputs again.
             busy.update(check_streams(case_id, timer, reference_fn, optimized_fn, median(rounds.reference),
                                       median(rounds.optimized)))
+            checker.again(reference_fn, optimized_fn, ref, opt, sets)
 
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,
                                    prepare_rounds=prepare, after_rounds=after_rounds)
