@@ -1,0 +1,220 @@
+"""README.md runs as written: its Python blocks as test files of a fresh project, its shell blocks in this repository,
+and every option, ini key, environment variable and path it names exists.
+
+How a fenced block is taken, from the HTML comment on the line before its fence (if any):
+- ```python: a test file of a fresh pytester project, run with --correctness-only on the CPU (no GPU visible,
+  Triton's interpreter on); it must pass, with at least one test run and none skipped.
+- ```bash: run with bash in this repository's root; it must exit 0.
+- ```ini: preceded by `<!-- pytest.ini of the next python block -->`, that block's project's pytest.ini.
+- `<!-- not run: REASON -->` before any of these: not run; the reason is required, and the block's test is
+  reported as skipped with it (so `-rs` lists and counts them).
+- Other fences (```text, ```console, ...) are output or fragments and are not run; a fence without a language is
+  refused, so that every block says what it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+RUN_LANGUAGES = ("python", "bash", "ini")
+NOT_RUN = re.compile(r"not run: (?P<reason>\S.*)")
+INI_FOR_NEXT = "pytest.ini of the next python block"
+# A fresh interpreter importing torch and triton, on a shared 2-core box: generous.
+SUBPROCESS_TIMEOUT_S = 300
+# Long options of other tools that the README quotes after the tool's name (checked to appear so).
+OTHER_TOOLS = {"--stat": "git diff --stat", "--strict": "twine check --strict"}
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    code: str
+    line: int  # of the opening fence, 1-based
+    marker: str  # the HTML comment on the line before the fence, without <!-- -->; "" when none
+
+    @property
+    def where(self) -> str:
+        return f"README.md:{self.line}"
+
+    @property
+    def run(self) -> bool:
+        return not NOT_RUN.fullmatch(self.marker)
+
+
+def fenced_blocks(text: str) -> list[Block]:
+    """Every fenced block of a Markdown text, with the comment that marks it."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^```(\S*)\s*$", lines[i])
+        if not fence:
+            i += 1
+            continue
+        start = i
+        i += 1
+        while i < len(lines) and lines[i].rstrip() != "```":
+            i += 1
+        if i == len(lines):
+            raise AssertionError(f"README.md:{start + 1}: a fence that is never closed")
+        previous = lines[start - 1].strip() if start > 0 else ""
+        comment = re.fullmatch(r"<!--\s*(.*?)\s*-->", previous)
+        blocks.append(Block(fence.group(1), "\n".join(lines[start + 1:i]) + "\n", start + 1, comment.group(1) if comment else ""))
+        i += 1
+    return blocks
+
+
+BLOCKS = fenced_blocks(README.read_text())
+
+
+def of(language: str) -> list[Block]:
+    return [b for b in BLOCKS if b.language == language]
+
+
+def skip_unless_run(block: Block) -> None:
+    if not block.run:
+        pytest.skip(f"{block.where}: {block.marker}")
+
+
+def ini_for(block: Block) -> str | None:
+    """The ini block marked as this python block's pytest.ini: the last one before it, with no python block between."""
+    ini = None
+    for b in BLOCKS:
+        if b.line >= block.line:
+            return ini
+        if b.language == "ini" and b.marker == INI_FOR_NEXT:
+            ini = b.code
+        elif b.language == "python":
+            ini = None
+    return ini
+
+
+def test_every_block_says_what_it_is_and_is_run_or_says_why_not() -> None:
+    assert BLOCKS, "README.md has no fenced blocks: is this the right file?"
+    for b in BLOCKS:
+        assert b.language, f"{b.where}: name the fence's language (python, bash, ini to run it; text or console if not)"
+        if b.language not in RUN_LANGUAGES or not b.run:
+            continue
+        if b.language == "ini":
+            assert b.marker == INI_FOR_NEXT, f"{b.where}: an ini block must say what it is for: <!-- {INI_FOR_NEXT} -->"
+            following = [p for p in BLOCKS if p.line > b.line and p.language in ("python", "ini")]
+            assert following and following[0].language == "python" and following[0].run, (
+                f"{b.where}: the next block after this pytest.ini must be a python block that runs")
+        else:
+            assert not b.marker, f"{b.where}: unknown marker <!-- {b.marker} -->; use <!-- not run: REASON --> or none"
+    assert any(b.run for b in of("python")) and any(b.run for b in of("bash")), "no README block runs: nothing is tested"
+
+
+@pytest.mark.parametrize("block", of("python"), ids=lambda b: b.where)
+def test_python_block_runs_in_a_fresh_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, block: Block) -> None:
+    skip_unless_run(block)
+    # The CPU path of every snippet, whatever this machine has: no GPU, Triton's interpreter, nothing timed.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ini = ini_for(block)
+    if ini is not None:
+        pytester.makeini(ini)
+    pytester.makepyfile(**{f"test_readme_{block.line}": block.code})
+    # --strict-config: an ini key the plugin does not know is an error, not a warning.
+    result = pytester.runpytest_subprocess("--correctness-only", "--strict-config", "-p", "no:cacheprovider",
+                                           timeout=SUBPROCESS_TIMEOUT_S)
+    outcomes = result.parseoutcomes()
+    output = "\n".join(result.outlines[-40:] + result.errlines[-20:])
+    assert result.ret == 0, f"{block.where}: the block fails as a test file:\n{output}"
+    assert outcomes.get("passed", 0) >= 1, f"{block.where}: no test passed:\n{output}"
+    assert set(outcomes) <= {"passed", "warnings"}, f"{block.where}: {outcomes}\n{output}"
+
+
+def missing_commits(code: str) -> list[str]:
+    """Commits a shell block reads with `git show REV:path` that this clone lacks (a shallow CI checkout)."""
+    revs = set(re.findall(r"git show ([0-9a-f]{7,40}):", code))
+    return sorted(r for r in revs if subprocess.run(["git", "cat-file", "-e", f"{r}^{{commit}}"], cwd=ROOT,
+                                                     capture_output=True).returncode != 0)
+
+
+@pytest.mark.parametrize("block", of("bash"), ids=lambda b: b.where)
+def test_shell_block_runs_in_this_repository(block: Block) -> None:
+    skip_unless_run(block)
+    missing = missing_commits(block.code)
+    if missing:
+        pytest.skip(f"{block.where} reads commit(s) {', '.join(missing)}, which this clone does not have (shallow?)")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    # `python` and `pytest` in the block are this interpreter's.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    assert proc.returncode == 0, (
+        f"{block.where}: exit {proc.returncode}\n{block.code}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    assert proc.stdout.strip(), f"{block.where}: printed nothing"
+
+
+@pytest.fixture(scope="module")
+def help_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty folder outside this repository: no conftest, no ini, no tests."""
+    return tmp_path_factory.mktemp("help")
+
+
+@pytest.fixture(scope="module")
+def help_text(help_dir: Path) -> str:
+    """pytest --help with every installed plugin (speedgate, xdist, benchmark, timeout...), and speedgate compare's."""
+    where = help_dir
+    texts = []
+    for args in (["-m", "pytest", "--help", "-p", "no:cacheprovider"], ["-m", "speedgate", "compare", "--help"]):
+        proc = subprocess.run([sys.executable, *args], cwd=where, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+        assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        texts.append(proc.stdout)
+    return "\n".join(texts)
+
+
+def accepted_by_pytest(option: str, cwd: Path) -> bool:
+    """Whether pytest's parser takes this option, as a switch or with a value (a usage error is exit code 4)."""
+    for arg in (option, f"{option}=x"):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", arg],
+                              cwd=cwd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+        if proc.returncode != pytest.ExitCode.USAGE_ERROR:
+            return True
+    return False
+
+
+def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) -> None:
+    text = README.read_text()
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", text))
+    known = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", help_text))
+    assert "--update-baselines" in known, "pytest --help lists no speedgate option: is the plugin installed?"
+    for option, usage in OTHER_TOOLS.items():
+        if option in named:
+            assert usage in text, f"README.md names {option}, which is not pytest's; only as `{usage}`"
+    # --help shows one name per option (--junit-xml, not its alias --junitxml): ask the parser about the rest.
+    unknown = sorted(o for o in named - known - set(OTHER_TOOLS) if not accepted_by_pytest(o, help_dir))
+    assert not unknown, f"README.md names options that neither pytest (with its plugins) nor speedgate compare has: {unknown}"
+
+
+def test_every_ini_key_and_variable_the_readme_names_exists(help_text: str) -> None:
+    text = README.read_text()
+    for key in sorted(set(re.findall(r"\bspeedgate_[a-z_]*[a-z]\b", text))):
+        assert re.search(rf"^\s+{key} \(", help_text, re.MULTILINE), f"README.md names ini key {key}; pytest --help lists no such key"
+    sources = "\n".join(p.read_text() for p in [*ROOT.glob("plugin/speedgate/*.py"), ROOT / "conftest.py"])
+    for variable in sorted(set(re.findall(r"\bSPEEDGATE_[A-Z_]*[A-Z]\b", text))):
+        assert variable in sources, f"README.md names {variable}; neither the plugin nor conftest.py reads it"
+
+
+def test_every_path_the_readme_names_exists_and_every_module_is_named() -> None:
+    text = README.read_text()
+    for path in sorted(set(re.findall(r"(?<![\w/.-])((?:plugin|perftests|tools|tests|baselines|docs|\.ci|\.github)/[\w./-]*)", text))):
+        assert (ROOT / path.rstrip(".")).exists(), f"README.md names {path}, which does not exist"
+    layout = text[text.index("## Layout"):]
+    modules = [*ROOT.glob("plugin/speedgate/*.py"), *ROOT.glob("perftests/*/*.py"), *ROOT.glob("tools/*.py")]
+    for module in modules:
+        if module.name == "__init__.py":
+            continue
+        assert re.search(rf"`[^`\s]*\b{module.stem}(\.py)?`", layout), (
+            f"README.md's Layout does not name {module.relative_to(ROOT)}: add it, with one line on what it owns")
