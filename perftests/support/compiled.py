@@ -38,14 +38,13 @@ def compare_with_compiled(
     inputs: Callable[[int], Sequence[Any]],
     *,
     fixed: tuple[Any, ...] = (),
-    graph: bool = False,
     **kwargs: Any,
 ) -> Any:
     """perf.compare(torch.compile(eager), optimized, inputs=inputs, name='vs_compile'), on the GPU.
 
     Both sides are called on each input set, the compiled eager as eager(*set, *fixed): `fixed` holds what every
     call shares (eps, a layer's weights). An input set of the same shapes, dtypes and strides does not recompile.
-    graph=True binds the sides to one set instead (see compare_on_inputs).
+    graph=True or bind=True binds the sides to set 0 instead (see compare_on_inputs).
 
     On the CPU nothing is timed (the Triton side runs in the interpreter), and compiling every reference
     through inductor's C++ backend would spend CI minutes checking inductor rather than our kernels: skipped.
@@ -57,4 +56,4 @@ def compare_with_compiled(
     def reference(*args: Any) -> Any:
         return fn(*args, *fixed)
 
-    return compare_on_inputs(perf, reference, optimized, inputs, graph=graph, name=NAME, **kwargs)
+    return compare_on_inputs(perf, reference, optimized, inputs, name=NAME, **kwargs)

@@ -22,11 +22,12 @@ def compare_on_inputs(
     make: Callable[[int], Sequence[Any]],
     *,
     graph: bool = False,
+    bind: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """perf.compare(reference, optimized, inputs=make, **kwargs); with graph=True, the sides bound to set 0 as
-    zero-argument callables instead: a CUDA graph replays the inputs it captured, it cannot rotate them."""
-    if graph:
+    """perf.compare(reference, optimized, inputs=make, **kwargs); with graph=True or bind=True, the sides bound to
+    set 0 as zero-argument callables instead: a CUDA graph replays the inputs it captured, it cannot rotate them."""
+    if graph or bind:
         args = tuple(make(0))
-        return perf.compare(lambda: reference(*args), lambda: optimized(*args), graph=True, **kwargs)
+        return perf.compare(lambda: reference(*args), lambda: optimized(*args), graph=graph, **kwargs)
     return perf.compare(reference, optimized, inputs=make, **kwargs)
