@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from perftests.kernels import attention as attn
 from perftests.kernels.common import best_config
 from perftests.support.compiled import compare_with_compiled
+from perftests.support.inputs import generator
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.triton
@@ -45,22 +46,27 @@ def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: boo
         H = 1024 // head_dim
     else:
         dtype, B, S, H = torch.float16, 1, 64 if seq == 2048 else 96, 2
-    q, k, v = (torch.randn(B, H, S, head_dim, device=device, dtype=dtype) for _ in range(3))
+
+    def make(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = generator(device, seed)
+        return tuple(torch.randn(B, H, S, head_dim, generator=g, device=device, dtype=dtype) for _ in range(3))
+
+    q, k, v = make(0)
     out = torch.full_like(q, float("nan"))
     attn.flash_attention(q, k, v, causal, out=out)
-    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    expected = sdpa()
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = sdpa(q, k, v)
     # Outputs are convex combinations of v's rows. The flash kernel rounds P to 16 bits before the PV product
     # (as SDPA's fused kernels do, in their own order): outputs near zero need an absolute bound of a few
     # 16-bit roundoffs at the output's scale; the dtype's rtol covers the rest.
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(expected, dtype))
     perf.assert_close(out, expected, **tol)
-    flash = lambda: attn.flash_attention(q, k, v, causal)  # noqa: E731
+    flash = lambda q, k, v: attn.flash_attention(q, k, v, causal)  # noqa: E731
     flops = attn.attention_flops(B, H, S, head_dim, causal)
     config = None
     if device == "cuda":
-        config = {"triton": best_config(attn._attn_fwd_kernel), "sdpa_kernel": sdpa_kernel(sdpa)}
-    perf.compare(sdpa, flash, name="vs_sdpa", **tol, flops=flops, flops_dtype="bf16", config=config)
+        config = {"triton": best_config(attn._attn_fwd_kernel), "sdpa_kernel": sdpa_kernel(lambda: sdpa(q, k, v))}
+    perf.compare(sdpa, flash, name="vs_sdpa", **tol, flops=flops, flops_dtype="bf16", config=config, inputs=make)
 
     # Eager rounds the (S, S) scores to 16 bits before its softmax, so it is less exact than both fused kernels:
     # a score s is off by up to u * |s|, each probability by a factor up to exp(u * max|s|), the output by
@@ -68,8 +74,10 @@ def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: boo
     # is asserted against SDPA here, and the eager pair below is compared for speed only.
     unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
     max_score = float(q.float().norm(dim=-1).max() * k.float().norm(dim=-1).max()) / head_dim**0.5
-    eager = lambda: attn.attention_eager(q, k, v, causal)  # noqa: E731
-    perf.assert_close(eager(), expected, rtol=tol["rtol"], atol=tol["atol"] + 2 * unit * max_score * float(v.abs().max()))
-    perf.compare(eager, flash, name="vs_eager", check=False, flops=flops, flops_dtype="bf16")
+    eager = lambda q, k, v: attn.attention_eager(q, k, v, causal)  # noqa: E731
+    perf.assert_close(eager(q, k, v), expected, rtol=tol["rtol"],
+                      atol=tol["atol"] + 2 * unit * max_score * float(v.abs().max()))
+    perf.compare(eager, flash, name="vs_eager", check=False, flops=flops, flops_dtype="bf16", inputs=make)
     # The compiled eager form keeps eager's 16-bit scores: checked against SDPA with eager's bound, like eager.
-    compare_with_compiled(perf, device, attn.attention_eager, (q, k, v, causal), flash, check=False, flops=flops, flops_dtype="bf16")
+    compare_with_compiled(perf, device, attn.attention_eager, flash, make, fixed=(causal,), check=False, flops=flops,
+                          flops_dtype="bf16")

@@ -11,7 +11,7 @@ from perftests.kernels.elementwise import (
     vector_add,
 )
 from perftests.support.compiled import compare_with_compiled
-from perftests.support.elementwise import DTYPE_IDS, DTYPES, SCALE, inputs, pair
+from perftests.support.elementwise import DTYPE_IDS, DTYPES, SCALE, inputs, sides, traffic
 
 pytestmark = pytest.mark.triton
 
@@ -22,23 +22,25 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_vector_add(perf, device: str, dtype: torch.dtype) -> None:
-    x, y = inputs(device, dtype)
+    make = lambda seed: inputs(device, dtype, seed)  # noqa: E731
+    x, y = make(0)
     out = torch.full_like(x, float("nan"))  # poisoned: an element the kernel skips fails the check
     vector_add(x, y, out=out)
     perf.assert_close(out, torch.add(x, y))
-    reference, optimized, traffic = pair("vector_add", x, y)
-    perf.compare(reference, optimized, bytes=traffic)
-    compare_with_compiled(perf, device, add, (x, y), optimized, bytes=traffic)
+    reference, optimized = sides("vector_add")
+    perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
+    compare_with_compiled(perf, device, add, optimized, make, bytes=traffic(x))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_add_relu_scale(perf, device: str, dtype: torch.dtype) -> None:
-    x, y = inputs(device, dtype)
+    make = lambda seed: inputs(device, dtype, seed)  # noqa: E731
+    x, y = make(0)
     out = torch.full_like(x, float("nan"))
     add_relu_scale(x, y, SCALE, out=out)
     expected = add_relu_scale_eager(x, y, SCALE)
     assert bool((expected == 0).any()) and bool((expected > 0).any()), "inputs must exercise both sides of the ReLU"
     perf.assert_close(out, expected)
-    reference, optimized, traffic = pair("add_relu_scale", x, y)
-    perf.compare(reference, optimized, bytes=traffic)
-    compare_with_compiled(perf, device, add_relu_scale_eager, (x, y, SCALE), optimized, bytes=traffic)
+    reference, optimized = sides("add_relu_scale")
+    perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
+    compare_with_compiled(perf, device, add_relu_scale_eager, optimized, make, fixed=(SCALE,), bytes=traffic(x))

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from perftests.kernels import rowwise
 from perftests.support.compiled import compare_with_compiled
+from perftests.support.inputs import generator
 
 pytestmark = pytest.mark.triton
 
@@ -33,42 +34,57 @@ def traffic(x: torch.Tensor, extra: int = 0) -> int:
     return 2 * x.numel() * x.element_size() + extra
 
 
+def rows(device: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    return torch.randn(shape(device), generator=generator(device, seed), device=device, dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_softmax(perf, device: str, dtype: torch.dtype) -> None:
-    x = torch.randn(shape(device), device=device, dtype=dtype) * 3
+    make = lambda seed: (rows(device, dtype, seed) * 3,)  # noqa: E731
+    (x,) = make(0)
     out = torch.full_like(x, float("nan"))
     rowwise.softmax(x, out=out)
     perf.assert_close(out, torch.softmax(x, dim=-1))
-    fused = lambda: rowwise.softmax(x)  # noqa: E731
-    perf.compare(lambda: rowwise.softmax_eager(x), fused, name="vs_eager", bytes=traffic(x))
-    perf.compare(lambda: torch.softmax(x, dim=-1), fused, name="vs_torch", bytes=traffic(x))
-    compare_with_compiled(perf, device, rowwise.softmax_eager, (x,), fused, bytes=traffic(x))
+    fused = rowwise.softmax
+    perf.compare(rowwise.softmax_eager, fused, name="vs_eager", bytes=traffic(x), inputs=make)
+    perf.compare(lambda x: torch.softmax(x, dim=-1), fused, name="vs_torch", bytes=traffic(x), inputs=make)
+    compare_with_compiled(perf, device, rowwise.softmax_eager, fused, make, bytes=traffic(x))
+
+
+def norm_inputs(device: str, dtype: torch.dtype, seed: int, bias: bool) -> tuple[torch.Tensor, ...]:
+    """Input set `seed` of a norm: rows x, the gain w in [0.5, 1.5), and for LayerNorm x shifted by 1 and a bias b."""
+    g = generator(device, seed)
+    x = torch.randn(shape(device), generator=g, device=device, dtype=dtype)
+    w = torch.rand(x.shape[1], generator=g, device=device, dtype=dtype) + 0.5
+    if not bias:
+        return x, w
+    return x + 1.0, w, torch.randn(x.shape[1], generator=g, device=device, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_rms_norm(perf, device: str, dtype: torch.dtype) -> None:
-    x = torch.randn(shape(device), device=device, dtype=dtype)
-    w = torch.rand(x.shape[1], device=device, dtype=dtype) + 0.5
+    make = lambda seed: norm_inputs(device, dtype, seed, bias=False)  # noqa: E731
+    x, w = make(0)
     out = torch.full_like(x, float("nan"))
     rowwise.rms_norm(x, w, EPS, out=out)
     perf.assert_close(out, F.rms_norm(x, (x.shape[1],), w, EPS))
-    fused = lambda: rowwise.rms_norm(x, w, EPS)  # noqa: E731
+    fused = lambda x, w: rowwise.rms_norm(x, w, EPS)  # noqa: E731
     nbytes = traffic(x, w.numel() * w.element_size())
-    perf.compare(lambda: rowwise.rms_norm_eager(x, w, EPS), fused, name="vs_eager", bytes=nbytes)
-    perf.compare(lambda: F.rms_norm(x, (x.shape[1],), w, EPS), fused, name="vs_torch", bytes=nbytes)
-    compare_with_compiled(perf, device, rowwise.rms_norm_eager, (x, w, EPS), fused, bytes=nbytes)
+    perf.compare(lambda x, w: rowwise.rms_norm_eager(x, w, EPS), fused, name="vs_eager", bytes=nbytes, inputs=make)
+    perf.compare(lambda x, w: F.rms_norm(x, (x.shape[1],), w, EPS), fused, name="vs_torch", bytes=nbytes, inputs=make)
+    compare_with_compiled(perf, device, rowwise.rms_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_layer_norm(perf, device: str, dtype: torch.dtype) -> None:
-    x = torch.randn(shape(device), device=device, dtype=dtype) + 1.0
-    w = torch.rand(x.shape[1], device=device, dtype=dtype) + 0.5
-    b = torch.randn(x.shape[1], device=device, dtype=dtype)
+    make = lambda seed: norm_inputs(device, dtype, seed, bias=True)  # noqa: E731
+    x, w, b = make(0)
     out = torch.full_like(x, float("nan"))
     rowwise.layer_norm(x, w, b, EPS, out=out)
     perf.assert_close(out, F.layer_norm(x, (x.shape[1],), w, b, EPS))
-    fused = lambda: rowwise.layer_norm(x, w, b, EPS)  # noqa: E731
+    fused = lambda x, w, b: rowwise.layer_norm(x, w, b, EPS)  # noqa: E731
     nbytes = traffic(x, 2 * w.numel() * w.element_size())
-    perf.compare(lambda: rowwise.layer_norm_eager(x, w, b, EPS), fused, name="vs_eager", bytes=nbytes)
-    perf.compare(lambda: F.layer_norm(x, (x.shape[1],), w, b, EPS), fused, name="vs_torch", bytes=nbytes)
-    compare_with_compiled(perf, device, rowwise.layer_norm_eager, (x, w, b, EPS), fused, bytes=nbytes)
+    perf.compare(lambda x, w, b: rowwise.layer_norm_eager(x, w, b, EPS), fused, name="vs_eager", bytes=nbytes, inputs=make)
+    perf.compare(lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, EPS), fused, name="vs_torch", bytes=nbytes,
+                 inputs=make)
+    compare_with_compiled(perf, device, rowwise.layer_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes)

@@ -7,10 +7,12 @@ call (trace, inductor, autotuning) is the case's `reference_first_ms`: compile t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from perftests.support.inputs import compare_on_inputs
 
 MODE = "max-autotune-no-cudagraphs"
 NAME = "vs_compile"
@@ -29,9 +31,20 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def compare_with_compiled(
-    perf: Any, device: str, eager: Callable[..., Any], args: tuple[Any, ...], optimized: Callable[[], Any], **kwargs: Any
+    perf: Any,
+    device: str,
+    eager: Callable[..., Any],
+    optimized: Callable[..., Any],
+    inputs: Callable[[int], Sequence[Any]],
+    *,
+    fixed: tuple[Any, ...] = (),
+    **kwargs: Any,
 ) -> Any:
-    """perf.compare(torch.compile(eager)(*args), optimized, name='vs_compile'), on the GPU.
+    """perf.compare(torch.compile(eager), optimized, inputs=inputs, name='vs_compile'), on the GPU.
+
+    Both sides are called on each input set, the compiled eager as eager(*set, *fixed): `fixed` holds what every
+    call shares (eps, a layer's weights). An input set of the same shapes, dtypes and strides does not recompile.
+    graph=True or bind=True binds the sides to set 0 instead (see compare_on_inputs).
 
     On the CPU nothing is timed (the Triton side runs in the interpreter), and compiling every reference
     through inductor's C++ backend would spend CI minutes checking inductor rather than our kernels: skipped.
@@ -39,4 +52,8 @@ def compare_with_compiled(
     if device != "cuda":
         return None
     fn = compiled(eager)
-    return perf.compare(lambda: fn(*args), optimized, name=NAME, **kwargs)
+
+    def reference(*args: Any) -> Any:
+        return fn(*args, *fixed)
+
+    return compare_on_inputs(perf, reference, optimized, inputs, name=NAME, **kwargs)

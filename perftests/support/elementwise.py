@@ -13,6 +13,7 @@ from perftests.kernels.elementwise import (
     add_relu_scale_eager,
     vector_add,
 )
+from perftests.support.inputs import generator
 
 SCALE = 0.5
 DTYPES = [torch.float32, torch.bfloat16]
@@ -25,16 +26,29 @@ def numel(device: str) -> int:
     return 2**26 if device == "cuda" else 3 * 1024 + 17
 
 
-def inputs(device: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def inputs(device: str, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input set `seed`: x and y, standard normal."""
     n = numel(device)
-    return torch.randn(n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)
+    g = generator(device, seed)
+    return torch.randn(n, generator=g, device=device, dtype=dtype), torch.randn(n, generator=g, device=device, dtype=dtype)
+
+
+def sides(kind: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], Callable[[torch.Tensor, torch.Tensor], Any]]:
+    """(reference, optimized) as functions of (x, y), for 'vector_add' or 'add_relu_scale'."""
+    if kind == "vector_add":
+        return torch.add, vector_add
+    if kind == "add_relu_scale":
+        return (lambda x, y: add_relu_scale_eager(x, y, SCALE)), (lambda x, y: add_relu_scale(x, y, SCALE))
+    raise ValueError(f"unknown elementwise kind {kind!r}; choose 'vector_add' or 'add_relu_scale'")
+
+
+def traffic(x: torch.Tensor) -> int:
+    """Bytes the optimized side must move: read x and y, write out."""
+    return 3 * x.numel() * x.element_size()
 
 
 def pair(kind: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Callable[[], Any], Callable[[], Any], int]:
-    """(reference, optimized, bytes the optimized side must move) for 'vector_add' or 'add_relu_scale'."""
-    traffic = 3 * x.numel() * x.element_size()  # read x and y, write out
-    if kind == "vector_add":
-        return (lambda: torch.add(x, y)), (lambda: vector_add(x, y)), traffic
-    if kind == "add_relu_scale":
-        return (lambda: add_relu_scale_eager(x, y, SCALE)), (lambda: add_relu_scale(x, y, SCALE)), traffic
-    raise ValueError(f"unknown elementwise kind {kind!r}; choose 'vector_add' or 'add_relu_scale'")
+    """(reference, optimized, bytes) as zero-argument callables on x and y: what tools/stability.py times with
+    do_bench beside the gate, which calls sides() on rotated input sets."""
+    reference, optimized = sides(kind)
+    return (lambda: reference(x, y)), (lambda: optimized(x, y)), traffic(x)

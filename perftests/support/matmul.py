@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import torch
 
+from perftests.support.inputs import generator
+
 FP8_MAX = 448.0  # largest finite e4m3fn value
 
 
-def operands(device: str, dtype: torch.dtype, M: int, N: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (M, K) and w (N, K), w scaled by 1/sqrt(K) so that outputs stay near unit size whatever K is."""
-    x = torch.randn(M, K, device=device, dtype=dtype)
-    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+def operands(
+    device: str, dtype: torch.dtype, M: int, N: int, K: int, g: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) and w (N, K), w scaled by 1/sqrt(K) so that outputs stay near unit size whatever K is; drawn from
+    g (an input set's generator; by default set 0's)."""
+    g = generator(device, 0) if g is None else g
+    x = torch.randn(M, K, generator=g, device=device, dtype=dtype)
+    w = (torch.randn(N, K, generator=g, device=device) / K**0.5).to(dtype)
     return x, w
+
+
+def fp8_operands(device: str, M: int, N: int, K: int, seed: int = 0, bf16: bool = False) -> tuple[torch.Tensor, ...]:
+    """Input set `seed` of the fp8 cases: (x8, w8, sx, sw), operands() in fp32 quantized per tensor to e4m3; with
+    bf16=True also (xb, wb), the same operands unquantized in bf16 (the precision-change case's reference)."""
+    x, w = operands(device, torch.float32, M, N, K, generator(device, seed))
+    (x8, sx), (w8, sw) = quantize_e4m3(x), quantize_e4m3(w)
+    return (x8, w8, sx, sw, x.to(torch.bfloat16), w.to(torch.bfloat16)) if bf16 else (x8, w8, sx, sw)
 
 
 def quantize_e4m3(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
