@@ -24,9 +24,9 @@ CPU_SHAPE = (100, 80, 80)
 # fp8 at 4096^3 runs in about 0.1 ms, and its launch (three TMA descriptors, the autotuner's lookup) costs tens of
 # microseconds on the host: timed as CUDA-graph replays. See docs/NOTES.md (the slow mode of this case).
 GRAPHED_SHAPES = {"4096"}
-# The fp8 sides take float8 tensors, which the gate's check that a side leaves its inputs unchanged cannot compare
-# yet (torch.isfinite has no float8 kernel, on any device): bound to input set 0 until the plugin handles them.
-FP8_BOUND = True
+# The fp8 sides take float8 tensors; the gate compares inputs byte for byte (speedgate.comparison.same_bits), so
+# they rotate input sets like every other case. True binds them to set 0 (zero-argument sides).
+FP8_BOUND = False
 
 BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns: bf16 runs on the GPU only"
 

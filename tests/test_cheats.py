@@ -198,3 +198,23 @@ def test_gpu_cheats_fail_and_are_never_blessed(pytester: pytest.Pytester) -> Non
     blessed = json.loads((pytester.path / "baselines" / "gpu-cheats.json").read_text())["cases"]
     assert set(blessed) == {"test_gpu_sides.py::test_control"}
     pytester.runpytest_subprocess().assert_outcomes(passed=1, failed=4)
+
+
+def test_same_bits_catches_writes_in_any_dtype() -> None:
+    import torch
+
+    from speedgate.comparison import same_bits
+
+    x = torch.randn(64)
+    assert same_bits((x, 3), (x.clone(), 3))
+    nan = torch.full((4,), float("nan"))
+    assert same_bits(nan, nan.clone())  # NaN inputs are unchanged inputs
+    y = x.clone()
+    y[7] += 1e-6
+    assert not same_bits(x, y)
+    if hasattr(torch, "float8_e4m3fn"):
+        f8 = torch.randn(16).to(torch.float8_e4m3fn)
+        g8 = f8.clone()
+        assert same_bits(f8, g8)
+        g8.view(torch.uint8)[3] ^= 1
+        assert not same_bits(f8, g8)
