@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import export
-from .baseline import BaselineError
-from .devices import Assignment, pin_worker
-from .finish import Finish, finish_run, terminal_lines
-from .fixture import Perf, SpeedRegression
 from .options import SettingsError, add_options, read_settings
 from .session import SpeedgateSession
 
+# What only a test that uses perf, or the end of a run with results, needs is imported where it is used: every
+# pytest run where the plugin is installed loads this module, and most of them never ask for perf.
+if TYPE_CHECKING:
+    from .devices import Assignment
+    from .finish import Finish
+    from .fixture import Perf
+
 SESSION_KEY = pytest.StashKey[SpeedgateSession]()
-PERF_KEY = pytest.StashKey[Perf]()
-ASSIGNMENT_KEY = pytest.StashKey[Assignment | None]()
-FINISH_KEY = pytest.StashKey[Finish]()
+PERF_KEY: pytest.StashKey[Perf] = pytest.StashKey()
+ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
+FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
 WORKER_OUTPUT = "speedgate"
 
 
@@ -30,7 +33,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Before any conftest can start CUDA: give this xdist worker its own GPU.
-    early_config.stash[ASSIGNMENT_KEY] = pin_worker()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from .devices import pin_worker
+
+        early_config.stash[ASSIGNMENT_KEY] = pin_worker()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,6 +62,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _load_baseline(state: SpeedgateSession, error: Any, suffix: str = "") -> None:
+    from .baseline import BaselineError
+
     try:
         state.load_baseline()
     except BaselineError as exc:
@@ -71,6 +79,8 @@ def speedgate_timer() -> Any:
 @pytest.fixture
 def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
     """Compare an optimized callable with its reference: perf.assert_close(...), perf.compare(...)."""
+    from .fixture import Perf
+
     state = _session(request.config)
     _load_baseline(state, pytest.fail.Exception)
     request.node.stash[PERF_KEY] = obj = Perf(state, request.node.nodeid, speedgate_timer)
@@ -79,7 +89,10 @@ def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None, Any, Any]:
-    # xdist workers that share a device take turns, one whole test at a time.
+    # xdist workers that share a device take turns, one whole test that times with perf at a time (setup and
+    # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
+    if "perf" not in getattr(item, "fixturenames", ()):
+        return (yield)
     with _session(item.config).device_turn():
         return (yield)
 
@@ -90,11 +103,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         result = yield
     finally:
         perf_obj = item.stash.get(PERF_KEY, None)
-        if perf_obj is not None:  # each result as JUnit XML properties of its test (travels under xdist)
+        if perf_obj is not None and _junit_per_test(item.config):  # travels under xdist, as report data
+            from . import export
+
             item.user_properties.extend(export.junit_properties(perf_obj.results))
     if perf_obj is not None and perf_obj.failures:
+        from .fixture import SpeedRegression
+
         raise SpeedRegression("\n".join(perf_obj.failures))
     return result
+
+
+def _junit_per_test(config: pytest.Config) -> bool:
+    """Whether each result becomes a property of its test: pytest's xunit2 schema (its default family) has no
+    testcase properties, xunit1 and legacy do (pytest's record_property follows the same rule)."""
+    try:
+        return config.getini("junit_family") != "xunit2"
+    except ValueError:  # junitxml disabled (-p no:junitxml): the properties are only report data
+        return True
 
 
 @pytest.hookimpl(wrapper=True)
@@ -107,14 +133,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer, which writes its file in its sessionfinish
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config, state = session.config, _session(session.config)
     if hasattr(config, "workerinput"):
         config.workeroutput[WORKER_OUTPUT] = state.worker_payload()  # type: ignore[attr-defined]
         return
+    if not state.has_work_at_end():
+        return
+    from .finish import finish_run
+
     done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _junit_suite_properties(config, state)
+
+
+def _junit_suite_properties(config: pytest.Config, state: SpeedgateSession) -> None:
+    """The run's hardware key and verdict tally as properties of the JUnit test suite (valid in every family), as
+    pytest's record_testsuite_property adds them; only on the controller, which alone writes the file."""
+    from _pytest.junitxml import xml_key  # the key record_testsuite_property reads; pytest has no public one
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not state.records:
+        return
+    from . import export
+
+    for name, value in export.junit_suite_properties(state.records):
+        xml.add_global_property(name, value)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -123,6 +169,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if done is None or not (state.records or state.metric_records or done.errors):
         return
     terminalreporter.write_sep("=", "speedgate")
+    from .finish import terminal_lines
+
     for line, error in terminal_lines(state, done):
         terminalreporter.write_line(line, red=error, bold=error)
 
@@ -132,6 +180,15 @@ class XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart starts the workers
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
+        # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
+        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run.
+        state = _session(self.config)
+        if self.config.pluginmanager.has_plugin("dsession") and state.baseline_path.is_file():
+            _load_baseline(state, pytest.UsageError, "; the file was left untouched")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)

@@ -7,16 +7,19 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import baseline as baseline_file
-from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
-from .devices import Assignment, DeviceLock
-from .gpu_state import Monitor, open_monitor
 from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
-from .options import Settings
-from .results import CompareResult, MetricResult
-from .timers import CudaTimer, Timer, make_timer
+
+# The plugin makes a session in every pytest run; what only timing, a baseline or xdist needs is imported where it
+# is used, so a run that never asks for perf does not load it.
+if TYPE_CHECKING:
+    from .ceilings import Ceilings
+    from .devices import Assignment
+    from .gpu_state import Monitor
+    from .options import Settings
+    from .results import CompareResult, MetricResult
+    from .timers import Timer
 
 
 class SpeedgateSession:
@@ -75,6 +78,8 @@ class SpeedgateSession:
     def doc_for(self, key: str) -> dict[str, Any] | None:
         """The validated baseline document of key (None when there is no file), read once per run."""
         if key not in self.docs:
+            from . import baseline as baseline_file
+
             self.docs[key] = baseline_file.read(self.baseline_path_for(key))
         return self.docs[key]
 
@@ -100,6 +105,9 @@ class SpeedgateSession:
 
     def timer(self) -> Timer:
         if self._timer is None:
+            from .gpu_state import open_monitor
+            from .timers import CudaTimer, make_timer
+
             self._timer = make_timer(self.settings.timer)
             if self._timer.name == CudaTimer.name:
                 tokens = visible_gpu_tokens()
@@ -115,6 +123,9 @@ class SpeedgateSession:
         self, timer: Timer, optimized_ms: float, flops: float | None, nbytes: float | None, flops_dtype: str | None
     ) -> dict[str, Any]:
         """peak_fraction (roofline floor / measured time) and the bound, on the GPU; empty elsewhere."""
+        from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
+        from .timers import CudaTimer
+
         if timer.name != CudaTimer.name or not (flops or nbytes):
             return {}
         import torch
@@ -139,6 +150,8 @@ class SpeedgateSession:
         if self.assignment is None or not self.assignment.shared:
             yield
             return
+        from .devices import DeviceLock
+
         lock = DeviceLock(self.assignment.device)
         lock.acquire()
         try:
@@ -177,6 +190,8 @@ class SpeedgateSession:
         )
 
     def absorb(self, payload: str) -> None:
+        from .results import CompareResult, MetricResult
+
         data = json.loads(payload)
         self.records.extend(CompareResult.from_json(r) for r in data["records"])
         self.metric_records.extend(MetricResult.from_json(m) for m in data.get("metrics", []))
@@ -211,6 +226,13 @@ class SpeedgateSession:
                                str(rep.longrepr), project_root)
 
     # -- the end of the run ---------------------------------------------------------------------------------
+    def has_work_at_end(self) -> bool:
+        """Whether the end of the run has anything to do: results to bless or show, or a report file asked for
+        (an empty one is still written). A run that never used perf and asked for no file skips it."""
+        s = self.settings
+        asked = (s.json_path, s.benchmark_json_path, s.markdown_path, s.chart_path)
+        return self.used or bool(self.records or self.metric_records) or any(p is not None for p in asked)
+
     def finished_and_passed(self, nodeid: str) -> bool:
         return nodeid in self.passed_nodeids and nodeid not in self.failed_nodeids
 
