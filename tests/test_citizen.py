@@ -141,9 +141,9 @@ def pytest_unconfigure(config):
     print("MODULES", sorted(sys.modules))
 """
 
-NOT_AT_COLLECTION = ("speedgate.fixture", "speedgate.measure", "speedgate.gate", "speedgate.finish",
-                     "speedgate.report", "speedgate.export", "speedgate.baseline", "speedgate.devices", "numpy",
-                     "jsonschema", "filelock", "torch", "triton", "pynvml")
+NOT_AT_COLLECTION = ("speedgate.session", "speedgate.fixture", "speedgate.measure", "speedgate.gate",
+                     "speedgate.finish", "speedgate.report", "speedgate.export", "speedgate.baseline",
+                     "speedgate.devices", "numpy", "jsonschema", "filelock", "torch", "triton", "pynvml")
 
 
 def test_collection_of_a_project_without_perf_loads_only_the_hooks(pytester: pytest.Pytester) -> None:

@@ -9,17 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .options import SettingsError, add_options, read_settings
-from .session import SpeedgateSession
+from .options import Settings, SettingsError, add_options, read_settings
 
-# What only a test that uses perf, or the end of a run with results, needs is imported where it is used: every
-# pytest run where the plugin is installed loads this module, and most of them never ask for perf.
+# What only a test that uses perf, xdist, or the end of a run with results needs (the session too) is imported
+# where it is used: every pytest run where the plugin is installed loads this module, and most never ask for perf.
 if TYPE_CHECKING:
     from .devices import Assignment
     from .finish import Finish
     from .fixture import Perf
+    from .session import SpeedgateSession
 
-SESSION_KEY = pytest.StashKey[SpeedgateSession]()
+SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
+SESSION_KEY: pytest.StashKey[SpeedgateSession] = pytest.StashKey()
 PERF_KEY: pytest.StashKey[Perf] = pytest.StashKey()
 ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
 FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
@@ -46,13 +47,20 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = read_settings(config)
     except SettingsError as exc:
         raise pytest.UsageError(f"speedgate: {exc}") from None
-    config.stash[SESSION_KEY] = SpeedgateSession(settings, config.stash.get(ASSIGNMENT_KEY, None))
+    config.stash[SETTINGS_KEY] = settings
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
 
 
 def _session(config: pytest.Config) -> SpeedgateSession:
-    return config.stash[SESSION_KEY]
+    """The run's session, made when first needed (a test asks for perf, a worker reports, the run ends with work)."""
+    state = config.stash.get(SESSION_KEY, None)
+    if state is None:
+        from .session import SpeedgateSession
+
+        state = config.stash[SESSION_KEY] = SpeedgateSession(config.stash[SETTINGS_KEY],
+                                                             config.stash.get(ASSIGNMENT_KEY, None))
+    return state
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -135,18 +143,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer, which writes its file in its sessionfinish
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config, state = session.config, _session(session.config)
+    config = session.config
     if hasattr(config, "workerinput"):
-        config.workeroutput[WORKER_OUTPUT] = state.worker_payload()  # type: ignore[attr-defined]
+        config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload()  # type: ignore[attr-defined]
         return
-    if not state.has_work_at_end():
-        return
+    made = config.stash.get(SESSION_KEY, None)
+    if not ((made is not None and made.used) or _files_asked(config.stash[SETTINGS_KEY])):
+        return  # nothing measured, no report file asked for: nothing to bless, write or show
     from .finish import finish_run
+
+    state = _session(config)
 
     done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     _junit_suite_properties(config, state)
+
+
+def _files_asked(settings: Settings) -> bool:
+    """Whether a report file was asked for: it is written (empty) even when no test used perf."""
+    paths = (settings.json_path, settings.benchmark_json_path, settings.markdown_path, settings.chart_path)
+    return any(path is not None for path in paths)
 
 
 def _junit_suite_properties(config: pytest.Config, state: SpeedgateSession) -> None:
@@ -165,8 +182,10 @@ def _junit_suite_properties(config: pytest.Config, state: SpeedgateSession) -> N
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     done = config.stash.get(FINISH_KEY, None)
+    if done is None:
+        return
     state = _session(config)
-    if done is None or not (state.records or state.metric_records or done.errors):
+    if not (state.records or state.metric_records or done.errors):
         return
     terminalreporter.write_sep("=", "speedgate")
     from .finish import terminal_lines
@@ -186,8 +205,11 @@ class XdistHooks:
         # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
         # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
         # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run.
+        controller = self.config.pluginmanager.has_plugin("dsession")
+        if not (controller and self.config.stash[SETTINGS_KEY].baseline_dir.is_dir()):
+            return
         state = _session(self.config)
-        if self.config.pluginmanager.has_plugin("dsession") and state.baseline_path.is_file():
+        if state.baseline_path.is_file():
             _load_baseline(state, pytest.UsageError, "; the file was left untouched")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

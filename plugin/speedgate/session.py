@@ -226,13 +226,6 @@ class SpeedgateSession:
                                str(rep.longrepr), project_root)
 
     # -- the end of the run ---------------------------------------------------------------------------------
-    def has_work_at_end(self) -> bool:
-        """Whether the end of the run has anything to do: results to bless or show, or a report file asked for
-        (an empty one is still written). A run that never used perf and asked for no file skips it."""
-        s = self.settings
-        asked = (s.json_path, s.benchmark_json_path, s.markdown_path, s.chart_path)
-        return self.used or bool(self.records or self.metric_records) or any(p is not None for p in asked)
-
     def finished_and_passed(self, nodeid: str) -> bool:
         return nodeid in self.passed_nodeids and nodeid not in self.failed_nodeids
 
