@@ -4,6 +4,7 @@ usage error, collection loads nothing it does not need, and JUnit output fits it
 from __future__ import annotations
 
 import ast
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -160,6 +161,14 @@ def test_collection_of_a_project_without_perf_loads_only_the_hooks(pytester: pyt
     assert "speedgate.plugin" in loaded and "speedgate.plugin" not in without
     added = sorted((loaded - without) & set(NOT_AT_COLLECTION))  # other plugins may load numpy; speedgate must not
     assert not added, f"speedgate loaded these at collection: {added}"
+
+
+def test_a_report_asked_for_is_written_when_no_test_used_perf(project: pytest.Pytester) -> None:
+    # The end of a run is skipped when nothing was measured, but not when a report file was asked for.
+    project.makepyfile(test_plain="def test_plain():\n    pass\n")
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=1)
+    report = json.loads((project.path / "r.json").read_text())
+    assert report["cases"] == [] and report["metrics"] == []
 
 
 JUNIT_TESTS = CASES + """
