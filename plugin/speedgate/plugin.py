@@ -153,7 +153,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from .finish import finish_run
 
     state = _session(config)
-
     done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
 
-# The plugin makes a session in every pytest run; what only timing, a baseline or xdist needs is imported where it
-# is used, so a run that never asks for perf does not load it.
+# The plugin makes a session when a test asks for perf, and at the end of every xdist worker; what only timing, a
+# baseline or the controller needs is imported where it is used, so a worker that never timed does not load it.
 if TYPE_CHECKING:
     from .ceilings import Ceilings
     from .devices import Assignment
