@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,8 +95,37 @@ def test_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:
     probe.release()
     lock = DeviceLock("gpu0", folder)
     lock.acquire()
-    lock.acquire()  # idempotent, as with flock: a second acquire neither blocks nor nests ...
-    lock.release()  # ... so one release frees it for other processes
+    lock.release()
     other = FileLock(str(path), timeout=0)
     other.acquire()
     other.release()
+
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether another thread finds the lock file taken (it tries once, without waiting)."""
+    taken: list[bool] = []
+
+    def probe() -> None:
+        try:
+            FileLock(str(path), timeout=0).acquire()
+        except Timeout:
+            taken.append(True)
+        else:
+            taken.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return taken[0]
+
+
+def test_lock_is_reentrant_within_a_thread(tmp_path: Path) -> None:
+    """A pytester run in-process inside an xdist worker takes its device's lock while the outer test holds it:
+    a second DeviceLock of the same device in the same thread nests instead of waiting on itself."""
+    outer, inner = DeviceLock("gpu0", tmp_path), DeviceLock("gpu0", tmp_path)
+    outer.acquire()
+    inner.acquire()  # would wait forever (or raise, with filelock 4's deadlock check) on its own flock
+    inner.release()
+    assert _held_elsewhere(outer.path), "the inner release freed the outer test's hold"
+    outer.release()
+    assert not _held_elsewhere(outer.path)

@@ -84,6 +84,7 @@ def test_env(request):
 
 def test_workers_sharing_a_device_take_turns_whole_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: both workers share the CPU
+    monkeypatch.setenv("TMPDIR", str(project.mkdir("tmp")))  # this test's own lock folder, not the machine's
     log = project.path / "intervals.txt"
     project.makepyfile(
         test_cases=CASES

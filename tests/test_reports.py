@@ -42,7 +42,7 @@ def test_junit_properties(project: pytest.Pytester) -> None:
 
     project.makepyfile(test_cases=TESTS)
     write_baseline(project.path, {"test_cases.py::test_slow": 2.0, "test_cases.py::test_fine::pair": 2.0})
-    project.runpytest("--junitxml", "junit.xml").assert_outcomes(passed=1, failed=1)
+    project.runpytest("-o", "junit_family=xunit1", "--junitxml", "junit.xml").assert_outcomes(passed=1, failed=1)
     root = ET.parse(project.path / "junit.xml").getroot()
     props = {
         case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")} for case in root.iter("testcase")

@@ -38,6 +38,12 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
         (64, 256, 64, 4, 4),
         (128, 64, 64, 4, 4),
     ]
+    if pre_hook is None:
+        # The tiled kernel: 128x256x64 loses to 256x128x64 under the gate's conditions (L2 flushed per call) but
+        # sometimes wins the autotuner's race. H100, 2026-11-23: bias+GELU 8192^3 ran at 0.782x of eager with
+        # 256x128 and 0.685x with 128x256, the config changing between two runs; every other tiled 16-bit case
+        # of both runs chose 256x128. Left out, so the case measures the kernel, not the autotuner's coin.
+        shapes = [shape for shape in shapes if shape != (128, 256, 64, 3, 8)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w, pre_hook=pre_hook)
         for m, n, k, s, w in shapes

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-
-# filelock, not fcntl: this module is imported whenever the plugin loads (every pytest run where it is installed),
-# and fcntl does not exist on Windows. filelock uses flock on Unix and msvcrt locking on Windows.
-from filelock import FileLock
+from typing import TYPE_CHECKING
 
 from .hardware import visible_gpu_tokens
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,31 @@ def pin_worker() -> Assignment | None:
     return assignment
 
 
+# One FileLock per lock file in this process. flock belongs to an open file, so a second FileLock on the same path
+# would wait for the first in the same thread: a pytester run in-process inside an xdist worker (it inherits
+# PYTEST_XDIST_WORKER) takes its device's lock while the outer test holds it. A shared FileLock counts nested
+# acquires per thread instead; other threads and processes still wait.
+_LOCKS: dict[str, FileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> FileLock:
+    # filelock, not fcntl: fcntl does not exist on Windows (filelock uses flock on Unix, msvcrt locking on
+    # Windows). Imported here: only a test that times on a shared device needs it.
+    from filelock import FileLock
+
+    with _LOCKS_GUARD:
+        if str(path) not in _LOCKS:
+            _LOCKS[str(path)] = FileLock(str(path))  # waits without a limit, as flock(LOCK_EX) did
+        return _LOCKS[str(path)]
+
+
 class DeviceLock:
     """An advisory file lock per device, held while a test that times on a shared device runs.
 
     Workers that share a GPU (or the CPU) take turns: while one measures, no other worker's kernels run
-    on that device. Released by the OS if the process dies.
+    on that device. Re-entrant within a thread (each acquire needs its release); released by the OS if the
+    process dies.
     """
 
     def __init__(self, device: str, folder: Path | None = None) -> None:
@@ -63,13 +84,10 @@ class DeviceLock:
         folder.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
         self.path = folder / f"{safe}.lock"
-        self._lock = FileLock(str(self.path))  # waits without a limit, as flock(LOCK_EX) did
+        self._lock = _file_lock(self.path)
 
     def acquire(self) -> None:
-        # Idempotent, as before: FileLock counts nested acquires, this lock does not.
-        if not self._lock.is_locked:
-            self._lock.acquire()
+        self._lock.acquire()
 
     def release(self) -> None:
-        if self._lock.is_locked:
-            self._lock.release()
+        self._lock.release()

@@ -34,7 +34,8 @@ def json_report(
 
 
 def junit_properties(results: Sequence[CompareResult]) -> list[tuple[str, Any]]:
-    """('speedgate.<pair>.<field>', value) for each result of a test; <pair> is its name=, or 'case'."""
+    """('speedgate.<pair>.<field>', value) for each result of a test; <pair> is its name=, or 'case'. JUnit
+    testcase properties: the xunit1 family only (xunit2's schema has none)."""
     props = []
     for result in results:
         record = result.to_json()
@@ -43,6 +44,17 @@ def junit_properties(results: Sequence[CompareResult]) -> list[tuple[str, Any]]:
             if value is not None:
                 props.append((f"speedgate.{result.name or 'case'}.{name}", value))
     return props
+
+
+def junit_suite_properties(results: Sequence[CompareResult]) -> list[tuple[str, Any]]:
+    """The run once, for the JUnit test suite: its hardware keys, how many cases, and how many of each verdict
+    ('speedgate.regressed': 1). What xunit2 allows, where a test case has no properties."""
+    tally: dict[str, int] = {}
+    for result in results:
+        tally[result.verdict.value] = tally.get(result.verdict.value, 0) + 1
+    keys = ", ".join(sorted({r.hardware_key for r in results}))
+    return [("speedgate.hardware_key", keys), ("speedgate.cases", len(results)),
+            *((f"speedgate.{verdict}", count) for verdict, count in sorted(tally.items()))]
 
 
 def benchmark_machine_info() -> dict[str, Any]:

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import export, faults
-from .baseline import BaselineError
-from .devices import Assignment, pin_worker
-from .finish import Finish, finish_run, terminal_lines
-from .fixture import Perf, SpeedRegression
-from .options import SettingsError, add_options, read_settings
-from .session import SpeedgateSession
+from . import faults
+from .options import Settings, SettingsError, add_options, read_settings
 
-SESSION_KEY = pytest.StashKey[SpeedgateSession]()
-PERF_KEY = pytest.StashKey[Perf]()
-ASSIGNMENT_KEY = pytest.StashKey[Assignment | None]()
-FINISH_KEY = pytest.StashKey[Finish]()
-FAULTS_KEY = pytest.StashKey[faults.FaultWatch]()
+# What only a test that uses perf, xdist, or the end of a run with results needs (the session too) is imported
+# where it is used: every pytest run where the plugin is installed loads this module, and most never ask for perf.
+if TYPE_CHECKING:
+    from .devices import Assignment
+    from .finish import Finish
+    from .fixture import Perf
+    from .session import SpeedgateSession
+
+SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
+SESSION_KEY: pytest.StashKey[SpeedgateSession] = pytest.StashKey()
+PERF_KEY: pytest.StashKey[Perf] = pytest.StashKey()
+ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
+FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
+FAULTS_KEY: pytest.StashKey[faults.FaultWatch] = pytest.StashKey()
 WORKER_OUTPUT = "speedgate"
 
 
@@ -31,7 +36,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Before any conftest can start CUDA: give this xdist worker its own GPU.
-    early_config.stash[ASSIGNMENT_KEY] = pin_worker()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from .devices import pin_worker
+
+        early_config.stash[ASSIGNMENT_KEY] = pin_worker()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,21 +49,29 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = read_settings(config)
     except SettingsError as exc:
         raise pytest.UsageError(f"speedgate: {exc}") from None
-    config.stash[SESSION_KEY] = SpeedgateSession(settings, config.stash.get(ASSIGNMENT_KEY, None))
+    config.stash[SETTINGS_KEY] = settings
     config.stash[FAULTS_KEY] = faults.FaultWatch(getattr(config, "workerinput", {}).get("workerid"))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
 
 
 def _session(config: pytest.Config) -> SpeedgateSession:
-    return config.stash[SESSION_KEY]
+    """The run's session, made when first needed (a test asks for perf, a worker reports, the run ends with work)."""
+    state = config.stash.get(SESSION_KEY, None)
+    if state is None:
+        from .session import SpeedgateSession
+
+        state = config.stash[SESSION_KEY] = SpeedgateSession(config.stash[SETTINGS_KEY],
+                                                             config.stash.get(ASSIGNMENT_KEY, None))
+    return state
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Before -k/-m deselect any: case ids come from the test files, and a deselected test still exists.
-    _session(config).note_collected(
-        [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items], config.inipath)
+    collected = [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items]
+    if any(uses_perf for _, _, uses_perf in collected):  # a suite that never asks for perf costs nothing here
+        _session(config).note_collected(collected, config.inipath)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -65,6 +81,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _load_baseline(state: SpeedgateSession, error: Any, suffix: str = "") -> None:
+    from .baseline import BaselineError
+
     try:
         state.load_baseline()
     except BaselineError as exc:
@@ -80,6 +98,8 @@ def speedgate_timer() -> Any:
 @pytest.fixture
 def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
     """Compare an optimized callable with its reference: perf.assert_close(...), perf.compare(...)."""
+    from .fixture import Perf
+
     state = _session(request.config)
     _load_baseline(state, pytest.fail.Exception)
     request.node.stash[PERF_KEY] = obj = Perf(state, request.node.nodeid, speedgate_timer)
@@ -88,7 +108,10 @@ def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None, Any, Any]:
-    # xdist workers that share a device take turns, one whole test at a time.
+    # xdist workers that share a device take turns, one whole test that times with perf at a time (setup and
+    # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
+    if "perf" not in getattr(item, "fixturenames", ()):
+        return (yield)
     with _session(item.config).device_turn():
         return (yield)
 
@@ -107,13 +130,26 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         result = yield
     finally:
         perf_obj = item.stash.get(PERF_KEY, None)
-        if perf_obj is not None:  # each result as JUnit XML properties of its test (travels under xdist)
+        if perf_obj is not None and _junit_per_test(item.config):  # travels under xdist, as report data
+            from . import export
+
             item.user_properties.extend(export.junit_properties(perf_obj.results))
     if perf_obj is not None:
         faults.synchronize_cuda()  # an asynchronous GPU fault fails the test that queued the kernel, not the next
         if perf_obj.failures:
+            from .fixture import SpeedRegression
+
             raise SpeedRegression("\n".join(perf_obj.failures))
     return result
+
+
+def _junit_per_test(config: pytest.Config) -> bool:
+    """Whether each result becomes a property of its test: pytest's xunit2 schema (its default family) has no
+    testcase properties, xunit1 and legacy do (pytest's record_property follows the same rule)."""
+    try:
+        return config.getini("junit_family") != "xunit2"
+    except ValueError:  # junitxml disabled (-p no:junitxml): the properties are only report data
+        return True
 
 
 @pytest.hookimpl(wrapper=True)
@@ -127,22 +163,54 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer, which writes its file in its sessionfinish
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config, state = session.config, _session(session.config)
+    config = session.config
     if hasattr(config, "workerinput"):
-        config.workeroutput[WORKER_OUTPUT] = state.worker_payload()  # type: ignore[attr-defined]
+        config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload()  # type: ignore[attr-defined]
         return
+    made = config.stash.get(SESSION_KEY, None)
+    if not ((made is not None and made.used) or _files_asked(config.stash[SETTINGS_KEY])):
+        return  # nothing measured, no report file asked for: nothing to bless, write or show
+    from .finish import finish_run
+
+    state = _session(config)
     done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _junit_suite_properties(config, state)
+
+
+def _files_asked(settings: Settings) -> bool:
+    """Whether a report file was asked for: it is written (empty) even when no test used perf."""
+    paths = (settings.json_path, settings.benchmark_json_path, settings.markdown_path, settings.chart_path)
+    return any(path is not None for path in paths)
+
+
+def _junit_suite_properties(config: pytest.Config, state: SpeedgateSession) -> None:
+    """The run's hardware key and verdict tally as properties of the JUnit test suite (valid in every family), as
+    pytest's record_testsuite_property adds them; only on the controller, which alone writes the file."""
+    from _pytest.junitxml import xml_key  # the key record_testsuite_property reads; pytest has no public one
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not state.records:
+        return
+    from . import export
+
+    for name, value in export.junit_suite_properties(state.records):
+        xml.add_global_property(name, value)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     done = config.stash.get(FINISH_KEY, None)
+    if done is None:
+        return
     state = _session(config)
-    if done is None or not (state.records or state.metric_records or done.errors or done.warnings or done.lines):
+    if not (state.records or state.metric_records or done.errors or done.warnings or done.lines):
         return
     terminalreporter.write_sep("=", "speedgate")
+    from .finish import terminal_lines
+
     for line, error in terminal_lines(state, done):
         terminalreporter.write_line(line, red=error, bold=error)
 
@@ -153,6 +221,18 @@ class XdistHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.crashes = faults.WorkerCrashes()
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart starts the workers
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
+        # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
+        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run.
+        controller = self.config.pluginmanager.has_plugin("dsession")
+        if not (controller and self.config.stash[SETTINGS_KEY].baseline_dir.is_dir()):
+            return
+        state = _session(self.config)
+        if state.baseline_path.is_file():
+            _load_baseline(state, pytest.UsageError, "; the file was left untouched")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)

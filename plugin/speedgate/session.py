@@ -7,16 +7,19 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import baseline as baseline_file
-from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
-from .devices import Assignment, DeviceLock
-from .gpu_state import Monitor, open_monitor
 from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
-from .options import Settings
-from .results import CompareResult, MetricResult
-from .timers import CudaTimer, Timer, make_timer
+
+# The plugin makes a session when a test asks for perf, and at the end of every xdist worker; what only timing, a
+# baseline or the controller needs is imported where it is used, so a worker that never timed does not load it.
+if TYPE_CHECKING:
+    from .ceilings import Ceilings
+    from .devices import Assignment
+    from .gpu_state import Monitor
+    from .options import Settings
+    from .results import CompareResult, MetricResult
+    from .timers import Timer
 
 # What marks a project's top folder when pytest found no ini file above the tests: pytest's own config files, a
 # setup.py, a checkout (.git is a file in a git worktree).
@@ -177,6 +180,8 @@ class SpeedgateSession:
     def doc_for(self, key: str) -> dict[str, Any] | None:
         """The validated baseline document of key (None when there is no file), read once per run."""
         if key not in self.docs:
+            from . import baseline as baseline_file
+
             self.docs[key] = baseline_file.read(self.baseline_path_for(key))
         return self.docs[key]
 
@@ -202,7 +207,9 @@ class SpeedgateSession:
 
     def timer(self) -> Timer:
         if self._timer is None:
+            from .gpu_state import open_monitor
             from .measure import warm_statistics
+            from .timers import CudaTimer, make_timer
 
             warm_statistics()
             self._timer = make_timer(self.settings.timer)
@@ -220,6 +227,9 @@ class SpeedgateSession:
         self, timer: Timer, optimized_ms: float, flops: float | None, nbytes: float | None, flops_dtype: str | None
     ) -> dict[str, Any]:
         """peak_fraction (roofline floor / measured time) and the bound, on the GPU; empty elsewhere."""
+        from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
+        from .timers import CudaTimer
+
         if timer.name != CudaTimer.name or not (flops or nbytes):
             return {}
         import torch
@@ -259,6 +269,8 @@ class SpeedgateSession:
         if self.assignment is None or not self.assignment.shared:
             yield
             return
+        from .devices import DeviceLock
+
         lock = DeviceLock(self.assignment.device)
         lock.acquire()
         try:
@@ -299,6 +311,8 @@ class SpeedgateSession:
         )
 
     def absorb(self, payload: str) -> None:
+        from .results import CompareResult, MetricResult
+
         data = json.loads(payload)
         self.records.extend(CompareResult.from_json(r) for r in data["records"])
         self.metric_records.extend(MetricResult.from_json(m) for m in data.get("metrics", []))

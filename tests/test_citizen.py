@@ -1,0 +1,211 @@
+"""The plugin as a good citizen: tests without perf never wait on the device lock, an xdist run's bad baseline is a
+usage error, collection loads nothing it does not need, and JUnit output fits its family's schema."""
+
+from __future__ import annotations
+
+import ast
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import CASES, write_baseline
+
+SLEEP_S = 1.5
+
+# Records every DeviceLock.acquire of this process into LOG, then takes the lock as usual.
+RECORDING_CONFTEST = """
+import os
+import speedgate.devices
+
+LOG = {log!r}
+_acquire = speedgate.devices.DeviceLock.acquire
+
+def acquire(self):
+    with open(LOG, "a") as f:
+        f.write(f"{{os.environ.get('PYTEST_XDIST_WORKER')}} {{self.path}}\\n")
+    _acquire(self)
+
+speedgate.devices.DeviceLock.acquire = acquire
+"""
+
+
+def _private_lock_folder(monkeypatch: pytest.MonkeyPatch, path: Path) -> Path:
+    """Both workers share the CPU, and their lock folder is this test's own (not the machine's $TMPDIR)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    tmp = path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp / "speedgate-locks"
+
+
+def test_tests_without_perf_run_in_parallel_and_never_take_the_device_lock(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locks = _private_lock_folder(monkeypatch, pytester.path)
+    log, intervals = pytester.path / "acquired.txt", pytester.path / "intervals.txt"
+    pytester.makeconftest(RECORDING_CONFTEST.format(log=str(log)))
+    pytester.makepyfile(
+        test_sleep=f"""
+import time
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_sleep(i):
+    start = time.time()
+    time.sleep({SLEEP_S})
+    with open({str(intervals)!r}, "a") as f:
+        f.write(f"{{start}} {{time.time()}}\\n")
+"""
+    )
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=4)
+    assert not log.exists(), f"a test without perf took the device lock:\n{log.read_text()}"
+    assert not locks.exists()
+    spans = sorted(tuple(map(float, line.split())) for line in intervals.read_text().splitlines())
+    assert len(spans) == 4
+    assert spans[1][0] < spans[0][1], "the two workers never slept at the same time"
+    wall = max(end for _, end in spans) - spans[0][0]
+    assert wall < SLEEP_S * 2 * 1.3, f"4 sleeps of {SLEEP_S} s on 2 workers took {wall:.2f} s: serialised"
+
+
+def test_perf_tests_still_take_the_lock_and_others_do_not(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    locks = _private_lock_folder(monkeypatch, pytester.path)
+    log = pytester.path / "acquired.txt"
+    pytester.makeconftest(RECORDING_CONFTEST.format(log=str(log)))
+    pytester.makepyfile(
+        test_mixed="""
+def test_timed(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+
+def test_plain():
+    pass
+
+def test_other_plain():
+    pass
+"""
+    )
+    pytester.runpytest_subprocess("-n", "2", "--correctness-only", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+    taken = log.read_text().splitlines()
+    assert len(taken) == 1 and taken[0].endswith(str(locks / "cpu.lock")), taken
+
+
+def test_an_in_process_run_inside_a_worker_takes_its_own_lock_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytester's in-process run inherits PYTEST_XDIST_WORKER and takes the device's lock while the outer test holds
+    it, in the same process and thread: the lock must be re-entrant there, neither a deadlock nor an error."""
+    _private_lock_folder(monkeypatch, pytester.path)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")  # what an xdist worker sees: two workers, one device
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    pytester.makeconftest("pytest_plugins = ['pytester']\n")
+    pytester.makepyfile(
+        test_outer="""
+INNER = '''
+def test_inner(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+'''
+
+def test_outer(perf, pytester):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+    pytester.makepyfile(test_inner=INNER)
+    inner = pytester.runpytest("--correctness-only", "-p", "no:cacheprovider")
+    inner.assert_outcomes(passed=1)
+"""
+    )
+    result = pytester.runpytest_subprocess("--correctness-only", "-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [("{not json", "is not valid JSON"), ('{"schema_version": 1, "cases": []}', "")],
+    ids=["corrupt", "schema-invalid"],
+)
+def test_xdist_bad_baseline_is_a_usage_error_naming_the_file(project: pytest.Pytester, content: str, problem: str) -> None:
+    project.makepyfile(test_cases=CASES + "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    path = write_baseline(project.path, {})
+    path.write_text(content)
+    result = project.runpytest_subprocess("-n", "2")
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, output
+    assert "INTERNALERROR" not in output
+    assert f"speedgate: {path}: {problem}" in output
+    assert path.read_text() == content
+
+
+# Prints the modules a --co run of a trivial project loaded, at its very end (after every sessionfinish).
+MODULES_CONFTEST = """
+import sys
+
+def pytest_unconfigure(config):
+    print("MODULES", sorted(sys.modules))
+"""
+
+NOT_AT_COLLECTION = ("speedgate.session", "speedgate.fixture", "speedgate.measure", "speedgate.gate",
+                     "speedgate.finish", "speedgate.report", "speedgate.export", "speedgate.baseline",
+                     "speedgate.devices", "numpy", "jsonschema", "filelock", "torch", "triton", "pynvml")
+
+
+def test_collection_of_a_project_without_perf_loads_only_the_hooks(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(MODULES_CONFTEST)
+    pytester.makepyfile(test_plain="".join(f"def test_{i}():\n    assert {i} == {i}\n\n" for i in range(4)))
+
+    def modules(*args: str) -> set[str]:
+        result = pytester.runpytest_subprocess("--co", "-q", "-p", "no:cacheprovider", *args)
+        assert result.ret == pytest.ExitCode.OK
+        line = next(line for line in result.stdout.lines if line.startswith("MODULES "))
+        return set(ast.literal_eval(line[len("MODULES "):]))
+
+    loaded, without = modules(), modules("-p", "no:speedgate")
+    assert "speedgate.plugin" in loaded and "speedgate.plugin" not in without
+    added = sorted((loaded - without) & set(NOT_AT_COLLECTION))  # other plugins may load numpy; speedgate must not
+    assert not added, f"speedgate loaded these at collection: {added}"
+
+
+def test_a_report_asked_for_is_written_when_no_test_used_perf(project: pytest.Pytester) -> None:
+    # The end of a run is skipped when nothing was measured, but not when a report file was asked for.
+    project.makepyfile(test_plain="def test_plain():\n    pass\n")
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=1)
+    report = json.loads((project.path / "r.json").read_text())
+    assert report["cases"] == [] and report["metrics"] == []
+
+
+JUNIT_TESTS = CASES + """
+def test_fine(perf):
+    perf.compare(ref_2ms, opt_1ms, name="pair")
+
+def test_new(perf):
+    perf.compare(ref_2ms, opt_500us)
+"""
+
+XSD = Path(__file__).parent / "data" / "junit-10.xsd"
+
+
+def _junit(project: pytest.Pytester, family: str) -> ET.Element:
+    project.makepyfile(test_cases=JUNIT_TESTS)
+    write_baseline(project.path, {"test_cases.py::test_fine::pair": 2.0})
+    project.runpytest("-o", f"junit_family={family}", "--junitxml", "out.xml").assert_outcomes(passed=2)
+    return ET.parse(project.path / "out.xml").getroot()
+
+
+def test_junit_xunit2_is_valid_and_says_the_run_once(project: pytest.Pytester) -> None:
+    import xmlschema  # a test-only dependency (tox.ini), as in pytest's own JUnit tests
+
+    root = _junit(project, "xunit2")
+    errors = [str(e.reason) for e in xmlschema.XMLSchema(str(XSD)).iter_errors(str(project.path / "out.xml"))]
+    assert not errors, errors
+    assert not [p for case in root.iter("testcase") for p in case.iter("property")]
+    suite = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties").iter("property")}
+    assert suite == {"speedgate.hardware_key": "test-box", "speedgate.cases": "2", "speedgate.pass": "1",
+                     "speedgate.new": "1"}
+
+
+@pytest.mark.parametrize("family", ["xunit1", "legacy"])
+def test_junit_xunit1_keeps_each_result_as_its_test_properties(project: pytest.Pytester, family: str) -> None:
+    root = _junit(project, family)
+    props = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+             for case in root.iter("testcase")}
+    assert props["test_fine"]["speedgate.pair.verdict"] == "pass"
+    assert props["test_new"]["speedgate.case.verdict"] == "new"
+
