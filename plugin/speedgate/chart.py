@@ -79,15 +79,15 @@ def render(records: Sequence[CompareResult], path: Path, title: str, metrics: Se
     ax.axvline(1.0, color="black", lw=0.8)
     labels = [_label(r.case_id) for r in timed] + [f"metric: {_label(m.metric_id)}" for m in metric_rows]
     ax.set_yticks(list(range(len(labels))), labels, fontsize=7)
-    ax.set_xlabel("measured speedup / baseline speedup; metrics (diamonds): how much better than blessed "
-                  "(grey band: tolerance; bars: 95% interval)")
+    ax.set_xlabel("measured speedup / baseline speedup (metrics, diamonds: how much better than blessed)\n"
+                  "grey band: tolerance; bars: 95% interval", fontsize=8)
     ax.set_title(title, fontsize=10, loc="left")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v.value) for v, c in COLOURS.items()
                if v is not Verdict.NO_BASELINE_FILE]
     ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.grid(axis="x", lw=0.3)
     ax_peak.set_xlim(0, 1.05)
-    ax_peak.set_xlabel("% of peak: memory (cyan), compute (purple)", fontsize=8)
+    ax_peak.set_xlabel("% of peak:\nmemory (cyan), compute (purple)", fontsize=8)
     ax_peak.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax_peak.grid(axis="x", lw=0.3)
     if not labels:
