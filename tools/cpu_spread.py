@@ -302,7 +302,7 @@ def analyze(blessed: dict[str, Any], runs: list[dict[str, Any]], tolerances: lis
     print(f"between runs |change| from blessed: median {statistics.median(all_changes):.2%}, "
           f"p90 {all_changes[int(0.9 * (len(all_changes) - 1))]:.2%}, max {max(all_changes):.2%}")
     print(f"runs whose CI holds the blessed speedup: {covered}/{total}")
-    print(f"cases whose max |change| over the runs exceeds: "
+    print("cases whose max |change| over the runs exceeds: "
           + ", ".join(f"{t:.0%}: {sum(w > t for w in worst)}" for t in tolerances))
     print("\nper run: the gate's verdicts (regressed after its re-measure), and what each tolerance would flag")
     print("  (regressed when the whole CI lies below blessed x (1 - tolerance))")
