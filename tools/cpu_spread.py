@@ -356,6 +356,16 @@ def analyze(blessed: dict[str, Any], runs: list[dict[str, Any]], tolerances: lis
     print(f"between runs |change| from blessed: median {statistics.median(all_changes):.2%}, "
           f"p90 {all_changes[int(0.9 * (len(all_changes) - 1))]:.2%}, max {max(all_changes):.2%}")
     print(f"runs whose CI holds the blessed speedup: {covered}/{total}")
+    # The gate flags a case when its whole CI lies below blessed x (1 - tolerance): the smallest tolerance that
+    # flags nothing is the largest drop of a CI's top below the blessed speedup.
+    drops = [1 - r[c]["ci_high"] / base[c]["speedup"] for r in per_run for c in base if c in r]
+    print(f"smallest tolerance that flags nothing in these runs: {max(max(drops), 0.0):.1%}")
+    for low, high in ((0, 0.01), (0.01, 0.1), (0.1, 1), (1, float("inf"))):
+        group = [abs(r[c]["speedup"] / base[c]["speedup"] - 1) for r in per_run for c in base
+                 if c in r and low <= base[c]["optimized_ms"] < high]
+        if group:
+            print(f"  optimized side {low:g}-{high:g} ms: {len(group) // len(per_run)} cases, |change| median "
+                  f"{statistics.median(group):.1%}, max {max(group):.1%}")
     print("cases whose max |change| over the runs exceeds: "
           + ", ".join(f"{t:.0%}: {sum(w > t for w in worst)}" for t in tolerances))
     print("\nper run: the gate's verdicts (regressed after its re-measure), and what each tolerance would flag")
