@@ -21,13 +21,14 @@ T = TypeVar("T")
 # The only definitions of these defaults: other modules import them from here.
 DEFAULT_TOLERANCE = 0.10
 # The default on CPU hardware keys (named "cpu-...", as hardware.hardware_key names every detected CPU). Measured with
-# tools/cpu_spread.py on the shared CPU dev box (2 cores, 1-min load 1-6 from other test runs), 2026-05: 61 CPU cases
-# (torch, numpy, plain Python; 0.001-20 ms), blessed once, then 5 gate runs, single-threaded (torch.set_num_threads(1),
-# OMP_NUM_THREADS=1). Within a run the 95% interval was +-0.9% (median); between runs the speedup moved 2.3% (median)
-# and up to 27% down, and only ~27% of runs' intervals held the blessed speedup. The smallest tolerance that flagged
-# nothing was 22.8% (wall clock) and 23.3% (process CPU time, a second set); x1.5 for margin gives 35%. A 2x slowdown
-# (-50%) stays well outside it. Multi-threaded CPU work on a shared box is not gateable by any tolerance: with torch's
-# default 2 threads its times jumped in steps of the scheduler's slice (8 ms) and 79-82% would have been needed.
+# tools/cpu_spread.py on the shared CPU dev box (2 cores, other test runs beside it), 2026-11: 61 CPU cases (torch,
+# numpy, plain Python; 0.001-20 ms) blessed once, then 5 gate runs, single-threaded (torch.set_num_threads(1),
+# OMP_NUM_THREADS=1). Within a run the 95% interval was +-1% (median); between runs a speedup moved 2-3% (median),
+# up to 27% down, and only a quarter of the intervals held the blessed speedup. The smallest tolerance that flagged
+# nothing was 22.8% and 23.3% (two sets), x1.5 for margin: 35%. With it, 5 reruns flagged 0 of 61 (10% flagged 1-4
+# per run), 5 more under extra bursty load 0 (26.4% needed), and a 2x slowdown in 3 cases flagged exactly those 3.
+# Multi-threaded CPU work on a shared box is not gateable by a tolerance: with torch's default 2 threads, times jumped
+# in steps of the scheduler's slice (8 ms) and 79-82% would have been needed.
 DEFAULT_CPU_TOLERANCE = 0.35
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
