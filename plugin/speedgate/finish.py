@@ -141,7 +141,7 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     """The speedgate section of the terminal summary: (line, is_error)."""
     s = state.settings
     mode = "updating baselines" if s.update_baselines else ("strict gate" if s.strict else "gate")
-    lines = [*done.header, f"{mode}; default tolerance {s.tolerance:.0%}; timer {s.timer}"]
+    lines = [*done.header, f"{mode}; {s.tolerance_words(state.result_keys())}; timer {s.timer}"]
     lines += report.table(state.records, state.failed_nodeids) if state.records else []
     lines += report.by_test(state.records)
     lines += report.metrics_table(state.metric_records, state.failed_nodeids)

@@ -233,7 +233,7 @@ class Perf:
             raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
         if any(r.case_id == case_id for r in self.results):
             raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
-        tol = self._session.settings.tolerance if tolerance is None else float(tolerance)
+        tol = self._session.settings.default_tolerance(hardware_key) if tolerance is None else float(tolerance)
         if not (math.isfinite(tol) and 0.0 <= tol < 1.0):
             raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
         for label, value in (("flops", flops), ("bytes", bytes)):
