@@ -175,3 +175,24 @@ def test_xdist_workers_send_what_they_collected(pytester: pytest.Pytester) -> No
     unmatched = json.loads((pytester.path / "r.json").read_text())["unmatched_baseline_entries"]
     assert (unmatched["matched"], unmatched["orphaned"]) == (3, ["tests/sub/test_old.py::test_o"])
     result.stdout.fnmatch_lines(["*1 entries of *test-box.json match no collected test*"])
+
+
+def test_default_baseline_dir_sits_beside_the_ini_file(pytester: pytest.Pytester) -> None:
+    """--rootdir elsewhere or a run from a subfolder must not move the default baseline folder off the ini's."""
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    sub = pytester.mkdir("tests")
+    from speedgate.options import read_settings
+
+    class Config:
+        inipath = pytester.path / "tox.ini"
+        rootpath = sub
+
+        @staticmethod
+        def getoption(name: str) -> object:
+            return None
+
+        @staticmethod
+        def getini(name: str) -> object:
+            return None
+
+    assert read_settings(Config()).baseline_dir == pytester.path / "baselines"

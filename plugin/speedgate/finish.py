@@ -102,7 +102,8 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
     """Every report file asked for, and the GitHub step summary; a report that cannot be made is an error."""
     s = state.settings
     if s.json_path is not None:
-        settings = {"tolerance": s.tolerance, "strict": s.strict, "update_baselines": s.update_baselines,
+        settings = {"tolerance": s.tolerance, "strict": s.strict,
+                    "default_tolerance": {key: s.default_tolerance(key) for key in state.result_keys()}, "update_baselines": s.update_baselines,
                     "correctness_only": s.correctness_only, "baseline_dir": str(s.baseline_dir)}
         doc = export.json_report(
             state.records, state.metric_records, state.failed_nodeids, settings=settings,

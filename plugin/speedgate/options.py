@@ -36,7 +36,8 @@ DEFAULT_TARGET_NOISE = 0.01
 # Each text serves both a command-line option (argparse expands '%' in it, so never write one: say "percent")
 # and an ini key (printed as written), and ends with its default.
 HELP_UPDATE = "measure the passing cases and merge their speedups into the baseline file, keeping other cases (default: off)"
-HELP_BASELINE_DIR = "folder of <hardware_key>.json baseline files (default: <rootdir>/baselines)"
+HELP_BASELINE_DIR = ("folder of <hardware_key>.json baseline files (default: baselines/ beside the ini file, else "
+                     "<rootdir>/baselines)")
 HELP_HARDWARE_KEY = (
     "use this hardware key instead of the detected one; also env SPEEDGATE_HARDWARE_KEY "
     "(default: the key of the first visible GPU, else of the CPU)"
@@ -227,7 +228,9 @@ def read_settings(config: pytest.Config) -> Settings:
     rootdir = Path(config.rootpath)
     cli_baseline_dir = opt("baseline_dir")
     baseline_dir = str(cli_baseline_dir) if cli_baseline_dir else _from_ini(config, "speedgate_baseline_dir", str)
-    baseline_path = Path(baseline_dir) if baseline_dir else rootdir / "baselines"
+    # Beside the ini file when there is one: pytest's rootdir moves with --rootdir and with the working directory.
+    home = Path(str(config.inipath.parent)) if config.inipath else rootdir
+    baseline_path = Path(baseline_dir) if baseline_dir else home / "baselines"
     if not baseline_path.is_absolute():
         # CLI paths are relative to where pytest was started; ini paths to the ini file's folder.
         base = Path.cwd() if cli_baseline_dir else config.inipath.parent if config.inipath else rootdir
