@@ -126,21 +126,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    perf_obj = item.stash.get(PERF_KEY, None)
     try:
         result = yield
     finally:
-        perf_obj = item.stash.get(PERF_KEY, None)
-        if perf_obj is not None and _junit_per_test(item.config):  # travels under xdist, as report data
-            from . import export
-
-            item.user_properties.extend(export.junit_properties(perf_obj.results))
+        if perf_obj is not None:
+            _junit_properties(item, perf_obj)
     if perf_obj is not None:
-        faults.synchronize_cuda()  # an asynchronous GPU fault fails the test that queued the kernel, not the next
-        if perf_obj.failures:
-            from .fixture import SpeedRegression
-
-            raise SpeedRegression("\n".join(perf_obj.failures))
+        _raise_late_failures(perf_obj)
     return result
+
+
+def _junit_properties(item: pytest.Item, perf_obj: Perf) -> None:
+    if _junit_per_test(item.config):  # travels under xdist, as report data
+        from . import export
+
+        item.user_properties.extend(export.junit_properties(perf_obj.results))
+
+
+def _raise_late_failures(perf_obj: Perf) -> None:
+    """After a body that passed: a late GPU fault fails the test that queued the kernel, then its regressions."""
+    faults.synchronize_cuda()
+    if perf_obj.failures:
+        from .fixture import SpeedRegression
+
+        raise SpeedRegression("\n".join(perf_obj.failures))
 
 
 def _junit_per_test(config: pytest.Config) -> bool:
@@ -168,17 +178,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload()  # type: ignore[attr-defined]
-        return
+    elif _has_work(config):
+        _finish(session, exitstatus)
+
+
+def _has_work(config: pytest.Config) -> bool:
+    """Something was measured, or a report file was asked for: there is something to bless, write or show."""
     made = config.stash.get(SESSION_KEY, None)
-    if not ((made is not None and made.used) or _files_asked(config.stash[SETTINGS_KEY])):
-        return  # nothing measured, no report file asked for: nothing to bless, write or show
+    return (made is not None and made.used) or _files_asked(config.stash[SETTINGS_KEY])
+
+
+def _finish(session: pytest.Session, exitstatus: int) -> None:
     from .finish import finish_run
 
-    state = _session(config)
-    done = config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    state = _session(session.config)
+    done = session.config.stash[FINISH_KEY] = finish_run(state, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    _junit_suite_properties(config, state)
+    _junit_suite_properties(session.config, state)
 
 
 def _files_asked(settings: Settings) -> bool:
