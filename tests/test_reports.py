@@ -33,7 +33,8 @@ def test_markdown_summary_regressions_first(project: pytest.Pytester, monkeypatc
     table = [line for line in lines if line.startswith("| `")]
     assert table[0].startswith("| `test_cases.py::test_slow`") and table[0].endswith("| **regressed, re-measured** |")
     assert table[1].startswith("| `test_cases.py::test_fine::pair` | 2 | 1 | 2.000x |")
-    assert "| case | ref ms | opt ms | speedup | 95% CI | baseline | change | rate | % peak | verdict |" in text
+    assert "| case | ref ms | opt ms | speedup | 95% CI | baseline | change | detects | rate | % peak | verdict |" in text
+    assert "which side moved: the reference side is unchanged (2 -> 2 ms); the optimized side is 100% slower" in text
     assert step_summary.read_text() == "earlier step\n" + text  # appended, never overwritten
 
 
@@ -236,3 +237,20 @@ def test_chart_draws_metrics_too(tmp_path) -> None:
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     rel, low, high = _metric_goodness(slow)
     assert rel == pytest.approx(1 / 3) and rel < low < 1 < high  # three times slower: left of its band
+
+
+def test_compare_says_which_side_moved_and_the_detection_power(tmp_path) -> None:
+    import json
+
+    from conftest import baseline_doc
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(baseline_doc({"a": 2.0, "b": 2.0})))
+    doc = baseline_doc({"a": 2.0, "b": 2.0})
+    doc["cases"]["a"].update(speedup=1.5, ci_low=1.49, ci_high=1.51, reference_ms=3.0, optimized_ms=2.0)  # ref 50% slower
+    new.write_text(json.dumps(doc))
+    proc = run_compare(str(old), str(new))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("a: " in proc.stdout and "which side moved: the reference side is 50% slower than when blessed (2 -> 3 ms); "
+            "the optimized side is 100% slower than when blessed (1 -> 2 ms)") in proc.stdout
+    assert "detection power: 2 timed cases catch a drop of their speedup of at least" in proc.stdout

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .attribution import detectable_drop, detection_summary, which_side_moved
 from .hardware import software_drift
 from .options import DEFAULT_TOLERANCE
 from .report import align
@@ -42,6 +43,7 @@ class Row:
     ci: tuple[float, float] | None = None
     tolerance: float | None = None
     note: str = ""
+    detects: float | None = None  # the smallest drop NEW's interval would have flagged at this tolerance
 
 
 def load(path: Path) -> Side:
@@ -96,7 +98,11 @@ def compare(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str,
         estimate = RatioEstimate(n["speedup"], n.get("ci_low", n["speedup"]), n.get("ci_high", n["speedup"]), 0.95,
                                  int(n.get("rounds") or 0))
         j = judge(estimate, o["speedup"], tol, file_found=True)
-        rows.append(Row(case_id, o["speedup"], n["speedup"], j.verdict, j.change, (estimate.low, estimate.high), tol, j.note))
+        note = j.note
+        if j.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+            note = f"{note}; {which_side_moved(n.get('reference_ms'), n.get('optimized_ms'), o, n.get('software'))[0]}"
+        rows.append(Row(case_id, o["speedup"], n["speedup"], j.verdict, j.change, (estimate.low, estimate.high), tol, note,
+                        detectable_drop(tol, estimate.rel_halfwidth) if n.get("ci_low") is not None else None))
     return by_severity(rows)
 
 
@@ -176,6 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = compare(old.cases, new.cases, args.tolerance)
     for line in format_rows(rows):
         print(line)
+    for r in rows:
+        if r.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) and r.note:
+            print(f"{r.ident}: {r.note}")
+    power = detection_summary([r.detects for r in rows if r.detects is not None])
+    if power:
+        print(power)
     print(tally(rows))
     regressed = any(r.verdict is Verdict.REGRESSED for r in [*rows, *metric_rows])
     return 1 if regressed else 0

@@ -147,8 +147,7 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     lines += report.by_test(state.records)
     lines += report.metrics_table(state.metric_records, state.failed_nodeids)
     lines += report.notes(state.records)
-    budget = report.budget_line(state.records)
-    lines += [budget] if budget else []
+    lines += [line for line in (report.detection_line(state.records), report.budget_line(state.records)) if line]
     lines += done.lines
     return ([(line, False) for line in lines] + [(f"speedgate warning: {w}", True) for w in done.warnings]
             + [(f"speedgate error: {e}", True) for e in done.errors])

@@ -263,6 +263,7 @@ class Perf:
             measurement, again, fields, entry=self._session.baseline_entry(fields["case_id"], key),
             file_found=self._session.baseline_found_for(key), remeasure=not settings.update_baselines,
             graphed=graphed, throttled=throttled, roofline=roofline, closeness=closeness,
+            software=self._session.fingerprint.software,
         )
         self.samples[result.case_id] = gate.samples_record(first, final)
         self._record(result)

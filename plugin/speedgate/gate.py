@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .advice import next_step, rebless_hint
+from .attribution import which_side_moved
 from .closeness import Closeness
 from .measure import Measurement
 from .results import CompareResult, MetricResult
@@ -71,6 +72,7 @@ def judge_measurement(
     throttled: Mapping[str, float],
     roofline: Callable[[Measurement], dict[str, Any]],
     closeness: list[Closeness],
+    software: Mapping[str, Any] | None = None,
 ) -> tuple[CompareResult, Measurement, Measurement]:
     """The judged result of a measurement, re-measured once (again()) before a regression stands when remeasure;
     returns (result, first measurement, the measurement judged)."""
@@ -87,6 +89,11 @@ def judge_measurement(
         note += f" ({rebless_hint()})"
     if first is not measurement:
         note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
+    moved: dict[str, Any] = {}
+    if entry and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+        words, moved["reference_change"], moved["optimized_change"] = which_side_moved(
+            measurement.reference_ms, measurement.optimized_ms, entry, software)
+        note = f"{note}; {words}"
     config = fields.get("config")
     if entry and entry.get("config") is not None and config is not None and entry["config"] != config:
         note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config}".lstrip("; ")
@@ -99,7 +106,7 @@ def judge_measurement(
         timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
         remeasured=first is not measurement, graphed=graphed,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
-        **roofline(measurement), **error_fields(closeness),
+        **roofline(measurement), **error_fields(closeness), **moved,
     )
     return result, first, measurement
 

@@ -10,7 +10,7 @@ from .hardware import software_drift
 from .results import CompareResult, MetricResult
 from .verdict import Verdict, by_severity
 
-COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "rate", "% peak", "verdict")
+COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "detects", "rate", "% peak", "verdict")
 METRIC_COLUMNS = ("metric", "value", "baseline", "change", "tolerance", "better", "verdict")
 
 
@@ -47,6 +47,7 @@ def row(r: CompareResult, failed_test: bool) -> tuple[str, ...]:
         f"{r.ci_low:.3f}-{r.ci_high:.3f}" if timed and r.ci_low is not None and r.ci_high is not None else "-",
         f"{r.baseline:.3f}x" if r.baseline else "-",
         f"{r.change:+.1%}" if r.change is not None else "-",
+        f">={r.detectable_drop:.1%}" if r.detectable_drop is not None else "-",
         _rate(r) if timed else "-",
         f"{r.peak_fraction:.0%} {(r.bound or '')[:3]}" if r.peak_fraction is not None else "-",
         verdict_text(r.verdict, failed_test, r.remeasured, r.unchecked),
@@ -164,6 +165,8 @@ def markdown(
         lines += [""] + _md_table(METRIC_COLUMNS, [(metric_row(m, m.nodeid in failed_nodeids), m.verdict)
                                                     for m in by_severity(metrics)])
     notes_ = notes(records) + [f"{m.metric_id}: {m.note}" for m in metrics if m.note]
+    power = detection_line(records)
+    notes_ += [power] if power else []
     if notes_:
         lines += ["", *[f"- {n}" for n in notes_]]
     return "\n".join(lines) + "\n"
@@ -225,6 +228,13 @@ def header(
         shared = any(w["shared"] for w in workers.values())
         lines.append(f"xdist workers: {where}" + ("; devices shared, so tests took turns on each" if shared else ""))
     return lines
+
+
+def detection_line(records: Sequence[CompareResult]) -> str | None:
+    """The spread across the run of the smallest regression each timed case can catch."""
+    from .attribution import detection_summary
+
+    return detection_summary([r.detectable_drop for r in records if r.detectable_drop is not None])
 
 
 def budget_line(records: Sequence[CompareResult]) -> str | None:

@@ -57,7 +57,10 @@ class CompareResult:
     # GPU: how long the device was busy per call on every stream (profiler), beside the events' medians.
     reference_busy_ms: float | None = None
     optimized_busy_ms: float | None = None
-    budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
+    budget: dict[str, float] | None = None
+    # A regressed or improved case: each side's median against the blessed entry's (now / blessed - 1).
+    reference_change: float | None = None
+    optimized_change: float | None = None  # how the comparison's wall time was spent (see measure.Measurement)
     # What the correctness check compared: "returns" (the two return values), "outputs" (outputs= after each
     # side), "off" (check=False: unchecked), "caller" (compare_samples: the caller's to check); "" when unknown
     # (a record written before the field existed).
@@ -83,6 +86,13 @@ class CompareResult:
         return self.bytes / (self.optimized_ms * 1e-3) / 1e9
 
     @property
+    def detectable_drop(self) -> float | None:
+        """The smallest drop of the speedup this case fails on at its tolerance and this run's noise."""
+        from .attribution import detectable_drop
+
+        return detectable_drop(self.tolerance, self.noise) if self.timed else None
+
+    @property
     def timing_accuracy(self) -> float | None:
         """The optimized side's event median over its profiled device time (1.0: the events saw exactly its work)."""
         if not self.optimized_busy_ms or not self.optimized_ms:
@@ -95,6 +105,7 @@ class CompareResult:
         record["achieved_tflops"] = self.achieved_tflops
         record["achieved_gbps"] = self.achieved_gbps
         record["timing_accuracy"] = self.timing_accuracy
+        record["detectable_drop"] = self.detectable_drop
         return record
 
     @classmethod

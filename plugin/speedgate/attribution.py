@@ -1,0 +1,64 @@
+"""Which side moved: a regressed or improved speedup explained by each side's median against the blessed entry's,
+and the smallest regression a case can catch at its tolerance. Pure: numbers in, words out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import median
+from typing import Any
+
+from .hardware import software_drift
+
+# A side's median counts as moved when it differs from the blessed one by more than this fraction. Medians of the
+# same build on the same GPU repeat within about 1% run to run on the H100 (most Triton cases moved 0.33% from their
+# blessed speedup, 2026-11-23); 3% keeps that noise out of the story.
+MOVED = 0.03
+
+
+def side_change(now_ms: float | None, blessed_ms: Any) -> float | None:
+    """now / blessed - 1 for one side's median, or None when either is missing."""
+    if not now_ms or not isinstance(blessed_ms, (int, float)) or blessed_ms <= 0:
+        return None
+    return now_ms / float(blessed_ms) - 1.0
+
+
+def _words(side: str, change: float | None, now_ms: float | None, blessed_ms: Any) -> str:
+    if change is None:
+        return f"the {side} side has no blessed time to compare"
+    if abs(change) <= MOVED:
+        return f"the {side} side is unchanged ({float(blessed_ms):.4g} -> {now_ms:.4g} ms)"
+    sense = "slower" if change > 0 else "faster"
+    return f"the {side} side is {abs(change):.0%} {sense} than when blessed ({float(blessed_ms):.4g} -> {now_ms:.4g} ms)"
+
+
+def which_side_moved(
+    reference_ms: float | None, optimized_ms: float | None, entry: Mapping[str, Any],
+    software_now: Mapping[str, Any] | None = None,
+) -> tuple[str, float | None, float | None]:
+    """(sentence, reference change, optimized change) for a case whose speedup left its band: which side's median
+    moved since the entry was blessed, with the software that changed meanwhile."""
+    ref = side_change(reference_ms, entry.get("reference_ms"))
+    opt = side_change(optimized_ms, entry.get("optimized_ms"))
+    text = "; ".join([_words("reference", ref, reference_ms, entry.get("reference_ms")),
+                      _words("optimized", opt, optimized_ms, entry.get("optimized_ms"))])
+    drift = software_drift(dict(entry.get("software", {})), dict(software_now or {}))
+    if drift:
+        text += f" (software since: {', '.join(drift)})"
+    return f"which side moved: {text}", ref, opt
+
+
+def detectable_drop(tolerance: float, noise: float | None) -> float | None:
+    """The smallest drop of the speedup this case fails on: the whole interval (half-width `noise`, relative) must
+    fall below baseline x (1 - tolerance), so a drop d is caught when (1 - d)(1 + noise) < 1 - tolerance."""
+    if noise is None or noise < 0:
+        return None
+    return 1.0 - (1.0 - tolerance) / (1.0 + noise)
+
+
+def detection_summary(drops: Sequence[float]) -> str | None:
+    """One line on the suite's detection power: the spread of detectable drops across its cases."""
+    if not drops:
+        return None
+    ordered = sorted(drops)
+    return (f"detection power: {len(ordered)} timed cases catch a drop of their speedup of at least "
+            f"{median(ordered):.1%} (median; best {ordered[0]:.1%}, worst {ordered[-1]:.1%})")

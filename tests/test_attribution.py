@@ -1,0 +1,32 @@
+"""Which side moved, and the smallest regression a case can catch (issue: calibrated sensitivity)."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedgate.attribution import MOVED, detectable_drop, detection_summary, which_side_moved
+
+
+def test_a_slower_reference_is_named_and_the_software_that_changed() -> None:
+    entry = {"reference_ms": 0.134, "optimized_ms": 0.0912, "software": {"torch": "2.11.0"}}
+    text, ref, opt = which_side_moved(0.175, 0.0915, entry, {"torch": "2.12.0"})
+    assert ref == pytest.approx(0.175 / 0.134 - 1) and abs(opt or 0) < MOVED
+    assert text == ("which side moved: the reference side is 31% slower than when blessed (0.134 -> 0.175 ms); "
+                    "the optimized side is unchanged (0.0912 -> 0.0915 ms) (software since: torch 2.11.0 -> 2.12.0)")
+
+
+def test_a_faster_optimized_side_and_missing_times() -> None:
+    text, _, opt = which_side_moved(1.0, 0.5, {"reference_ms": 1.0, "optimized_ms": 1.0})
+    assert opt == pytest.approx(-0.5) and "the optimized side is 50% faster than when blessed" in text
+    text, ref, _ = which_side_moved(1.0, 0.5, {"optimized_ms": 1.0})
+    assert ref is None and "the reference side has no blessed time to compare" in text
+
+
+def test_detectable_drop_grows_with_tolerance_and_noise() -> None:
+    assert detectable_drop(0.10, 0.0) == pytest.approx(0.10)
+    assert detectable_drop(0.10, 0.01) == pytest.approx(1 - 0.9 / 1.01)
+    assert detectable_drop(0.03, 0.01) < detectable_drop(0.10, 0.01) < detectable_drop(0.10, 0.05)
+    assert detectable_drop(0.1, None) is None
+    assert detection_summary([]) is None
+    assert detection_summary([0.1, 0.2, 0.04]) == ("detection power: 3 timed cases catch a drop of their speedup of at "
+                                                    "least 10.0% (median; best 4.0%, worst 20.0%)")
