@@ -41,7 +41,7 @@ REWRITE_SHARE_OF_TOLERANCE = 1.0 / 3.0
 # CPU dev box (20 of tools/cpu_spread.py's cases, 1 thread, calibrated with N=5, then 4 gate runs, each a fresh
 # process): median spread 2.8%, median tolerance 8.8%; between processes the median |change| was 3.6%, about the
 # in-process spread, but bursts of other load moved some cases 40-70%, and 2 of the 80 case-runs failed (1 at
-# the 35% CPU default). So on a shared CPU box calibrate only with a floor set for it; on a quiet GPU, K and the
+# the 35% CPU default). So a shared CPU box is no place to calibrate (keep the CPU default); on a quiet GPU, K and the
 # floor above are the starting point.
 CALIBRATION_K = 3.0
 CALIBRATION_FLOOR = 0.02
