@@ -6,6 +6,7 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,56 @@ METRIC_FIELDS = ("value", "tolerance", "direction", "unit")
 REWRITE_SHARE_OF_TOLERANCE = 1.0 / 3.0
 
 
+# --speedgate-calibrate: an entry's tolerance is max(CALIBRATION_FLOOR, CALIBRATION_K x spread), the spread being
+# the between-run standard deviation of the case's speedup, relative (between_run_spread). K = 3: the gate compares
+# one run's speedup with one blessed speedup, whose difference has sqrt(2) x that deviation, so 3 sigma is 2.1 sigma
+# of the difference (a case's point estimate falls outside about 2% of the time), and a regression must also have
+# its whole 95% interval below the line and survive the gate's re-measure. The floor covers what fresh rounds in
+# one process cannot see: the spread between processes (a torch.compile'd reference picking another kernel per
+# process was bimodal on the H100; tools/cpu_spread.py measures it across processes), and a spread underestimated
+# from a handful of runs. 2%: GPU medians moved 0.33% (median |change|) between runs of the H100 suite, so 2% is
+# about 6x that, and still catches a 5% regression that a 10% default lets through. Checked on the shared 2-core
+# CPU dev box (20 of tools/cpu_spread.py's cases, 1 thread, calibrated with N=5, then 4 gate runs, each a fresh
+# process): median spread 2.8%, median tolerance 8.8%; between processes the median |change| was 3.6%, about the
+# in-process spread, but bursts of other load moved some cases 40-70%, and 2 of the 80 case-runs failed (1 at
+# the 35% CPU default). So a shared CPU box is no place to calibrate (keep the CPU default); on a quiet GPU, K and the
+# floor above are the starting point.
+CALIBRATION_K = 3.0
+CALIBRATION_FLOOR = 0.02
+CALIBRATION_CEILING = 0.99  # a tolerance is a fraction in [0, 1): a spread this wide gates nothing but stays valid
+
+
+def _expected_range(n: int) -> float:
+    """d2(n): the expected range of n standard normal draws (1.128 for 2, 2.326 for 5), by integrating
+    1 - F(x)^n - (1 - F(x))^n over x (midpoint rule on [-8, 8]: exact to 4 digits for any n a person would run)."""
+    steps, lo, hi = 3200, -8.0, 8.0
+    width = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):
+        cdf = 0.5 * (1.0 + math.erf((lo + (i + 0.5) * width) / math.sqrt(2.0)))
+        total += 1.0 - cdf**n - (1.0 - cdf) ** n
+    return total * width
+
+
+def between_run_spread(speedups: Sequence[float]) -> float:
+    """The between-run standard deviation of a case's speedup relative to its median, estimated from the range of
+    its N >= 2 measurements: (max - min) / d2(N) / median. The range, not the MAD: for the 2-10 runs a person
+    waits for it is the efficient estimator (quality-control charts use it for the same reason), where the MAD of
+    3 runs is often near 0; and a run that jumped widens the tolerance instead of being discarded, which is the
+    safe side for a gate, since such a jump is the drift it must tolerate."""
+    if len(speedups) < 2:
+        raise ValueError(f"a spread needs at least 2 speedups, got {len(speedups)}")
+    ordered = sorted(speedups)
+    mid = len(ordered) // 2
+    middle = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return (ordered[-1] - ordered[0]) / _expected_range(len(ordered)) / middle
+
+
+def calibrated_tolerance(spread: float) -> float:
+    """The tolerance written for a calibrated case: max(CALIBRATION_FLOOR, CALIBRATION_K x spread)."""
+    return min(max(CALIBRATION_FLOOR, CALIBRATION_K * spread), CALIBRATION_CEILING)
+
+
 def round_value(value: Any) -> Any:
     """Four significant digits: enough for a gate with a 10% tolerance, few enough for small diffs."""
     if isinstance(value, float):
@@ -41,6 +92,20 @@ def case_entry(result: CompareResult, software: dict[str, Any], measured_at: str
              if record.get(name) is not None and record.get(name) is not False}
     entry["measured_at"] = measured_at
     entry["software"] = dict(software)
+    # A calibrated case's tolerance is measured, and the gate uses it (unless the case pins one: its reason is in
+    # a comment beside its compare(); the spread stays in the JSON report, not in the entry).
+    if result.calibration_runs is not None and result.calibration_spread is not None and not result.tolerance_pinned:
+        entry["tolerance"] = round_value(calibrated_tolerance(result.calibration_spread))
+        entry["calibration"] = {"runs": result.calibration_runs, "spread": round_value(result.calibration_spread),
+                                "measured_at": measured_at}
+    return entry
+
+
+def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
+    """A plain re-bless keeps an entry's calibrated tolerance and its evidence (calibrating takes N times as long,
+    and its date says how old it is), unless the case now pins its own tolerance."""
+    if old and "calibration" in old and "calibration" not in entry and not result.tolerance_pinned:
+        entry = {**entry, "tolerance": old["tolerance"], "calibration": old["calibration"]}
     return entry
 
 
@@ -62,12 +127,14 @@ def bless(
 ) -> tuple[dict[str, Any], list[baseline_file.Change]]:
     """The baseline document after blessing these results into existing (None: a new file)."""
     software = fingerprint.get("software", {})
+    old = existing["cases"] if existing else {}
+    entries = {r.case_id: _keep_calibration(case_entry(r, software, measured_at), r, old.get(r.case_id)) for r in cases}
     return baseline_file.merge(
         existing,
         hardware_key=hardware_key,
         fingerprint=fingerprint,
-        entries={r.case_id: case_entry(r, software, measured_at) for r in cases},
-        rewrite_fraction={r.case_id: r.tolerance * REWRITE_SHARE_OF_TOLERANCE for r in cases},
+        entries=entries,
+        rewrite_fraction={case_id: e["tolerance"] * REWRITE_SHARE_OF_TOLERANCE for case_id, e in entries.items()},
         metrics={m.metric_id: metric_entry(m, software, measured_at) for m in metrics},
         metric_rewrite_fraction={m.metric_id: m.tolerance * REWRITE_SHARE_OF_TOLERANCE for m in metrics},
     )

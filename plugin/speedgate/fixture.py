@@ -12,6 +12,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from . import gate
+from .blessing import between_run_spread
 from .ceilings import MATMUL_DTYPES
 from .closeness import Closeness, assert_close
 from .comparison import (
@@ -242,7 +243,7 @@ class Perf:
         if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
             raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
         return dict(case_id=case_id, nodeid=self.nodeid, name=name, hardware_key=hardware_key, tolerance=tol,
-                    flops=flops, bytes=bytes, flops_dtype=flops_dtype, config=_plain_config(case_id, config))
+                    tolerance_pinned=tolerance is not None, flops=flops, bytes=bytes, flops_dtype=flops_dtype, config=_plain_config(case_id, config))
 
     def _judge_and_record(
         self,
@@ -259,8 +260,14 @@ class Perf:
         and queue the failure (raised after the test body)."""
         settings = self._session.settings
         key = fields["hardware_key"]
+        entry = self._session.baseline_entry(fields["case_id"], key)
+        if entry and "calibration" in entry and not fields["tolerance_pinned"]:
+            # A measured tolerance beats the default; a case's own tolerance= beats both.
+            fields = {**fields, "tolerance": float(entry["tolerance"])}
+        if settings.calibrate_runs:
+            fields = {**fields, **_calibration(measurement, again, settings.calibrate_runs)}
         result, first, final = gate.judge_measurement(
-            measurement, again, fields, entry=self._session.baseline_entry(fields["case_id"], key),
+            measurement, again, fields, entry=entry,
             file_found=self._session.baseline_found_for(key), remeasure=not settings.update_baselines,
             graphed=graphed, throttled=throttled, roofline=roofline, closeness=closeness,
             software=self._session.fingerprint.software,
@@ -321,6 +328,17 @@ class Perf:
             self.failures.append(gate.failure_text(
                 result, baseline_path=self._session.baseline_path_for(result.hardware_key),
                 artifacts_dir=settings.artifacts_dir))
+
+
+def _calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> dict[str, Any]:
+    """--speedgate-calibrate: measure runs - 1 more times; the spread of the runs' speedups (the first is the one
+    judged and blessed). Each run is a whole measurement (first call excluded, warm-up, its own rounds), in this
+    process: fresh rounds see the clocks, thermals and other load drift between measurements, which one run's
+    interval does not. Not what differs between processes (a torch.compile'd reference picking another kernel per
+    process: bimodal on the H100); the calibration floor covers that, and tools/cpu_spread.py measures it. A fresh
+    process per run would need the plugin to orchestrate N pytest runs."""
+    speedups = [first.speedup, *(again().speedup for _ in range(runs - 1))]
+    return {"calibration_runs": runs, "calibration_spread": between_run_spread(speedups)}
 
 
 def _check_measurable(case_id: str, m: Measurement) -> None:

@@ -66,6 +66,11 @@ HELP_TIMER = (
     "or cuda, which needs a visible GPU (default: auto)"
 )
 HELP_BUDGET = f"seconds of timed rounds allowed for one comparison before it stops (default: {DEFAULT_BUDGET_S})"
+HELP_CALIBRATE = (
+    "with --update-baselines: measure each comparison N times (N >= 2, fresh rounds in this process) and write each "
+    "entry's tolerance from the spread of its N speedups, with that evidence (default: off, entries get the "
+    "case's or the default tolerance)"
+)
 HELP_NOISE = (
     "stop measuring once the 95 percent interval on a speedup is within +- this fraction of it "
     f"(default: {DEFAULT_TARGET_NOISE})"
@@ -88,6 +93,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def _runs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 2: a spread needs two measurements")
     return value
 
 
@@ -121,6 +136,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
     group.addoption("--speedgate-noise", default=None, type=_fraction, metavar="FRACTION", help=HELP_NOISE)
+    group.addoption("--speedgate-calibrate", default=None, type=_runs, metavar="N", help=HELP_CALIBRATE)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -148,6 +164,7 @@ class Settings:
     timer: str
     budget_s: float
     target_noise: float
+    calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none: --speedup-tolerance or ini speedgate_tolerance when set, else
@@ -266,7 +283,11 @@ def read_settings(config: pytest.Config) -> Settings:
         timer=timer,
         budget_s=pick("speedgate_budget", "speedgate_budget", _positive, DEFAULT_BUDGET_S),
         target_noise=pick("speedgate_noise", "speedgate_noise", _fraction, DEFAULT_TARGET_NOISE),
+        calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
     )
+    if settings.calibrate_runs is not None and not settings.update_baselines:
+        raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "
+                            "--update-baselines")
     if settings.update_baselines and settings.correctness_only:
         raise SettingsError("--update-baselines needs timing; it cannot be combined with --correctness-only")
     return settings

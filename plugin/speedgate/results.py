@@ -65,6 +65,12 @@ class CompareResult:
     # side), "off" (check=False: unchecked), "caller" (compare_samples: the caller's to check); "" when unknown
     # (a record written before the field existed).
     check: str = ""
+    # Whether compare() was given tolerance= (a pinned tolerance wins over a calibrated one; see blessing).
+    tolerance_pinned: bool = False
+    # --speedgate-calibrate: how many measurements were taken, and the between-run spread of their speedups
+    # (blessing.between_run_spread); None when not calibrating.
+    calibration_runs: int | None = None
+    calibration_spread: float | None = None
 
     @property
     def unchecked(self) -> bool:

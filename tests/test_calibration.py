@@ -1,0 +1,189 @@
+"""--speedgate-calibrate: measured tolerances written with their evidence, pinned ones kept, and the gate using them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conftest import baseline_doc
+from speedgate.baseline import BaselineError, validate
+from speedgate.blessing import CALIBRATION_FLOOR, CALIBRATION_K, between_run_spread, bless
+from speedgate.results import CompareResult
+from speedgate.verdict import Verdict
+
+# Each measurement (two first calls: reference, then optimized) takes the next table's times, so the N runs of a
+# calibration differ while the rounds inside one run are steady.
+PHASED_CONFTEST = """
+import pytest
+from speedgate.testing import ScriptedTimer
+
+TABLES = {tables!r}
+
+class PerMeasurement:
+    name = "scripted"
+
+    def __init__(self):
+        self._tables = [ScriptedTimer(t) for t in TABLES]
+        self._first_calls = 0
+
+    def _table(self):
+        return self._tables[min((self._first_calls - 1) // 2, len(self._tables) - 1)]
+
+    def first_call(self, fn):
+        self._first_calls += 1
+        return self._table().first_call(fn)
+
+    def time_each(self, fns):
+        return self._table().time_each(fns)
+
+    def describe(self):
+        return "scripted, one table per measurement"
+
+@pytest.fixture
+def speedgate_timer():
+    return PerMeasurement()
+"""
+
+TESTS = """
+def ref_2ms():
+    return 1.0
+
+def opt():
+    return 1.0
+
+def test_free(perf):
+    perf.compare(ref_2ms, opt)
+
+def test_pinned(perf):
+    # pinned: this case's own reason would go here
+    perf.compare(ref_2ms, opt, tolerance=0.25)
+"""
+
+FREE = "test_cases.py::test_free"
+PINNED = "test_cases.py::test_pinned"
+
+
+def setup(pytester: pytest.Pytester, optimized_ms: list[float]) -> None:
+    """One table per measurement: the reference always 2 ms, the optimized side optimized_ms[i] in run i."""
+    tables = [{"ref_2ms": 2.0, "opt": ms} for ms in optimized_ms]
+    pytester.makeconftest(PHASED_CONFTEST.format(tables=tables))
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_cases=TESTS)
+
+
+def entries(pytester: pytest.Pytester) -> dict[str, Any]:
+    cases: dict[str, Any] = json.loads((pytester.path / "baselines" / "test-box.json").read_text())["cases"]
+    return cases
+
+
+def test_calibration_writes_a_measured_tolerance_with_its_evidence(pytester: pytest.Pytester) -> None:
+    # Speedups 2.0, 1.961, 2.041 (one measurement each for the free case; the pinned case measures after it).
+    setup(pytester, [1.0, 1.02, 0.98] * 2)
+    result = pytester.runpytest("--update-baselines", "--speedgate-calibrate", "3", "--speedgate-json", "run.json")
+    result.assert_outcomes(passed=2)
+    entry = entries(pytester)[FREE]
+    # range / d2(3) / median: d2(3) = 1.693, the expected range of 3 standard normal draws.
+    spread = (2 / 0.98 - 2 / 1.02) / 1.693 / 2.0
+    assert entry["speedup"] == 2.0  # the first measurement is the one blessed
+    assert entry["calibration"]["runs"] == 3
+    assert entry["calibration"]["spread"] == pytest.approx(spread, rel=1e-3)
+    assert entry["calibration"]["measured_at"] == entry["measured_at"]
+    assert entry["tolerance"] == pytest.approx(CALIBRATION_K * spread, rel=1e-3)  # 7.1%, above the 2% floor
+    report = {c["case_id"]: c for c in json.loads((pytester.path / "run.json").read_text())["cases"]}
+    assert report[FREE]["calibration_runs"] == 3 and report[FREE]["tolerance_pinned"] is False
+    # A pinned tolerance is kept, and its entry claims no calibration; its spread is in the JSON report.
+    pinned = entries(pytester)[PINNED]
+    assert pinned["tolerance"] == 0.25 and "calibration" not in pinned
+    assert report[PINNED]["tolerance_pinned"] is True
+    assert report[PINNED]["calibration_spread"] == pytest.approx(spread, rel=1e-3)
+
+
+def test_a_steady_case_gets_the_floor(pytester: pytest.Pytester) -> None:
+    setup(pytester, [1.0, 1.0001, 0.9999, 1.0])
+    pytester.runpytest("--update-baselines", "--speedgate-calibrate", "4", "-k", "free").assert_outcomes(passed=1)
+    entry = entries(pytester)[FREE]
+    assert entry["tolerance"] == CALIBRATION_FLOOR and entry["calibration"]["runs"] == 4
+
+
+def write_entry(pytester: pytest.Pytester, tolerance: float, calibrated: bool) -> None:
+    doc = baseline_doc({FREE: 2.0, PINNED: 2.0})
+    for entry in doc["cases"].values():
+        entry["tolerance"] = tolerance
+        if calibrated:
+            entry["calibration"] = {"runs": 5, "spread": 0.005, "measured_at": "2026-01-01T00:00:00Z"}
+    path = pytester.path / "baselines" / "test-box.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def test_the_gate_uses_a_calibrated_tolerance_unless_the_case_pins_one(pytester: pytest.Pytester) -> None:
+    setup(pytester, [1 / 0.96])  # a 4% drop from the blessed 2.0x, every measurement
+    write_entry(pytester, 0.03, calibrated=True)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)  # the free case fails at its calibrated 3%; the pinned 25% holds
+    result.stdout.fnmatch_lines(["*test_free*tolerance 3% puts the floor at 1.940x*"])
+    # The same entry without calibration: its tolerance field is only a record, the default 10% judges.
+    write_entry(pytester, 0.03, calibrated=False)
+    pytester.runpytest().assert_outcomes(passed=2)
+
+
+def test_calibrating_needs_update_baselines_and_two_runs(pytester: pytest.Pytester) -> None:
+    setup(pytester, [1.0])
+    result = pytester.runpytest("--speedgate-calibrate", "3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--speedgate-calibrate*needs --update-baselines*"])
+    for bad in ("1", "two"):
+        result = pytester.runpytest("--update-baselines", "--speedgate-calibrate", bad)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*--speedgate-calibrate*{bad!r}*"])
+
+
+def compare_result(speedup: float, **extra: Any) -> CompareResult:
+    fields: dict[str, Any] = dict(case_id=FREE, nodeid=FREE, name=None, hardware_key="test-box", timed=True,
+                                  verdict=Verdict.PASS, note="", tolerance=0.1, speedup=speedup, reference_ms=2.0,
+                                  optimized_ms=2.0 / speedup, ci_low=speedup * 0.99, ci_high=speedup * 1.01,
+                                  rounds=100, timer="scripted")
+    fields.update(extra)
+    return CompareResult(**fields)
+
+
+def test_a_plain_rebless_keeps_the_calibration_and_a_new_one_replaces_it() -> None:
+    def run(existing: dict[str, Any] | None, r: CompareResult, when: str) -> tuple[dict[str, Any], str]:
+        doc, changes = bless(existing, hardware_key="test-box", fingerprint={"hardware": {}, "software": {}},
+                             cases=[r], metrics=[], measured_at=when)
+        return doc, changes[0].action
+
+    doc, _ = run(None, compare_result(2.0, calibration_runs=5, calibration_spread=0.01), "day1")
+    assert doc["cases"][FREE]["tolerance"] == 0.03
+    # A plain re-bless that moved beyond a third of the calibrated 3% rewrites the speedup, keeping the calibration.
+    doc, action = run(doc, compare_result(2.05), "day2")
+    assert action == "updated" and doc["cases"][FREE]["speedup"] == 2.05
+    assert doc["cases"][FREE]["tolerance"] == 0.03 and doc["cases"][FREE]["calibration"]["measured_at"] == "day1"
+    # A new calibration is written even when the speedup did not move.
+    doc, action = run(doc, compare_result(2.05, calibration_runs=3, calibration_spread=0.02), "day3")
+    assert action == "updated" and doc["cases"][FREE]["tolerance"] == 0.06
+    # Pinning the tolerance drops the calibration.
+    doc, action = run(doc, compare_result(2.05, tolerance=0.2, tolerance_pinned=True), "day4")
+    assert doc["cases"][FREE]["tolerance"] == 0.2 and "calibration" not in doc["cases"][FREE]
+
+
+def test_spread_is_a_relative_standard_deviation_from_the_range() -> None:
+    assert between_run_spread([2.0, 2.0, 2.0]) == 0.0
+    assert between_run_spread([1.0, 1.1]) == pytest.approx(0.1 / 1.128 / 1.05, rel=1e-3)  # d2(2) = 1.128
+    with pytest.raises(ValueError, match="at least 2"):
+        between_run_spread([2.0])
+
+
+@pytest.mark.parametrize(("calibration", "message"), [
+    ({"runs": 1, "spread": 0.01, "measured_at": "x"}, "1 is less than the minimum of 2"),
+    ({"runs": 3, "spread": -0.01, "measured_at": "x"}, "-0.01 is less than the minimum of 0"),
+    ({"runs": 3, "spread": float("nan"), "measured_at": "x"}, "calibration/spread is NaN"),
+    ({"runs": 3, "measured_at": "x"}, "'spread' is a required property"),
+])
+def test_the_schema_checks_the_evidence(calibration: dict[str, Any], message: str) -> None:
+    doc = baseline_doc({FREE: 2.0})
+    doc["cases"][FREE]["calibration"] = calibration
+    with pytest.raises(BaselineError, match=message.replace("(", r"\(")):
+        validate(doc, "b.json")
