@@ -63,6 +63,11 @@ class Judgement:
         return strict and self.verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
 
 
+def percent(fraction: float) -> str:
+    """10% for a whole percent, 2.3% otherwise (a calibrated tolerance is rarely whole)."""
+    return f"{fraction:.0%}" if abs(fraction * 100 - round(fraction * 100)) < 1e-9 else f"{fraction:.1%}"
+
+
 def fmt_ci(est: RatioEstimate) -> str:
     return f"{est.ratio:.3f}x ({est.confidence:.0%} CI {est.low:.3f}-{est.high:.3f}, {est.rounds} rounds)"
 
@@ -83,7 +88,7 @@ def judge(estimate: RatioEstimate, baseline: float | None, tolerance: float, *, 
     if estimate.high < floor:
         note = (
             f"speedup regressed: measured {fmt_ci(estimate)} vs baseline {baseline:.3f}x; "
-            f"tolerance {tolerance:.0%} puts the floor at {floor:.3f}x and the whole interval lies below it"
+            f"tolerance {percent(tolerance)} puts the floor at {floor:.3f}x and the whole interval lies below it"
         )
         return Judgement(Verdict.REGRESSED, baseline, floor, change, note)
     if estimate.low > ceiling:
@@ -116,7 +121,7 @@ def judge_metric(value: float, baseline: float | None, tolerance: float, directi
     better = value < better_bound if direction == "lower" else value > better_bound
     sense = "lower is better" if direction == "lower" else "higher is better"
     if worse:
-        note = (f"regressed: {value:g} against baseline {baseline:g} ({sense}; tolerance {tolerance:.0%} puts the "
+        note = (f"regressed: {value:g} against baseline {baseline:g} ({sense}; tolerance {percent(tolerance)} puts the "
                 f"bound at {worse_bound:g})")
         return Judgement(Verdict.REGRESSED, baseline, worse_bound, change, note)
     if better:
