@@ -47,6 +47,13 @@ DEFAULT_TIMES = {"ref_2ms": 2.0, "opt_1ms": 1.0, "opt_2ms": 2.0, "opt_500us": 0.
 
 
 @pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's subprocesses get their own TMPDIR: xdist workers' device lock lives under $TMPDIR/speedgate-locks,
+    and a run elsewhere on the machine holding it (another checkout's tests, a CI neighbour) must not stall these."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+
+
+@pytest.fixture(autouse=True)
 def _timed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """The root conftest switches the Triton interpreter on for CPU-only machines, which turns timing off;
     these tests time scripted or plain-Python callables and decide that per test."""

@@ -104,7 +104,11 @@ def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool 
     """Run `pytest --update-baselines *args` in a subprocess and send it SIGINT once marker exists; group=True sends
     it to the whole process group, as a terminal's Ctrl-C does (xdist's workers get it too)."""
     plugin_root = str(Path(__import__("speedgate").__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([plugin_root, os.environ.get("PYTHONPATH", "")])}
+    # Its own TMPDIR, so xdist workers' device lock (under $TMPDIR/speedgate-locks) is not shared with other runs.
+    tmp = project.path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([plugin_root, os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--update-baselines", *args], cwd=project.path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=group)
     try:
