@@ -42,6 +42,10 @@ def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
     cases, metrics = state.blessable()
     if interrupted:
         done.lines.append("the run was interrupted: only tests that finished and passed were blessed")
+    for worker in state.lost_workers:
+        done.lines.append(f"xdist worker {worker} ended without its closing report (it crashed, was killed, or was "
+                          "replaced after a CUDA fault): of what it ran, only results that reached this process before "
+                          "were blessed")
     unblessed = {r.case_id: r.nodeid for r in state.records if r.timed and not state.finished_and_passed(r.nodeid)}
     for case_id, nodeid in sorted(unblessed.items()):
         why = "its test failed" if nodeid in state.failed_nodeids else "its test did not finish"

@@ -185,7 +185,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _has_work(config: pytest.Config) -> bool:
     """Something was measured, or a report file was asked for: there is something to bless, write or show."""
     made = config.stash.get(SESSION_KEY, None)
-    return (made is not None and made.used) or _files_asked(config.stash[SETTINGS_KEY])
+    return (made is not None and made.touched) or _files_asked(config.stash[SETTINGS_KEY])
 
 
 def _finish(session: pytest.Session, exitstatus: int) -> None:
@@ -255,6 +255,8 @@ class XdistHooks:
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
         if payload:
             _session(self.config).absorb(payload)
+        else:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
+            _session(self.config).lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.crashes.note_start(nodeid)

@@ -97,7 +97,8 @@ class SpeedgateSession:
         self.records: list[CompareResult] = []
         self.metric_records: list[MetricResult] = []
         self.failed_nodeids: set[str] = set()
-        self.passed_nodeids: set[str] = set()  # tests whose call passed (a run cut short blesses only these)
+        self.passed_nodeids: set[str] = set()
+        self.lost_workers: list[str] = []  # xdist workers that ended without their closing report  # tests whose call passed (a run cut short blesses only these)
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.used = False
@@ -353,6 +354,11 @@ class SpeedgateSession:
                                str(rep.longrepr), project_root)
 
     # -- the end of the run ---------------------------------------------------------------------------------
+    @property
+    def touched(self) -> bool:
+        """Whether the run has anything to say: results, or workers whose results were lost."""
+        return self.used or bool(self.lost_workers)
+
     def finished_and_passed(self, nodeid: str) -> bool:
         return nodeid in self.passed_nodeids and nodeid not in self.failed_nodeids
 
