@@ -160,8 +160,10 @@ class Side:
 class Checker:
     """The outputs check of one comparison: on the first calls, and again after timing."""
 
-    def __init__(self, case_id: str, mode: str, rtol: float | None, atol: float | None) -> None:
+    def __init__(self, case_id: str, mode: str, rtol: float | None, atol: float | None, ref_side: Side,
+                 opt_side: Side, inputs: InputSets | None) -> None:
         self.case_id, self.mode, self.rtol, self.atol = case_id, mode, rtol, atol
+        self.ref_side, self.opt_side, self.inputs = ref_side, opt_side, inputs
         self.closeness: list[Closeness] = []
 
     def first(self, ref_out: Any, opt_out: Any) -> None:
@@ -176,11 +178,14 @@ class Checker:
             what = "outputs= after the optimized side differ" if self.mode == "outputs" else "optimized output differs"
             raise AssertionError(f"speedgate: {self.case_id}: {what} from reference: {exc}") from None
 
-    def again(self, reference: Fn, optimized: Fn, ref_side: Side, opt_side: Side, inputs: InputSets | None) -> None:
-        """Call both sides once more after the rounds (what was timed: graph replays too), on an input set neither
-        has seen when inputs= is given, and check the outputs again."""
+    def again(self, reference: Fn | None = None, optimized: Fn | None = None) -> None:
+        """Call both sides once more after the rounds (what was timed, graph replays too: reference and optimized,
+        else the sides themselves), on an input set neither has seen when inputs= is given, and check the outputs
+        again."""
         if self.mode == "off":
             return
+        ref_side, opt_side, inputs = self.ref_side, self.opt_side, self.inputs
+        reference, optimized = reference or ref_side, optimized or opt_side
         where = "the last timed state"
         if inputs is not None:
             fresh = inputs.make(inputs.fresh_seed)

@@ -30,6 +30,7 @@ from .comparison import (
 from .gpu_state import throttled_fractions
 from .measure import Measurement, Policy, Rounds, measure_pair, measurement_from_samples
 from .results import CompareResult, MetricResult
+from .verdict import fails
 
 __all__ = ["CaseError", "Perf", "SpeedRegression", "compiled_frames"]
 
@@ -113,12 +114,12 @@ class Perf:
         # The reference's first call runs first (measure_pair): only its outputs= must be copied.
         ref = Side(reference, "reference", case_id, sets, outputs, copy=True)
         opt = Side(optimized, "optimized", case_id, sets, outputs, copy=False)
-        checker = Checker(case_id, mode, rtol, atol)
+        checker = Checker(case_id, mode, rtol, atol, ref, opt, sets)
 
         untimed = self._untimed_reason()
         if untimed:
             checker.first(ref(), opt())
-            checker.again(ref, opt, ref, opt, sets)
+            checker.again()
             result = gate.untimed(common, untimed, checker.closeness)
             self._record(result)
             return result
@@ -136,7 +137,7 @@ class Perf:
             # Where the work ran first (a side-stream race also spoils the outputs), then the outputs again.
             busy.update(check_streams(case_id, timer, reference_fn, optimized_fn, median(rounds.reference),
                                       median(rounds.optimized)))
-            checker.again(reference_fn, optimized_fn, ref, opt, sets)
+            checker.again(reference_fn, optimized_fn)
 
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,
                                    prepare_rounds=prepare, after_rounds=after_rounds)
@@ -324,7 +325,7 @@ class Perf:
 
     def _queue_failure(self, result: CompareResult | MetricResult) -> None:
         settings = self._session.settings
-        if not settings.update_baselines and gate.fails(result.verdict, settings.strict):
+        if not settings.update_baselines and fails(result.verdict, settings.strict):
             self.failures.append(gate.failure_text(
                 result, baseline_path=self._session.baseline_path_for(result.hardware_key),
                 artifacts_dir=settings.artifacts_dir))

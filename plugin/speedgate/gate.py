@@ -132,11 +132,6 @@ def judge_metric_value(
     )
 
 
-def fails(verdict: Verdict, strict: bool) -> bool:
-    """Whether this verdict fails its test (strict: new cases, improvements and a missing file too)."""
-    return Judgement(verdict, None, None, None, "").fails(strict)
-
-
 def failure_text(
     result: CompareResult | MetricResult, *, baseline_path: Path, artifacts_dir: Path | None,
 ) -> str:

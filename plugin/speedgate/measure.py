@@ -125,8 +125,9 @@ def run_rounds(
         r, o = take(len(ref), count)
         ref.extend(r)
         opt.extend(o)
-        per_pair_ms = (sum(r) + sum(o)) / count
-        timed_s += per_pair_ms * count / 1e3
+        batch_ms = sum(r) + sum(o)
+        per_pair_ms = batch_ms / count
+        timed_s += batch_ms / 1e3
         decision: str | None = None
         if decides and len(ref) >= policy.min_rounds:
             # A check only when it keeps the statistics under their share of the work timed so far (the next

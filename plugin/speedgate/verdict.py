@@ -58,9 +58,15 @@ class Judgement:
     note: str
 
     def fails(self, strict: bool) -> bool:
-        if self.verdict is Verdict.REGRESSED:
-            return True
-        return strict and self.verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
+        return fails(self.verdict, strict)
+
+
+def fails(verdict: Verdict, strict: bool) -> bool:
+    """Whether a verdict fails its test: a regression always; with strict, also a new case, an improvement beyond
+    tolerance and a missing baseline file."""
+    if verdict is Verdict.REGRESSED:
+        return True
+    return strict and verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
 
 
 def percent(fraction: float) -> str:
