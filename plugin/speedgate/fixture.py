@@ -8,7 +8,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from . import gate
@@ -133,10 +132,9 @@ class Perf:
         prepare = graph_capture(timer, case_id) if graph else None
         busy: dict[str, float] = {}
 
-        def after_rounds(reference_fn: Fn, optimized_fn: Fn, rounds: Rounds) -> None:
+        def after_rounds(reference_fn: Fn, optimized_fn: Fn, _rounds: Rounds) -> None:
             # Where the work ran first (a side-stream race also spoils the outputs), then the outputs again.
-            busy.update(check_streams(case_id, timer, reference_fn, optimized_fn, median(rounds.reference),
-                                      median(rounds.optimized)))
+            busy.update(check_streams(case_id, timer, reference_fn, optimized_fn))
             checker.again(reference_fn, optimized_fn)
 
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,

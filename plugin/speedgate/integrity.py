@@ -50,6 +50,21 @@ def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def busy_per_call(work: Iterable[tuple[float, float]], flushes: Iterable[tuple[float, float]]) -> list[float]:
+    """The device's busy time in each call, from a trace of calls that each began with an L2 flush on its own stream:
+    call i is the window from the end of flush i to the start of flush i + 1 (the last one open-ended), and its busy time
+    is the union of the work intervals clipped to that window. Work that ran outside every window (on another stream,
+    beside a later flush) is not counted here: `busy_ms` over all the work sees it."""
+    marks = sorted(flushes)
+    spans = sorted(work)
+    found = []
+    for i, (_, begin) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else float("inf")
+        clipped = [(max(s, begin), min(e, end)) for s, e in spans if e > begin and s < end]
+        found.append(busy_ms(clipped))
+    return found
+
+
 def outside_stream(case_id: str, side: str, event_ms: float, device_busy_ms: float) -> str | None:
     """A reason the side's event time misses work it did (device busy far longer than the events saw), or None."""
     if device_busy_ms <= event_ms * OUTSIDE_STREAM_FACTOR + OUTSIDE_STREAM_SLACK_MS:

@@ -11,6 +11,10 @@ Fn = Callable[[], Any]
 
 TIMER_CHOICES = ("auto", "cpu", "cuda")
 
+# Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
+# clock step in one call does not move. The first trace in a process costs about 4.5 s, later ones milliseconds.
+PROFILED_CALLS = 10
+
 
 class Timer(Protocol):
     """What the measurement loop needs from a clock."""
@@ -54,8 +58,10 @@ class CudaTimer:
     """CUDA events around each call on the current stream, with the L2 cache flushed before every call.
 
     The flush writes a buffer twice the size of the device's L2 so that no input of the timed call is
-    still cached from the previous call; the flush itself lies outside the events. Events of a batch
-    are read after one synchronisation, so the host does not stall between calls.
+    still cached from the previous call; the flush itself lies outside the events. It runs on a stream of
+    its own that the timed stream waits for (so a profiler trace can tell the flush from the work: see
+    `profile_calls`). Events of a batch are read after one synchronisation, so the host does not stall
+    between calls.
     """
 
     name = "cuda-events"
@@ -69,6 +75,7 @@ class CudaTimer:
         l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or 64 * 2**20
         self.l2_bytes = l2_bytes
         self._flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
+        self._flush_stream = torch.cuda.Stream(device=device)
         self.device_name = props.name
         self.properties = {
             "sm_count": int(props.multi_processor_count),
@@ -86,11 +93,20 @@ class CudaTimer:
         self._sync()
         return (time.perf_counter_ns() - start) / 1e6, out
 
+    def _flush_l2(self) -> None:
+        """Write the flush buffer on the flush stream, after the timed stream's work so far; the timed stream waits."""
+        cuda = self._torch.cuda
+        timed = cuda.current_stream()
+        self._flush_stream.wait_stream(timed)
+        with cuda.stream(self._flush_stream):
+            self._flush.zero_()
+        timed.wait_stream(self._flush_stream)
+
     def time_each(self, fns: Sequence[Fn]) -> list[float]:
         event = self._torch.cuda.Event
         pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in fns]
         for fn, (start, end) in zip(fns, pairs):
-            self._flush.zero_()
+            self._flush_l2()
             start.record()
             fn()
             end.record()
@@ -120,26 +136,54 @@ class CudaTimer:
 
         return run
 
-    def device_busy_ms(self, fn: Fn, calls: int = 3) -> float:
-        """Milliseconds per call that the device was busy running fn's work on ANY stream (torch.profiler, the union
-        of kernel and copy intervals), over `calls` synchronized calls: what the events should have seen."""
+    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, float]:
+        """`calls` calls of fn timed exactly as the rounds time them (flush, events, call), under torch.profiler.
+
+        Returns the events' median over these calls (`events_ms`); the device's busy time per call on every stream
+        but the flush's, median over the calls (`busy_ms`: what the events should have seen, give or take the launch
+        latency); and the busy time of all the work over the number of calls (`all_streams_ms`: it includes work
+        that ran on another stream beside a later call, which the events never saw).
+        """
+        import statistics
         import warnings
 
         from torch.profiler import ProfilerActivity, profile
 
-        from .integrity import busy_ms
+        from .integrity import busy_ms, busy_per_call
 
         torch = self._torch
+        event = torch.cuda.Event
+        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(calls)]
         torch.cuda.synchronize()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(calls):
+                for start, end in pairs:
+                    self._flush_l2()
+                    start.record()
                     fn()
+                    end.record()
                 torch.cuda.synchronize()
+        events = statistics.median(start.elapsed_time(end) for start, end in pairs)
         device = torch.autograd.DeviceType.CUDA
-        intervals = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == device]
-        return busy_ms(intervals) / 1e3 / calls
+        traced = sorted(
+            (e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
+            for e in prof.events() if e.device_type == device
+        )
+        if not traced:
+            return {"events_ms": events, "busy_ms": 0.0, "all_streams_ms": 0.0}
+        # Nothing ran on the device when the profiler started, and the first thing queued was a flush: the earliest
+        # device activity is on the flush stream (times are in microseconds).
+        flush_stream = traced[0][2]
+        flushes = [(s, e) for s, e, stream in traced if stream == flush_stream]
+        work = [(s, e) for s, e, stream in traced if stream != flush_stream]
+        all_streams = busy_ms(work) / 1e3 / calls
+        per_call = busy_per_call(work, flushes) if len(flushes) == calls else []
+        return {
+            "events_ms": events,
+            "busy_ms": statistics.median(per_call) / 1e3 if per_call else all_streams,
+            "all_streams_ms": all_streams,
+        }
 
     def describe(self) -> str:
         return (

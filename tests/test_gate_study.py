@@ -1,0 +1,72 @@
+"""tools/gate_study.py: the injected slowdown is sized from the side's own time, and the table counts honestly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gate_study", ROOT / "tools" / "gate_study.py")
+assert spec and spec.loader
+study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(study)
+
+
+class FakeCuda:
+    """Events that read back scripted times, and a _sleep that only records what it was asked to spin."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = list(times)
+        self.spins: list[int] = []
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self) -> None:
+                pass
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: object) -> float:
+                return outer.times.pop(0)
+
+        self.Event = Event
+
+    def _sleep(self, cycles: int) -> None:
+        self.spins.append(cycles)
+
+
+def test_the_slowdown_is_a_share_of_the_sides_own_median_time():
+    cuda = FakeCuda([2.0, 2.2, 1.8, 2.0, 9.0])  # median 2.0 ms: one outlier does not size the spin
+    torch = SimpleNamespace(cuda=cuda)
+    calls = []
+    run = study.slowed(lambda *a: calls.append(a) or sum(a), 0.05, torch, lambda: 1000.0)
+    assert run(1, 2) == 3 and cuda.spins == []  # the first (checked) call runs plain, then 5 timed calls
+    assert len(calls) == 6
+    assert run(3, 4) == 7
+    assert cuda.spins == [100]  # 5% of 2.0 ms at 1000 cycles per ms, queued before the call
+    run()
+    assert cuda.spins == [100, 100]
+
+
+def _report(verdicts: dict[str, tuple[str, float | None]]) -> dict:
+    return {"cases": [{"case_id": c, "timed": True, "verdict": v, "change": ch, "detectable_drop": 0.03}
+                      for c, (v, ch) in verdicts.items()]}
+
+
+def test_the_table_counts_false_alarms_and_detections_per_case():
+    bless = {"cases": [{"case_id": "t.py::a", "timed": True, "tolerance": 0.02, "calibration": {"spread": 0.004}},
+                       {"case_id": "t.py::b", "timed": True, "tolerance": 0.06, "calibration": {"spread": 0.02}}]}
+    clean = [_report({"t.py::a": ("pass", 0.001), "t.py::b": ("pass", -0.01)}),
+             _report({"t.py::a": ("pass", -0.003), "t.py::b": ("improved", 0.07)})]
+    slowed = {0.05: [_report({"t.py::a": ("regressed", -0.048), "t.py::b": ("pass", -0.05)}),
+                     _report({"t.py::a": ("regressed", -0.047), "t.py::b": ("regressed", -0.065)})]}
+    text = study.table(bless, clean, slowed)
+    assert "| `a` | 2.0% | 0.40% | >= 3.0% | 0/2 | 2/2, -4.8% |" in text
+    assert "| `b` | 6.0% | 2.00% | >= 3.0% | 1/2 | 1/2, -5.8% |" in text
+    assert "false alarms: 1/4 case-runs (25.0%)" in text
+    assert "detected at +5%: 3/4 (75%)" in text

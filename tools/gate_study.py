@@ -1,0 +1,208 @@
+"""How sensitive is the gate, and how often does it cry wolf? Bless with calibration, gate clean runs, gate runs with
+a known slowdown injected into the optimized side, and count (GPU).
+
+Usage: python tools/gate_study.py OUT [--calibrate 5] [--runs 5] [--slowdowns 0.02,0.05,0.10] [--repeat 2]
+                                      [--cases NODEID ...] [-- extra pytest args]
+
+Every run is a fresh `python -m pytest` process on the cases (default: a representative subset, CASES), against a
+baseline folder of its own (OUT/baselines: the repository's files are never touched):
+1. bless:  --update-baselines --speedgate-calibrate N (per-case tolerance max(floor, k x spread), blessing.py);
+2. clean:  --runs gate runs of unchanged code: every regressed or improved verdict is a false alarm;
+3. slowed: --repeat gate runs per slowdown s, each optimized side made slower by s of its own time: before every call
+   it queues a spin kernel (torch.cuda._sleep) on the timed stream, sized from the side's own event-timed median
+   (measured on its first call) and the spin kernel's measured clock rate. A regressed verdict is a detection.
+Each run's JSON report is kept (OUT/<run>.json) and a run whose report exists is not run again, so a study cut off
+by a time limit goes on where it stopped when started again with the same OUT. The table (OUT/study.md, printed) gives per case its calibrated
+tolerance, the drop it can detect, false alarms over clean runs, and per slowdown the detections and the speedup's
+measured median change.
+
+The slowdown is injected by this module loaded as a pytest plugin (`-p tools.gate_study`, environment variable
+SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare. It changes nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
+
+# Elementwise, softmax, matmul, attention (short and long, causal and full) and a compile mode.
+CASES = [
+    "perftests/test_triton_elementwise.py::test_add_relu_scale",
+    "perftests/test_triton_rowwise.py::test_softmax",
+    "perftests/test_triton_matmul.py::test_matmul[tma_persistent-4096-bfloat16]",
+    "perftests/test_triton_attention.py::test_flash_attention[2048-64-causal]",
+    "perftests/test_triton_attention.py::test_flash_attention[8192-128-full]",
+    "perftests/test_compile_modes.py::test_compile_mode[default]",
+]
+
+
+# ---------------------------------------------------------------- the plugin side: inject a slowdown
+
+def _spin_cycles_per_ms(torch: Any) -> float:
+    """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5)."""
+    cycles = 2_000_000
+    times = []
+    for _ in range(6):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return cycles / statistics.median(times[1:])
+
+
+def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
+    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (5 more calls,
+    events, median); every later call first queues a spin kernel that long on the current stream."""
+    spin: list[int] = []
+
+    @functools.wraps(optimized)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if spin:
+            torch.cuda._sleep(spin[0])
+            return optimized(*args, **kwargs)
+        out = optimized(*args, **kwargs)
+        times = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            optimized(*args, **kwargs)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        spin.append(max(1, int(share * statistics.median(times) * cycles_per_ms())))
+        return out
+
+    return run
+
+
+def pytest_configure(config: Any) -> None:
+    share = os.environ.get(SLOWDOWN_ENV)
+    if not share:
+        return
+    import torch
+
+    from speedgate.fixture import Perf
+
+    rate: list[float] = []
+
+    def cycles_per_ms() -> float:
+        if not rate:
+            rate.append(_spin_cycles_per_ms(torch))
+        return rate[0]
+
+    plain = Perf.compare
+
+    @functools.wraps(plain)
+    def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
+        return plain(self, reference, slowed(optimized, float(share), torch, cycles_per_ms), **kwargs)
+
+    Perf.compare = compare  # type: ignore[method-assign]
+    config.add_cleanup(lambda: setattr(Perf, "compare", plain))
+
+
+# ---------------------------------------------------------------- the study: runs and the table
+
+def run_pytest(out: Path, label: str, cases: list[str], extra: list[str], *, bless: int | None = None,
+               slowdown: float | None = None) -> dict[str, Any]:
+    report = out / f"{label}.json"
+    if report.exists():  # resumable: a study split across calls of a time-limited machine picks up where it was
+        print(f"{label}: kept from an earlier call", flush=True)
+        return json.loads(report.read_text())
+    cmd = [sys.executable, "-m", "pytest", *cases, "-q", "-p", "no:cacheprovider", "-p", "tools.gate_study",
+           "--baseline-dir", str(out / "baselines"), "--speedgate-json", str(report), *extra]
+    if bless:
+        cmd += ["--update-baselines", "--speedgate-calibrate", str(bless)]
+    env = {**os.environ}
+    env.pop(SLOWDOWN_ENV, None)
+    if slowdown:
+        env[SLOWDOWN_ENV] = str(slowdown)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    print(f"{label}: exit {proc.returncode}: {last}", flush=True)
+    if proc.returncode not in (0, 1) or not report.exists():
+        raise SystemExit(f"{label}: pytest exited {proc.returncode} without a report; see {out / f'{label}.log'}")
+    return json.loads(report.read_text())
+
+
+def timed_cases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["case_id"]: c for c in report["cases"] if c.get("timed")}
+
+
+def table(bless: dict[str, Any], clean: list[dict[str, Any]], slowed_runs: dict[float, list[dict[str, Any]]]) -> str:
+    blessed = timed_cases(bless)
+    shares = sorted(slowed_runs)
+    head = ["case", "tolerance", "spread", "detects", "false alarms"]
+    head += [f"+{s:.0%}: caught, median change" for s in shares]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    alarms = trials = 0
+    caught = {s: [0, 0] for s in shares}
+    for case_id, entry in blessed.items():
+        short = case_id.split("::", 1)[1] if "::" in case_id else case_id
+        runs = [timed_cases(r).get(case_id) for r in clean]
+        runs = [r for r in runs if r]
+        wrong = sum(r["verdict"] in ("regressed", "improved") for r in runs)
+        alarms += wrong
+        trials += len(runs)
+        drops = [r["detectable_drop"] for r in runs if r.get("detectable_drop") is not None]
+        spread = (entry.get("calibration") or {}).get("spread")
+        row = [f"`{short}`", f"{entry['tolerance']:.1%}", f"{spread:.2%}" if spread is not None else "-",
+               f">= {statistics.median(drops):.1%}" if drops else "-", f"{wrong}/{len(runs)}"]
+        for s in shares:
+            got = [timed_cases(r).get(case_id) for r in slowed_runs[s]]
+            got = [g for g in got if g]
+            hit = sum(g["verdict"] == "regressed" for g in got)
+            caught[s][0] += hit
+            caught[s][1] += len(got)
+            changes = [g["change"] for g in got if g.get("change") is not None]
+            row.append(f"{hit}/{len(got)}, {statistics.median(changes):+.1%}" if changes else f"{hit}/{len(got)}")
+        lines.append("| " + " | ".join(row) + " |")
+    summary = [f"false alarms: {alarms}/{trials} case-runs ({alarms / trials:.1%})" if trials else "no clean runs"]
+    summary += [f"detected at +{s:.0%}: {c}/{n} ({c / n:.0%})" for s, (c, n) in caught.items() if n]
+    return "\n".join(lines) + "\n\n" + "; ".join(summary) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--calibrate", type=int, default=5, help="measurements per case when blessing")
+    parser.add_argument("--runs", type=int, default=5, help="clean gate runs")
+    parser.add_argument("--slowdowns", default="0.02,0.05,0.10", help="injected slowdowns, fractions")
+    parser.add_argument("--repeat", type=int, default=2, help="gate runs per slowdown")
+    parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("extra", nargs="*", help="after --: more pytest arguments")
+    args = parser.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    bless = run_pytest(out, "bless", args.cases, args.extra, bless=args.calibrate)
+    # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
+    entries: dict[str, Any] = {}
+    for f in sorted((out / "baselines").glob("*.json")):
+        entries.update(json.loads(f.read_text()).get("cases", {}))
+    bless_view = {"cases": [{**entries[c["case_id"]], "case_id": c["case_id"], "timed": True}
+                            for c in bless["cases"] if c.get("timed") and c["case_id"] in entries]}
+    clean = [run_pytest(out, f"clean{i}", args.cases, args.extra) for i in range(args.runs)]
+    slowed_runs = {}
+    for share in (float(s) for s in args.slowdowns.split(",") if s):
+        slowed_runs[share] = [run_pytest(out, f"slow{share:g}-{i}", args.cases, args.extra, slowdown=share)
+                              for i in range(args.repeat)]
+    text = table(bless_view, clean, slowed_runs)
+    (out / "study.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
