@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,17 @@ import pytest
 # modules a run imported, and importing torch a second time in one process crashes it.
 import torch  # noqa: F401
 import triton  # noqa: F401  (likewise)
+
+# And every speedgate module, for the same reason: a module a pytester run imported lazily (verdict, gate, ...) is
+# dropped after it and imported anew by the next run, while the modules the outer run loaded stay; two copies of one
+# enum then compare unequal by identity (Verdict.REGRESSED is not Verdict.REGRESSED), and a regression passes.
+# Which modules the outer run loads changed with pytest 9.2; loading them all here makes it not matter.
+import speedgate  # noqa: E402
+
+for _module in pkgutil.iter_modules(speedgate.__path__):
+    if _module.name == "__main__":
+        continue
+    importlib.import_module(f"speedgate.{_module.name}")
 
 pytest_plugins = ["pytester"]
 

@@ -42,7 +42,7 @@ def next_step(
     metric: bool = False,
 ) -> str:
     """The line under a failure: what to do about this verdict."""
-    if verdict is Verdict.REGRESSED:
+    if verdict == Verdict.REGRESSED:
         if metric:
             return f"Next: re-run to confirm; if intended, re-bless with {bless_command(nodeid)}"
         look = (f"inspect the artifacts kept under {artifacts_dir}; " if artifacts_dir
@@ -51,9 +51,9 @@ def next_step(
                 f"{bless_command(nodeid)}")
     if metric:
         return f"strict mode: {verdict.value} metric; bless it with {bless_command(nodeid)}"
-    if verdict is Verdict.NO_BASELINE_FILE:
+    if verdict == Verdict.NO_BASELINE_FILE:
         return (f"strict mode: there is no baseline file {baseline_path} for hardware key {hardware_key}; "
                 f"create it with {bless_command()}")
-    if verdict is Verdict.NEW:
+    if verdict == Verdict.NEW:
         return f"strict mode: {baseline_path} has no entry for this case; bless it with {bless_command(nodeid)}"
     return f"strict mode: bless the improvement with {bless_command(nodeid)}"

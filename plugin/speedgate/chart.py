@@ -83,7 +83,7 @@ def render(records: Sequence[CompareResult], path: Path, title: str, metrics: Se
                   "grey band: tolerance; bars: 95% interval", fontsize=8)
     ax.set_title(title, fontsize=10, loc="left")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v.value) for v, c in COLOURS.items()
-               if v is not Verdict.NO_BASELINE_FILE]
+               if v != Verdict.NO_BASELINE_FILE]
     ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.grid(axis="x", lw=0.3)
     ax_peak.set_xlim(0, 1.05)

@@ -189,5 +189,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if power:
         print(power)
     print(tally(rows))
-    regressed = any(r.verdict is Verdict.REGRESSED for r in [*rows, *metric_rows])
+    regressed = any(r.verdict == Verdict.REGRESSED for r in [*rows, *metric_rows])
     return 1 if regressed else 0

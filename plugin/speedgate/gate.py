@@ -80,12 +80,12 @@ def judge_measurement(
     tolerance = fields["tolerance"]
     judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     first = measurement
-    if judgement.verdict is Verdict.REGRESSED and remeasure:
+    if judgement.verdict == Verdict.REGRESSED and remeasure:
         # Re-measure once before failing: a transient (another process, a clock dip) must not fail CI.
         measurement = again()
         judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     note = judgement.note
-    if judgement.verdict is Verdict.IMPROVED:
+    if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     if first is not measurement:
         note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
@@ -123,7 +123,7 @@ def judge_metric_value(
     baseline = entry["value"] if entry else None
     judgement = judge_metric(value, baseline, tolerance, direction, file_found=file_found)
     note = judgement.note
-    if judgement.verdict is Verdict.IMPROVED:
+    if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     return MetricResult(
         metric_id=metric_id, nodeid=nodeid, name=name, hardware_key=hardware_key, value=value, tolerance=tolerance,

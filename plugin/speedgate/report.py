@@ -28,7 +28,7 @@ def _rate(r: CompareResult) -> str:
 
 def verdict_text(verdict: Verdict, failed_test: bool, remeasured: bool = False, unchecked: bool = False) -> str:
     text = verdict.value
-    if failed_test and verdict is not Verdict.REGRESSED:
+    if failed_test and verdict != Verdict.REGRESSED:
         text += " (test failed)"
     if remeasured:
         text += ", re-measured"
@@ -74,7 +74,7 @@ def table(records: Sequence[CompareResult], failed_nodeids: set[str]) -> list[st
 
 def notes(records: Sequence[CompareResult]) -> list[str]:
     """The non-empty notes of cases that are not plain passes, one line each."""
-    return [f"{r.case_id}: {r.note}" for r in records if r.note and r.verdict is not Verdict.UNTIMED]
+    return [f"{r.case_id}: {r.note}" for r in records if r.note and r.verdict != Verdict.UNTIMED]
 
 
 def by_test(records: Sequence[CompareResult]) -> list[str]:
@@ -178,7 +178,7 @@ def _md_table(columns: Sequence[str], rows: Sequence[tuple[Sequence[str], Verdic
     for cells_, verdict in rows:
         cells = list(cells_)
         cells[0] = f"`{cells[0]}`"
-        if verdict is Verdict.REGRESSED:
+        if verdict == Verdict.REGRESSED:
             cells[-1] = f"**{cells[-1]}**"
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines

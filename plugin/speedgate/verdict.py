@@ -64,7 +64,7 @@ class Judgement:
 def fails(verdict: Verdict, strict: bool) -> bool:
     """Whether a verdict fails its test: a regression always; with strict, also a new case, an improvement beyond
     tolerance and a missing baseline file."""
-    if verdict is Verdict.REGRESSED:
+    if verdict == Verdict.REGRESSED:
         return True
     return strict and verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
 
