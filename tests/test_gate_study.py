@@ -40,17 +40,20 @@ class FakeCuda:
         self.spins.append(cycles)
 
 
-def test_the_slowdown_is_a_share_of_the_sides_own_median_time():
-    cuda = FakeCuda([2.0, 2.2, 1.8, 2.0, 9.0])  # median 2.0 ms: one outlier does not size the spin
+def test_the_slowdown_is_a_share_of_the_sides_own_median_time_less_the_spins_fixed_cost():
+    plain = [2.0, 2.2, 1.8, 2.0, 9.0, 2.0, 2.0]  # median 2.0 ms: one outlier does not size the spin
+    behind_spin = [2.104] * 7  # 100 cycles (0.1 ms at 1000 per ms) added 0.104 ms: the spin costs 0.004 ms more
+    cuda = FakeCuda(plain + behind_spin)
     torch = SimpleNamespace(cuda=cuda)
     calls = []
     run = study.slowed(lambda *a: calls.append(a) or sum(a), 0.05, torch, lambda: 1000.0)
-    assert run(1, 2) == 3 and cuda.spins == []  # the first (checked) call runs plain, then 5 timed calls
-    assert len(calls) == 6
+    assert run(1, 2) == 3  # the first (checked) call runs plain, then 7 timed calls plain and 7 behind a spin
+    assert len(calls) == 15 and cuda.spins == [100] * 7
+    cuda.spins.clear()
     assert run(3, 4) == 7
-    assert cuda.spins == [100]  # 5% of 2.0 ms at 1000 cycles per ms, queued before the call
+    assert cuda.spins == [96]  # 5% of 2.0 ms is 0.1 ms, less the spin's own 0.004 ms, at 1000 cycles per ms
     run()
-    assert cuda.spins == [100, 100]
+    assert cuda.spins == [96, 96]
 
 
 def _report(verdicts: dict[str, tuple[str, float | None]]) -> dict:

@@ -1,12 +1,13 @@
 """How sensitive is the gate, and how often does it cry wolf? Bless with calibration, gate clean runs, gate runs with
 a known slowdown injected into the optimized side, and count (GPU).
 
-Usage: python tools/gate_study.py OUT [--calibrate 5] [--runs 5] [--slowdowns 0.02,0.05,0.10] [--repeat 2]
+Usage: python tools/gate_study.py OUT [--calibrate 5] [--processes 2] [--runs 5] [--slowdowns 0.02,0.05,0.10] [--repeat 2]
                                       [--cases NODEID ...] [-- extra pytest args]
 
 Every run is a fresh `python -m pytest` process on the cases (default: a representative subset, CASES), against a
 baseline folder of its own (OUT/baselines: the repository's files are never touched):
-1. bless:  --update-baselines --speedgate-calibrate N (per-case tolerance max(floor, k x spread), blessing.py);
+1. bless:  --update-baselines --speedgate-calibrate N, in --processes fresh processes one after the other (per-case
+           tolerance max(floor, k x the wider of the in-process and the between-process spread), blessing.py);
 2. clean:  --runs gate runs of unchanged code: every regressed or improved verdict is a false alarm;
 3. slowed: --repeat gate runs per slowdown s, each optimized side made slower by s of its own time: before every call
    it queues a spin kernel (torch.cuda._sleep) on the timed stream, sized from the side's own event-timed median
@@ -63,9 +64,22 @@ def _spin_cycles_per_ms(torch: Any) -> float:
     return cycles / statistics.median(times[1:])
 
 
+def _median_ms(torch: Any, fn: Callable[[], Any], calls: int = 7) -> float:
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
-    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (5 more calls,
-    events, median); every later call first queues a spin kernel that long on the current stream."""
+    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (7 more calls,
+    events, median), then times it behind a spin kernel of that many cycles to learn the spin's fixed cost; every
+    later call first queues a spin kernel on the current stream, sized so the two add `share` of the side's time."""
     spin: list[int] = []
 
     @functools.wraps(optimized)
@@ -74,15 +88,14 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_m
             torch.cuda._sleep(spin[0])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
-        times = []
-        for _ in range(5):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            optimized(*args, **kwargs)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        spin.append(max(1, int(share * statistics.median(times) * cycles_per_ms())))
+        plain = _median_ms(torch, lambda: optimized(*args, **kwargs))
+        target = share * plain
+        cycles = max(1, round(target * cycles_per_ms()))
+        # A spin kernel costs its launch besides its cycles (a few microseconds: 2% of a 0.1 ms side): measure what
+        # it adds, once, and take that off.
+        added = _median_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
+        fixed = added - cycles / cycles_per_ms()
+        spin.append(max(1, round((target - max(fixed, 0.0)) * cycles_per_ms())))
         return out
 
     return run
@@ -179,6 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--calibrate", type=int, default=5, help="measurements per case when blessing")
+    parser.add_argument("--processes", type=int, default=2, help="calibrated blesses, each a fresh process")
     parser.add_argument("--runs", type=int, default=5, help="clean gate runs")
     parser.add_argument("--slowdowns", default="0.02,0.05,0.10", help="injected slowdowns, fractions")
     parser.add_argument("--repeat", type=int, default=2, help="gate runs per slowdown")
@@ -187,7 +201,8 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    bless = run_pytest(out, "bless", args.cases, args.extra, bless=args.calibrate)
+    blesses = [run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate) for i in range(args.processes)]
+    bless = blesses[-1]
     # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
     entries: dict[str, Any] = {}
     for f in sorted((out / "baselines").glob("*.json")):

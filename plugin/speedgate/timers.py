@@ -14,6 +14,9 @@ TIMER_CHOICES = ("auto", "cpu", "cuda")
 # Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
 # clock step in one call does not move. The first trace in a process costs about 4.5 s, later ones milliseconds.
 PROFILED_CALLS = 10
+# Clock cycles of the spin kernel that holds the device while the host queues the profiled calls: about 30 ms at
+# the H100's 1.98 GHz, several times what queueing 10 calls of a launch-heavy eager side took there.
+HOLD_CYCLES = 60_000_000
 
 
 class Timer(Protocol):
@@ -158,6 +161,12 @@ class CudaTimer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                # The profiler slows the host's launches; a spin kernel first (on the flush stream, which the
+                # trace leaves out) holds the device while the host queues the calls, so that the events time the
+                # device's work, not the host's launch rate under the profiler. As in the rounds, where the host
+                # runs ahead of the device.
+                with torch.cuda.stream(self._flush_stream):
+                    torch.cuda._sleep(HOLD_CYCLES)
                 for start, end in pairs:
                     self._flush_l2()
                     start.record()
@@ -172,10 +181,10 @@ class CudaTimer:
         )
         if not traced:
             return {"events_ms": events, "busy_ms": 0.0, "all_streams_ms": 0.0}
-        # Nothing ran on the device when the profiler started, and the first thing queued was a flush: the earliest
-        # device activity is on the flush stream (times are in microseconds).
+        # Nothing ran on the device when the profiler started, and the first thing queued was the spin kernel on the
+        # flush stream: the earliest device activity is on the flush stream (times are in microseconds).
         flush_stream = traced[0][2]
-        flushes = [(s, e) for s, e, stream in traced if stream == flush_stream]
+        flushes = [(s, e) for s, e, stream in traced if stream == flush_stream][1:]  # the spin kernel, then flushes
         work = [(s, e) for s, e, stream in traced if stream != flush_stream]
         all_streams = busy_ms(work) / 1e3 / calls
         per_call = busy_per_call(work, flushes) if len(flushes) == calls else []
