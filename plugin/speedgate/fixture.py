@@ -333,9 +333,9 @@ def _calibration(first: Measurement, again: Callable[[], Measurement], runs: int
     """--speedgate-calibrate: measure runs - 1 more times; the spread of the runs' speedups (the first is the one
     judged and blessed). Each run is a whole measurement (first call excluded, warm-up, its own rounds), in this
     process: fresh rounds see the clocks, thermals and other load drift between measurements, which one run's
-    interval does not. Not what differs between processes (a torch.compile'd reference picking another kernel per
-    process: bimodal on the H100); the calibration floor covers that, and tools/cpu_spread.py measures it. A fresh
-    process per run would need the plugin to orchestrate N pytest runs."""
+    interval does not. What differs between processes (a torch.compile'd reference picking another kernel, a Triton
+    kernel running 55-75% slower in some processes on the H100) only calibrated blesses in several processes see:
+    blessing.py keeps each process's speedup and widens the tolerance to their spread."""
     speedups = [first.speedup, *(again().speedup for _ in range(runs - 1))]
     return {"calibration_runs": runs, "calibration_spread": between_run_spread(speedups)}
 
