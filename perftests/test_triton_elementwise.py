@@ -10,7 +10,7 @@ from perftests.kernels.elementwise import (
     add_relu_scale_eager,
     vector_add,
 )
-from perftests.support.compiled import compare_with_compiled
+from perftests.support.compiled import compare_with_compiled, compiled_tolerance
 from perftests.support.elementwise import DTYPE_IDS, DTYPES, SCALE, inputs, sides, traffic
 
 pytestmark = pytest.mark.triton
@@ -29,7 +29,7 @@ def test_vector_add(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, torch.add(x, y))
     reference, optimized = sides("vector_add")
     perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
-    compare_with_compiled(perf, device, add, optimized, make, bytes=traffic(x))
+    compare_with_compiled(perf, device, add, optimized, make, bytes=traffic(x), **compiled_tolerance(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -43,4 +43,5 @@ def test_add_relu_scale(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, expected)
     reference, optimized = sides("add_relu_scale")
     perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
-    compare_with_compiled(perf, device, add_relu_scale_eager, optimized, make, fixed=(SCALE,), bytes=traffic(x))
+    compare_with_compiled(perf, device, add_relu_scale_eager, optimized, make, fixed=(SCALE,), bytes=traffic(x),
+                          **compiled_tolerance(dtype))
