@@ -110,7 +110,10 @@ def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([plugin_root, os.environ.get("PYTHONPATH", "")]),
            "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--update-baselines", *args], cwd=project.path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=group)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=group,
+                            # A run started in the background of a non-interactive shell inherits SIGINT ignored, and
+                            # Python then never turns it into KeyboardInterrupt: give the child the default back.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
