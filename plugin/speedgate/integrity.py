@@ -3,7 +3,9 @@ outside the timed interval (another stream). Pure: the numbers in, a reason to f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 # A time may beat the roofline floor computed from this run's measured ceilings by at most this factor before it is
 # implausible. The ceilings are measured (a device-to-device copy, a large matmul), so a good kernel can land a few
@@ -63,6 +65,25 @@ def busy_per_call(work: Iterable[tuple[float, float]], flushes: Iterable[tuple[f
         clipped = [(max(s, begin), min(e, end)) for s, e in spans if e > begin and s < end]
         found.append(busy_ms(clipped))
     return found
+
+
+def profiled_busy(traced: Sequence[tuple[float, float, Any]], calls: int) -> dict[str, float]:
+    """Busy milliseconds from a trace of `calls` profiled calls: (start us, end us, stream) of every device activity.
+
+    The trace begins with a spin kernel on the flush stream, then each call's flush on that stream and its work on
+    others. Returns the median busy time per call between flushes (`busy_ms`; the whole work over the calls when
+    the flushes cannot be told apart) and all the work's busy time over the calls (`all_streams_ms`)."""
+    ordered = sorted(traced)
+    if not ordered:
+        return {"busy_ms": 0.0, "all_streams_ms": 0.0}
+    # Nothing ran on the device when the profiler started, and the first thing queued was the spin kernel on the
+    # flush stream: the earliest device activity is on the flush stream.
+    flush_stream = ordered[0][2]
+    flushes = [(s, e) for s, e, stream in ordered if stream == flush_stream][1:]  # the spin kernel, then flushes
+    work = [(s, e) for s, e, stream in ordered if stream != flush_stream]
+    all_streams = busy_ms(work) / 1e3 / calls
+    per_call = busy_per_call(work, flushes) if len(flushes) == calls else []
+    return {"busy_ms": statistics.median(per_call) / 1e3 if per_call else all_streams, "all_streams_ms": all_streams}
 
 
 def outside_stream(case_id: str, side: str, event_ms: float, device_busy_ms: float) -> str | None:

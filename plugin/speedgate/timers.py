@@ -152,7 +152,7 @@ class CudaTimer:
 
         from torch.profiler import ProfilerActivity, profile
 
-        from .integrity import busy_ms, busy_per_call
+        from .integrity import profiled_busy
 
         torch = self._torch
         event = torch.cuda.Event
@@ -179,20 +179,7 @@ class CudaTimer:
             (e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
             for e in prof.events() if e.device_type == device
         )
-        if not traced:
-            return {"events_ms": events, "busy_ms": 0.0, "all_streams_ms": 0.0}
-        # Nothing ran on the device when the profiler started, and the first thing queued was the spin kernel on the
-        # flush stream: the earliest device activity is on the flush stream (times are in microseconds).
-        flush_stream = traced[0][2]
-        flushes = [(s, e) for s, e, stream in traced if stream == flush_stream][1:]  # the spin kernel, then flushes
-        work = [(s, e) for s, e, stream in traced if stream != flush_stream]
-        all_streams = busy_ms(work) / 1e3 / calls
-        per_call = busy_per_call(work, flushes) if len(flushes) == calls else []
-        return {
-            "events_ms": events,
-            "busy_ms": statistics.median(per_call) / 1e3 if per_call else all_streams,
-            "all_streams_ms": all_streams,
-        }
+        return {"events_ms": events, **profiled_busy(traced, calls)}
 
     def describe(self) -> str:
         return (
