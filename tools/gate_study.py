@@ -53,15 +53,8 @@ CASES = [
 def _spin_cycles_per_ms(torch: Any) -> float:
     """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5)."""
     cycles = 2_000_000
-    times = []
-    for _ in range(6):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return cycles / statistics.median(times[1:])
+    torch.cuda._sleep(cycles)  # a first launch, not timed
+    return cycles / _median_ms(torch, lambda: torch.cuda._sleep(cycles), calls=5)
 
 
 def _median_ms(torch: Any, fn: Callable[[], Any], calls: int = 7) -> float:

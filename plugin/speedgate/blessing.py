@@ -156,11 +156,11 @@ def bless(
     """The baseline document after blessing these results into existing (None: a new file)."""
     software = fingerprint.get("software", {})
     old = existing["cases"] if existing else {}
-    entries = {
-        r.case_id: _keep_calibration(_across_processes(case_entry(r, software, measured_at), old.get(r.case_id)), r,
-                                     old.get(r.case_id))
-        for r in cases
-    }
+
+    def entry(r: CompareResult, previous: dict[str, Any] | None) -> dict[str, Any]:
+        return _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous), r, previous)
+
+    entries = {r.case_id: entry(r, old.get(r.case_id)) for r in cases}
     return baseline_file.merge(
         existing,
         hardware_key=hardware_key,

@@ -155,8 +155,6 @@ class CudaTimer:
         from .integrity import profiled_busy
 
         torch = self._torch
-        event = torch.cuda.Event
-        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(calls)]
         torch.cuda.synchronize()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
@@ -167,18 +165,10 @@ class CudaTimer:
                 # runs ahead of the device.
                 with torch.cuda.stream(self._flush_stream):
                     torch.cuda._sleep(HOLD_CYCLES)
-                for start, end in pairs:
-                    self._flush_l2()
-                    start.record()
-                    fn()
-                    end.record()
-                torch.cuda.synchronize()
-        events = statistics.median(start.elapsed_time(end) for start, end in pairs)
+                events = statistics.median(self.time_each([fn] * calls))
         device = torch.autograd.DeviceType.CUDA
-        traced = sorted(
-            (e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
-            for e in prof.events() if e.device_type == device
-        )
+        traced = [(e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
+                  for e in prof.events() if e.device_type == device]
         return {"events_ms": events, **profiled_busy(traced, calls)}
 
     def describe(self) -> str:
