@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from speedgate.timers import spin_cycles_per_ms
+
 ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 
@@ -49,13 +51,6 @@ CASES = [
 
 
 # ---------------------------------------------------------------- the plugin side: inject a slowdown
-
-def _spin_cycles_per_ms(torch: Any) -> float:
-    """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5)."""
-    cycles = 2_000_000
-    torch.cuda._sleep(cycles)  # a first launch, not timed
-    return cycles / _median_ms(torch, lambda: torch.cuda._sleep(cycles), calls=5)
-
 
 def _median_ms(torch: Any, fn: Callable[[], Any], calls: int = 7) -> float:
     times = []
@@ -106,7 +101,7 @@ def pytest_configure(config: Any) -> None:
 
     def cycles_per_ms() -> float:
         if not rate:
-            rate.append(_spin_cycles_per_ms(torch))
+            rate.append(spin_cycles_per_ms(torch))
         return rate[0]
 
     plain = Perf.compare

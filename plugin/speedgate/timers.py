@@ -14,9 +14,34 @@ TIMER_CHOICES = ("auto", "cpu", "cuda")
 # Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
 # clock step in one call does not move. The first trace in a process costs about 4.5 s, later ones milliseconds.
 PROFILED_CALLS = 10
-# Clock cycles of the spin kernel that holds the device while the host queues the profiled calls: about 30 ms at
-# the H100's 1.98 GHz, several times what queueing 10 calls of a launch-heavy eager side took there.
-HOLD_CYCLES = 60_000_000
+# The spin kernel that holds the device while the host queues the profiled calls: 30 ms, several times what
+# queueing 10 calls of a launch-heavy eager side took under the profiler on the H100.
+PROFILE_HOLD_MS = 30.0
+# The rounds' hold before each batch covers what the host fell behind in the last one, and this much more: the
+# first launches of a batch (H100: one call of the persistent TMA matmul takes 0.14-0.22 ms to launch).
+HOLD_MARGIN_MS = 1.0
+# And a quarter more than that shortfall, since the host's pace changes from batch to batch.
+HOLD_SLACK = 1.25
+
+
+def hold_ms(host_ms: float, device_ms: float, calls_then: int, calls_now: int) -> float:
+    """How long to hold the device before queueing calls_now calls, so that the host is never behind the device.
+
+    host_ms: how long the host took to queue the last batch of calls_then calls; device_ms: the least the device
+    needed for that batch (the flushes plus each callable's fastest call in it: the calls timed while the host was
+    ahead). When the host is slower than the device, the events of the later calls would time the host's
+    launches; the hold makes up the difference.
+    """
+    behind_per_call = max(0.0, host_ms - device_ms) / max(1, calls_then)
+    return HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls_now
+
+
+def device_floor_ms(fns: Sequence[Fn], times: Sequence[float], flush_ms: float) -> float:
+    """The least device time a batch needed: each call at its callable's fastest in the batch, plus the flushes."""
+    fastest: dict[int, float] = {}
+    for fn, t in zip(fns, times):
+        fastest[id(fn)] = min(t, fastest.get(id(fn), t))
+    return sum(fastest[id(fn)] for fn in fns) + flush_ms * len(fns)
 
 
 class Timer(Protocol):
@@ -65,9 +90,14 @@ class CudaTimer:
     its own that the timed stream waits for (so a profiler trace can tell the flush from the work: see
     `profile_calls`). Events of a batch are read after one synchronisation, so the host does not stall
     between calls.
+
+    Before each batch a spin kernel holds the device while the host queues the batch's calls, long enough that
+    the host stays ahead of the device: the events then time the device's work, never the host's launches. Without
+    it a side whose launch costs as much as its kernel (the persistent TMA matmul: 0.14-0.22 ms to launch a
+    0.185 ms kernel on the H100) read 0.27-0.36 ms in some processes and 0.19 ms in others.
     """
 
-    name = "cuda-events"
+    name = "cuda-events-held"
 
     def __init__(self, torch: Any) -> None:
         if not torch.cuda.is_available():
@@ -79,15 +109,36 @@ class CudaTimer:
         self.l2_bytes = l2_bytes
         self._flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
         self._flush_stream = torch.cuda.Stream(device=device)
+        # Two events reused by every flush: the flush waits for the timed stream's work, the timed stream for the flush.
+        self._timed_done = torch.cuda.Event()
+        self._flushed = torch.cuda.Event()
         self.device_name = props.name
         self.properties = {
             "sm_count": int(props.multi_processor_count),
             "l2_mib": l2_bytes // 2**20,
             "compute_capability": f"{props.major}.{props.minor}",
         }
+        self.cycles_per_ms = spin_cycles_per_ms(torch)
+        self.flush_ms = self._median_flush_ms()
+        # What the last batch showed: (host ms to queue it, least device ms it needed, calls).
+        self._last_batch = (0.0, 0.0, 1)
+        self.held_ms = 0.0  # the holds' total, for the run's accounting
+        self.clock = time.perf_counter  # the host clock that measures how long the host takes to queue a batch
 
     def _sync(self) -> None:
         self._torch.cuda.synchronize()
+
+    def _median_flush_ms(self) -> float:
+        event = self._torch.cuda.Event
+        times = []
+        for _ in range(5):
+            start, end = event(enable_timing=True), event(enable_timing=True)
+            start.record()
+            self._flush.zero_()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return sorted(times)[2]
 
     def first_call(self, fn: Fn) -> tuple[float, Any]:
         self._sync()
@@ -96,25 +147,51 @@ class CudaTimer:
         self._sync()
         return (time.perf_counter_ns() - start) / 1e6, out
 
-    def _flush_l2(self) -> None:
+    def _flush_l2(self, timed: Any) -> None:
         """Write the flush buffer on the flush stream, after the timed stream's work so far; the timed stream waits."""
+        cuda = self._torch.cuda
+        self._timed_done.record(timed)
+        self._flush_stream.wait_event(self._timed_done)
+        cuda.set_stream(self._flush_stream)
+        try:
+            self._flush.zero_()
+        finally:
+            cuda.set_stream(timed)
+        self._flushed.record(self._flush_stream)
+        timed.wait_event(self._flushed)
+
+    def hold(self, ms: float) -> None:
+        """A spin kernel of about ms milliseconds on the flush stream: the next flush, and so the next call, waits."""
         cuda = self._torch.cuda
         timed = cuda.current_stream()
         self._flush_stream.wait_stream(timed)
-        with cuda.stream(self._flush_stream):
-            self._flush.zero_()
-        timed.wait_stream(self._flush_stream)
+        cuda.set_stream(self._flush_stream)
+        try:
+            cuda._sleep(max(1, round(ms * self.cycles_per_ms)))
+        finally:
+            cuda.set_stream(timed)
+        self.held_ms += ms
 
-    def time_each(self, fns: Sequence[Fn]) -> list[float]:
-        event = self._torch.cuda.Event
-        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in fns]
+    def time_each(self, fns: Sequence[Fn], hold: float | None = None) -> list[float]:
+        """Each fn once, in order, between events, after an L2 flush; the device held first (hold ms, or sized from
+        the last batch so that the host stays ahead)."""
+        cuda = self._torch.cuda
+        host_then, device_then, calls_then = self._last_batch
+        self.hold(hold_ms(host_then, device_then, calls_then, len(fns)) if hold is None else hold)
+        timed = cuda.current_stream()
+        pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
+        queued = self.clock()
         for fn, (start, end) in zip(fns, pairs):
-            self._flush_l2()
+            self._flush_l2(timed)
             start.record()
             fn()
             end.record()
+        host_ms = (self.clock() - queued) * 1e3
         self._sync()
-        return [start.elapsed_time(end) for start, end in pairs]
+        times = [start.elapsed_time(end) for start, end in pairs]
+        if hold is None:
+            self._last_batch = (host_ms, device_floor_ms(fns, times, self.flush_ms), len(fns))
+        return times
 
     def graphed(self, fn: Fn) -> Fn:
         """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
@@ -159,13 +236,9 @@ class CudaTimer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                # The profiler slows the host's launches; a spin kernel first (on the flush stream, which the
-                # trace leaves out) holds the device while the host queues the calls, so that the events time the
-                # device's work, not the host's launch rate under the profiler. As in the rounds, where the host
-                # runs ahead of the device.
-                with torch.cuda.stream(self._flush_stream):
-                    torch.cuda._sleep(HOLD_CYCLES)
-                events = statistics.median(self.time_each([fn] * calls))
+                # The profiler slows the host's launches: a hold of a fixed, generous length (the spin runs on the
+                # flush stream, which the trace leaves out), not one sized from the rounds' batches.
+                events = statistics.median(self.time_each([fn] * calls, hold=PROFILE_HOLD_MS))
         device = torch.autograd.DeviceType.CUDA
         traced = [(e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
                   for e in prof.events() if e.device_type == device]
@@ -176,6 +249,21 @@ class CudaTimer:
             f"CUDA events on {self.device_name}, L2 flushed before each call "
             f"({2 * self.l2_bytes // 2**20} MiB written), one call per sample"
         )
+
+
+def spin_cycles_per_ms(torch: Any) -> float:
+    """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5 spins of ~1 ms)."""
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles)  # a first launch, not timed
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return cycles / sorted(times)[2]
 
 
 def cuda_usable() -> bool:
