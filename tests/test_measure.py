@@ -107,3 +107,28 @@ def test_stopping_checks_stay_under_a_tenth_of_the_timed_work(monkeypatch: pytes
     assert m.rounds == 2000
     assert m.stats_seconds <= measure.STATS_SHARE * timed_s + 0.02  # at most one check over the share
     assert len(calls) - 1 <= measure.STATS_SHARE * timed_s / 0.005 + 2  # checks skipped, not run every batch
+
+
+class HeldTimer(ScriptedTimer):
+    """A timer like CudaTimer that picks the rounds' timer for the two sides (held, or each call from an idle device)."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        super().__init__({"ref": 3.0, "opt": 1.5})
+        self.asked: list[bool] = []
+        self.idle = ScriptedTimer({"ref": 4.0, "opt": 3.0})
+        self.idle.name = "idle-start"
+
+    def for_sides(self, reference, optimized, latency=False):
+        self.asked.append(latency)
+        return self.idle if latency else self
+
+
+def test_the_rounds_use_the_timer_the_sides_call_for() -> None:
+    timer = HeldTimer()
+    held = measure_pair(ref, opt, timer, Policy(warmup_s=0))
+    assert held.timer == "held" and held.speedup == pytest.approx(2.0)
+    idle = measure_pair(ref, opt, timer, Policy(warmup_s=0), latency=True)
+    assert idle.timer == "idle-start" and idle.reference_ms == 4.0 and idle.speedup == pytest.approx(4 / 3)
+    assert timer.asked == [False, True]

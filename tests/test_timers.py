@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from speedgate import timers
 from speedgate.timers import HOLD_MARGIN_MS, HOLD_SLACK, CudaTimer, device_floor_ms, hold_ms
 
 
@@ -145,14 +146,50 @@ def test_an_explicit_hold_is_not_learned_from():
     assert cuda.spins[-1] == pytest.approx(HOLD_MARGIN_MS * 1000, rel=1e-3)  # the 30 ms profiled batch taught nothing
 
 
-def test_timing_accuracy_is_the_judged_median_over_the_devices_busy_time():
+def test_timing_accuracy_is_the_profiled_events_over_the_busy_time_of_the_same_calls():
     from speedgate.results import CompareResult
-
     from speedgate.verdict import Verdict
 
     fields = dict(case_id="t.py::a", nodeid="t.py::a", name=None, hardware_key="gpu", note="", timed=True,
                   verdict=Verdict.PASS, speedup=1.0, tolerance=0.1)
-    host_bound = CompareResult.from_json({**fields, "optimized_ms": 0.30, "optimized_profiled_ms": 0.186,
-                                           "optimized_busy_ms": 0.185})
-    assert host_bound.timing_accuracy == pytest.approx(0.30 / 0.185)  # the rounds' median, not the profiled calls'
-    assert CompareResult.from_json({**fields, "optimized_ms": 0.30}).timing_accuracy is None
+    result = CompareResult.from_json({**fields, "optimized_ms": 1.6, "optimized_profiled_ms": 1.418,
+                                      "optimized_busy_ms": 1.413})
+    assert result.timing_accuracy == pytest.approx(1.418 / 1.413)  # not the rounds' 1.6 ms: a power state, not error
+    assert CompareResult.from_json({**fields, "optimized_ms": 1.6}).timing_accuracy is None
+
+
+def syncing(cuda: SimCuda):
+    """A side that launches its kernel and then waits for it (an .item() inside)."""
+    def side() -> None:
+        cuda.run("side")
+        cuda.synchronize()
+    return side
+
+
+def test_a_side_that_waits_for_the_device_is_found_and_a_plain_one_is_not():
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    assert timer.synchronizes(syncing(cuda))
+    assert not timer.synchronizes(lambda: cuda.run("side"))
+
+
+def test_such_a_side_is_timed_from_an_idle_device_and_never_grows_the_hold():
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    plain = lambda: cuda.run("side")  # noqa: E731
+    rounds = timer.for_sides(plain, syncing(cuda))
+    assert rounds.name == "cuda-events-idle-start" and "optimized side" in rounds.describe()
+    spins = len(cuda.spins)
+    times = rounds.time_each([plain, syncing(cuda)] * 20)
+    assert len(cuda.spins) == spins  # no hold: the host waits for the device before each call
+    # From an idle device a call costs its launch and its kernel, one after the other.
+    assert all(t == pytest.approx(0.30 + 0.185, abs=0.002) for t in times)
+    assert timer.for_sides(plain, plain) is timer
+
+
+def test_latency_is_asked_for_by_the_case():
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    plain = lambda: cuda.run("side")  # noqa: E731
+    assert timer.for_sides(plain, plain, latency=True).describe().endswith("(latency=True)")
+
+
+def test_the_hold_is_capped():
+    assert hold_ms(host_ms=10_000.0, device_ms=1.0, calls_then=10, calls_now=10) == timers.HOLD_CAP_MS

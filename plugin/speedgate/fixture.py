@@ -82,6 +82,7 @@ class Perf:
         graph: bool = False,
         outputs: Callable[[], Any] | None = None,
         inputs: Callable[[int], Sequence[Any]] | None = None,
+        latency: bool = False,
     ) -> CompareResult:
         """Check that optimized matches reference, time both side by side, and gate the speedup.
 
@@ -101,7 +102,11 @@ class Perf:
         reported. graph=True (GPU) captures both sides into CUDA graphs after warm-up and times their replays: for
         kernels of tens of microseconds, where host launch overhead would otherwise leak into the samples; it
         measures the device's work only, so never use it for a case about launch overhead (nor with inputs=: a
-        graph replays the inputs it captured). A regression does not raise here: the test fails after its body, so
+        graph replays the inputs it captured). On the GPU the rounds time the device's work: a spin kernel holds
+        the device while the host queues each batch of calls, so a slow launch does not leak into the times.
+        latency=True (GPU) times each call from an idle device instead, its host work included: for cases about
+        launch overhead (a graph break, Python between kernels); a side that synchronizes inside is timed that way
+        anyway, and the report's timer says so. A regression does not raise here: the test fails after its body, so
         every comparison in it is measured and reported.
         """
         common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
@@ -138,14 +143,14 @@ class Perf:
             checker.again(reference_fn, optimized_fn)
 
         measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,
-                                   prepare_rounds=prepare, after_rounds=after_rounds)
+                                   prepare_rounds=prepare, after_rounds=after_rounds, latency=latency)
         _check_measurable(case_id, measurement)
         throttled = (
             throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
         )
 
         def again() -> Measurement:
-            m = measure_pair(ref, opt, timer, policy)
+            m = measure_pair(ref, opt, timer, policy, latency=latency)
             _check_measurable(case_id, m)
             return m
 

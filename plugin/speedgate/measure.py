@@ -172,6 +172,7 @@ def measure_pair(
     before_rounds: Callable[[], Callable[[], None]] | None = None,
     prepare_rounds: Callable[[Fn], Fn] | None = None,
     after_rounds: Callable[[Fn, Fn, Rounds], None] | None = None,
+    latency: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measurement:
     """Time reference against optimized in interleaved rounds until the interval is narrow or time runs out.
@@ -199,11 +200,16 @@ def measure_pair(
         reference, optimized = prepare_rounds(reference), prepare_rounds(optimized)
         warm.extend(timer.time_each([reference, optimized] * policy.warmup_calls))
 
+    # The timer for these sides (CudaTimer: its device hold, or each call from an idle device when latency is asked
+    # for or a side synchronizes; see timers.IdleStart).
+    for_sides = getattr(timer, "for_sides", None)
+    rounds_timer: Timer = for_sides(reference, optimized, latency=latency) if for_sides is not None else timer
+
     def take(first: int, count: int) -> tuple[list[float], list[float]]:
         order: list[Fn] = []
         for i in range(first, first + count):
             order.extend([reference, optimized] if i % 2 == 0 else [optimized, reference])
-        times = timer.time_each(order)
+        times = rounds_timer.time_each(order)
         pairs = [(times[2 * k], times[2 * k + 1]) for k in range(count)]
         return ([a if (first + k) % 2 == 0 else b for k, (a, b) in enumerate(pairs)],
                 [b if (first + k) % 2 == 0 else a for k, (a, b) in enumerate(pairs)])
@@ -219,7 +225,7 @@ def measure_pair(
     return measurement_from_samples(
         rounds.reference, rounds.optimized, reference_first_ms=reference_first_ms,
         optimized_first_ms=optimized_first_ms, seconds=rounds.seconds, stopped_by=rounds.stopped_by,
-        timer=timer.name, confidence=policy.confidence, stats_seconds=rounds.stats_seconds,
+        timer=rounds_timer.name, confidence=policy.confidence, stats_seconds=rounds.stats_seconds,
     )
 
 

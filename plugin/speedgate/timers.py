@@ -22,6 +22,11 @@ PROFILE_HOLD_MS = 30.0
 HOLD_MARGIN_MS = 1.0
 # And a quarter more than that shortfall, since the host's pace changes from batch to batch.
 HOLD_SLACK = 1.25
+# Never longer than this: a batch is about 50 ms of work, and a side the hold cannot put behind the host (one that
+# synchronizes unnoticed) must not grow it without end.
+HOLD_CAP_MS = 100.0
+# The shortest hold behind which a call is watched for making the host wait (CudaTimer.synchronizes).
+SYNC_PROBE_MS = 20.0
 
 
 def hold_ms(host_ms: float, device_ms: float, calls_then: int, calls_now: int) -> float:
@@ -33,7 +38,7 @@ def hold_ms(host_ms: float, device_ms: float, calls_then: int, calls_now: int) -
     launches; the hold makes up the difference.
     """
     behind_per_call = max(0.0, host_ms - device_ms) / max(1, calls_then)
-    return HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls_now
+    return min(HOLD_CAP_MS, HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls_now)
 
 
 def device_floor_ms(fns: Sequence[Fn], times: Sequence[float], flush_ms: float) -> float:
@@ -172,10 +177,13 @@ class CudaTimer:
             cuda.set_stream(timed)
         self.held_ms += ms
 
-    def time_each(self, fns: Sequence[Fn], hold: float | None = None) -> list[float]:
+    def time_each(self, fns: Sequence[Fn], hold: float | None = None, idle: bool = False) -> list[float]:
         """Each fn once, in order, between events, after an L2 flush; the device held first (hold ms, or sized from
-        the last batch so that the host stays ahead)."""
+        the last batch so that the host stays ahead). idle=True: no hold; the host waits for the device before each
+        call, so each call starts on an idle device and its events include its host work (see IdleStart)."""
         cuda = self._torch.cuda
+        if idle:
+            return self._time_idle(fns)
         host_then, device_then, calls_then = self._last_batch
         self.hold(hold_ms(host_then, device_then, calls_then, len(fns)) if hold is None else hold)
         timed = cuda.current_stream()
@@ -192,6 +200,50 @@ class CudaTimer:
         if hold is None:
             self._last_batch = (host_ms, device_floor_ms(fns, times, self.flush_ms), len(fns))
         return times
+
+    def _time_idle(self, fns: Sequence[Fn]) -> list[float]:
+        cuda = self._torch.cuda
+        timed = cuda.current_stream()
+        pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
+        for fn, (start, end) in zip(fns, pairs):
+            self._flush_l2(timed)
+            self._sync()
+            start.record()
+            fn()
+            end.record()
+        self._sync()
+        return [start.elapsed_time(end) for start, end in pairs]
+
+    def synchronizes(self, fn: Fn) -> bool:
+        """Whether a call of fn makes the host wait for the device (an .item(), a .cpu(), a synchronize inside).
+
+        Behind a hold several times its own length, a call that does not wait returns long before the hold ends;
+        one that waits returns after it. Holding cannot put the host ahead of such a call.
+        """
+        cuda = self._torch.cuda
+        self._sync()
+        started = self.clock()
+        fn()
+        plain_ms = (self.clock() - started) * 1e3  # on an idle device: its host work, plus the device's if it waits
+        self._sync()
+        hold = max(SYNC_PROBE_MS, 4 * plain_ms)
+        self.hold(hold)
+        self._flush_l2(cuda.current_stream())  # the timed stream now waits for the hold
+        started = self.clock()
+        fn()
+        waited_ms = (self.clock() - started) * 1e3
+        self._sync()
+        return waited_ms >= hold / 2
+
+    def for_sides(self, reference: Fn, optimized: Fn, latency: bool = False) -> Timer:
+        """The timer for the rounds of these two sides: this one, or IdleStart when the case asks for latency or a
+        side synchronizes (a hold would only leave the device idle while that side waits for it)."""
+        if latency:
+            return IdleStart(self, "latency=True")
+        for side, fn in (("reference", reference), ("optimized", optimized)):
+            if self.synchronizes(fn):
+                return IdleStart(self, f"the {side} side makes the host wait for the device")
+        return self
 
     def graphed(self, fn: Fn) -> Fn:
         """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
@@ -249,6 +301,28 @@ class CudaTimer:
             f"CUDA events on {self.device_name}, L2 flushed before each call "
             f"({2 * self.l2_bytes // 2**20} MiB written), one call per sample"
         )
+
+
+class IdleStart:
+    """CudaTimer with every call started on an idle device: the host waits for the device (after the flush) before
+    each call, so the events time the call's host work (launches, Python, a graph break) together with its device work
+    that does not overlap it. What one call costs from a standing start; used for cases about launch overhead
+    (perf.compare(..., latency=True)) and for sides that synchronize inside (a hold cannot help those)."""
+
+    name = "cuda-events-idle-start"
+
+    def __init__(self, timer: CudaTimer, why: str) -> None:
+        self._timer = timer
+        self.why = why
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        return self._timer.first_call(fn)
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        return self._timer.time_each(fns, idle=True)
+
+    def describe(self) -> str:
+        return f"{self._timer.describe()}; each call started on an idle device ({self.why})"
 
 
 def spin_cycles_per_ms(torch: Any) -> float:
