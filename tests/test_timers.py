@@ -54,6 +54,9 @@ class SimCuda:
             def synchronize(self) -> None:
                 sim.host = max(sim.host, sim.device)
 
+            def query(self) -> bool:
+                return self.at <= sim.host
+
             def elapsed_time(self, end: Event) -> float:
                 return end.at - self.at
 
@@ -193,3 +196,31 @@ def test_latency_is_asked_for_by_the_case():
 
 def test_the_hold_is_capped():
     assert hold_ms(host_ms=10_000.0, device_ms=1.0, calls_then=10, calls_now=10) == timers.HOLD_CAP_MS
+
+
+def test_the_profiled_calls_are_queued_again_behind_a_longer_hold_until_the_host_was_ahead():
+    import contextlib
+
+    timer, cuda = sim_timer(kernel_ms=1.0, launch_ms=4.0)  # 10 calls take the host 40 ms to queue: beyond 30 ms
+    side = lambda: cuda.run("side")  # noqa: E731
+    entered: list[int] = []
+
+    def trace() -> contextlib.AbstractContextManager[int]:
+        entered.append(len(entered))
+        return contextlib.nullcontext(entered[-1])
+
+    times, last = timer.queued_ahead([side] * 10, trace)
+    assert entered == [0, 1] and last == 1  # traced twice; the second trace is the one returned
+    assert timer.last_ahead and cuda.spins[-1] == pytest.approx(2 * timer.last_queued_ms * 1000, rel=0.01)
+    assert all(t == pytest.approx(1.0, abs=0.002) for t in times)
+
+
+def test_a_side_the_first_hold_covers_is_traced_once():
+    import contextlib
+
+    timer, cuda = sim_timer(kernel_ms=0.5, launch_ms=0.05)
+    side = lambda: cuda.run("side")  # noqa: E731
+    entered = []
+    timer.queued_ahead([side] * 10, lambda: contextlib.nullcontext(entered.append(1)))
+    assert len(entered) == 1 and timer.last_ahead
+    assert cuda.spins[-1] == pytest.approx(timers.PROFILE_HOLD_MS * 1000, rel=1e-3)

@@ -14,9 +14,13 @@ TIMER_CHOICES = ("auto", "cpu", "cuda")
 # Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
 # clock step in one call does not move. The first trace in a process costs about 4.5 s, later ones milliseconds.
 PROFILED_CALLS = 10
-# The spin kernel that holds the device while the host queues the profiled calls: 30 ms, several times what
-# queueing 10 calls of a launch-heavy eager side took under the profiler on the H100.
+# The spin kernel that holds the device while the host queues the profiled calls: 30 ms first, several times what
+# queueing 10 calls of a single-kernel side takes under the profiler. When the host still fell behind (a
+# launch-bound model: 10 calls took longer), the calls are traced again behind twice the host's queueing time, up
+# to PROFILE_HOLD_CAP_MS.
 PROFILE_HOLD_MS = 30.0
+PROFILE_HOLD_CAP_MS = 2000.0
+PROFILE_TRIES = 3
 # The rounds' hold before each batch covers what the host fell behind in the last one, and this much more: the
 # first launches of a batch (H100: one call of the persistent TMA matmul takes 0.14-0.22 ms to launch).
 HOLD_MARGIN_MS = 1.0
@@ -117,6 +121,7 @@ class CudaTimer:
         # Two events reused by every flush: the flush waits for the timed stream's work, the timed stream for the flush.
         self._timed_done = torch.cuda.Event()
         self._flushed = torch.cuda.Event()
+        self._hold_ended = torch.cuda.Event()  # recorded after each hold: still pending once all is queued = ahead
         self.device_name = props.name
         self.properties = {
             "sm_count": int(props.multi_processor_count),
@@ -129,6 +134,10 @@ class CudaTimer:
         self._last_batch = (0.0, 0.0, 1)
         self.held_ms = 0.0  # the holds' total, for the run's accounting
         self.clock = time.perf_counter  # the host clock that measures how long the host takes to queue a batch
+        # The last held batch: whether the hold was still running when the host had queued it all, and how long
+        # the queueing took (ms).
+        self.last_ahead = True
+        self.last_queued_ms = 0.0
 
     def _sync(self) -> None:
         self._torch.cuda.synchronize()
@@ -173,6 +182,7 @@ class CudaTimer:
         cuda.set_stream(self._flush_stream)
         try:
             cuda._sleep(max(1, round(ms * self.cycles_per_ms)))
+            self._hold_ended.record(self._flush_stream)
         finally:
             cuda.set_stream(timed)
         self.held_ms += ms
@@ -195,6 +205,7 @@ class CudaTimer:
             fn()
             end.record()
         host_ms = (self.clock() - queued) * 1e3
+        self.last_ahead, self.last_queued_ms = not self._hold_ended.query(), host_ms
         self._sync()
         times = [start.elapsed_time(end) for start, end in pairs]
         if hold is None:
@@ -268,6 +279,19 @@ class CudaTimer:
 
         return run
 
+    def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any]) -> tuple[list[float], Any]:
+        """time_each(fns) inside context(), behind a hold long enough that the host queued every call before the
+        device started the first: PROFILE_HOLD_MS, then (up to PROFILE_TRIES times) twice the host's queueing time.
+        Returns the times and the last context entered (the profiler, whose trace is of the last try)."""
+        hold = PROFILE_HOLD_MS
+        for _ in range(PROFILE_TRIES):
+            with context() as entered:
+                times = self.time_each(fns, hold=hold)
+            if self.last_ahead or hold >= PROFILE_HOLD_CAP_MS:
+                break
+            hold = min(PROFILE_HOLD_CAP_MS, 2 * self.last_queued_ms)
+        return times, entered
+
     def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, float]:
         """`calls` calls of fn timed exactly as the rounds time them (flush, events, call), under torch.profiler.
 
@@ -287,10 +311,10 @@ class CudaTimer:
         torch.cuda.synchronize()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                # The profiler slows the host's launches: a hold of a fixed, generous length (the spin runs on the
-                # flush stream, which the trace leaves out), not one sized from the rounds' batches.
-                events = statistics.median(self.time_each([fn] * calls, hold=PROFILE_HOLD_MS))
+            # The profiler slows the host's launches: a hold of its own (the spin runs on the flush stream, which
+            # the trace leaves out), not one sized from the rounds' batches.
+            times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]))
+        events = statistics.median(times)
         device = torch.autograd.DeviceType.CUDA
         traced = [(e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
                   for e in prof.events() if e.device_type == device]
