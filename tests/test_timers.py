@@ -224,3 +224,14 @@ def test_a_side_the_first_hold_covers_is_traced_once():
     timer.queued_ahead([side] * 10, lambda: contextlib.nullcontext(entered.append(1)))
     assert len(entered) == 1 and timer.last_ahead
     assert cuda.spins[-1] == pytest.approx(timers.PROFILE_HOLD_MS * 1000, rel=1e-3)
+
+
+def test_a_side_that_waits_for_the_device_is_traced_once():
+    import contextlib
+
+    timer, cuda = sim_timer(kernel_ms=1.0, launch_ms=4.0)
+    waits = syncing(cuda)
+    timer.for_sides(waits, waits)
+    entered: list[int] = []
+    timer.queued_ahead([waits] * 10, lambda: contextlib.nullcontext(entered.append(1)))
+    assert len(entered) == 1 and not timer.last_ahead
