@@ -97,6 +97,19 @@ def test_improvement_reported_and_strict_fails_it(project: pytest.Pytester) -> N
     strict.stdout.fnmatch_lines(["*strict mode: bless the improvement*"])
 
 
+def test_a_verdict_against_an_entry_blessed_with_another_timer_says_so(project: pytest.Pytester) -> None:
+    make_tests(project, "\ndef test_fast(perf):\n    perf.compare(ref_2ms, opt_500us)\n")
+    path = write_baseline(project.path, {"test_cases.py::test_fast": 2.0})
+    doc = json.loads(path.read_text())
+    doc["cases"]["test_cases.py::test_fast"]["timer"] = "cuda-events"
+    path.write_text(json.dumps(doc))
+    result = project.runpytest("--speedgate-json", "report.json")
+    result.assert_outcomes(passed=1)
+    (case,) = json.loads((project.path / "report.json").read_text())["cases"]
+    assert case["verdict"] == "improved"
+    assert f"timed with {case['timer']}, blessed with cuda-events: re-bless with this timer" in case["note"]
+
+
 def test_new_case_reported_and_strict_fails_it(project: pytest.Pytester) -> None:
     make_tests(project, "\ndef test_new(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
     write_baseline(project.path, {"test_cases.py::other": 2.0})

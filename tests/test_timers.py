@@ -13,16 +13,29 @@ from types import SimpleNamespace
 import pytest
 
 from speedgate import timers
-from speedgate.timers import HOLD_MARGIN_MS, HOLD_SLACK, CudaTimer, device_floor_ms, hold_ms
+from speedgate.timers import HOLD_MARGIN_MS, HOLD_SLACK, CudaTimer, device_floor_ms, hold_ms, learn_hold
 
 
 def test_no_hold_beyond_the_margin_when_the_host_kept_ahead():
-    assert hold_ms(host_ms=5.0, device_ms=20.0, calls_then=100, calls_now=100) == HOLD_MARGIN_MS
+    behind, limit = learn_hold([0.05 * (i + 1) for i in range(100)], device_ms=20.0, hold=HOLD_MARGIN_MS)
+    assert behind == 0.0 and limit is None
+    assert hold_ms(behind, 100) == HOLD_MARGIN_MS
 
 
 def test_the_hold_makes_up_what_the_host_fell_behind_per_call_scaled_to_the_new_batch():
     # 100 calls: the host took 30 ms to queue what the device needed 20 ms for: 0.1 ms behind per call.
-    assert hold_ms(30.0, 20.0, 100, 50) == pytest.approx(HOLD_MARGIN_MS + HOLD_SLACK * 0.1 * 50)
+    behind, limit = learn_hold([0.3 * (i + 1) for i in range(100)], device_ms=20.0, hold=5.0)
+    assert behind == pytest.approx(0.1) and limit is None
+    assert hold_ms(behind, 50) == pytest.approx(HOLD_MARGIN_MS + HOLD_SLACK * 0.1 * 50)
+
+
+def test_a_host_that_waited_for_the_hold_learns_no_shortfall_and_limits_the_hold():
+    # Calls 0-3 queued in 2 ms; call 4 blocked until the 40 ms hold ended (a full launch queue).
+    marks = [0.5, 1.0, 1.5, 2.0, 41.0, 41.5]
+    assert learn_hold(marks, device_ms=3.0, hold=40.0) == (None, 2.0)
+    assert hold_ms(5.0, 100, limit=2.0) == 2.0
+    # Behind a margin's hold a slow call teaches its shortfall (nothing shows it waited).
+    assert learn_hold([20.0, 40.0], device_ms=10.0, hold=HOLD_MARGIN_MS) == (15.0, None)
 
 
 def test_the_device_floor_takes_each_callables_fastest_call_and_the_flushes():
@@ -31,28 +44,55 @@ def test_the_device_floor_takes_each_callables_fastest_call_and_the_flushes():
 
 
 class SimCuda:
-    """Host and device clocks in ms. Each launch costs the host `launch_ms[name]`; the device runs queued work in
-    order, each item when the host has launched it and the device is free (one stream's worth of ordering: enough
-    here, since the flush and the timed stream wait for each other)."""
+    """Host and device clocks in ms, and streams that order their own work and wait for each other's events.
+
+    Each launch costs the host `launch_ms[name]`; a kernel starts when the host has launched it, its stream's
+    earlier work (and any event the stream waits for) is done and the device is free (one kernel at a time). A
+    stream holds at most QUEUE pending items: launching one more blocks the host until the oldest is done.
+    """
+
+    QUEUE = 1024
 
     def __init__(self, kernel_ms: dict[str, float], launch_ms: dict[str, float]) -> None:
         self.host = 0.0
-        self.device = 0.0
+        self.free = 0.0  # when the device finishes the work queued so far
         self.kernel_ms, self.launch_ms = kernel_ms, launch_ms
         self.spins: list[int] = []
-        self.streams_set: list[object] = []
         sim = self
+
+        class Stream:
+            def __init__(self, device: object = None) -> None:
+                self.ready = 0.0  # when this stream's queued work (and what it waits for) is done
+                self.pending: list[float] = []  # completion times of its queued items
+
+            def enqueue(self, duration: float) -> float:
+                self.pending = [t for t in self.pending if t > sim.host]
+                if len(self.pending) >= SimCuda.QUEUE:
+                    sim.host = min(self.pending)  # the host blocks until the oldest item is done
+                    self.pending = [t for t in self.pending if t > sim.host]
+                begin = max(self.ready, sim.host, sim.free if duration else 0.0)
+                self.ready = begin + duration
+                if duration:
+                    sim.free = self.ready
+                self.pending.append(self.ready)
+                return self.ready
+
+            def wait_event(self, event: Event) -> None:
+                self.ready = max(self.ready, event.at)
+
+            def wait_stream(self, stream: Stream) -> None:
+                self.ready = max(self.ready, stream.ready)
 
         class Event:
             def __init__(self, enable_timing: bool = False) -> None:
                 self.at = 0.0
 
-            def record(self, stream: object = None) -> None:
+            def record(self, stream: Stream | None = None) -> None:
                 sim.host += 0.001
-                self.at = sim.device = max(sim.device, sim.host)
+                self.at = (stream or sim.current).enqueue(0.0)
 
             def synchronize(self) -> None:
-                sim.host = max(sim.host, sim.device)
+                sim.host = max(sim.host, self.at)
 
             def query(self) -> bool:
                 return self.at <= sim.host
@@ -60,22 +100,14 @@ class SimCuda:
             def elapsed_time(self, end: Event) -> float:
                 return end.at - self.at
 
-        class Stream:
-            def __init__(self, device: object = None) -> None:
-                pass
-
-            def wait_event(self, event: object) -> None:
-                pass
-
-            def wait_stream(self, stream: object) -> None:
-                pass
-
         self.Event, self.Stream = Event, Stream
-        self.timed = Stream()
+        self.timed = self.current = Stream()
+        self.streams = [self.timed]
 
     def run(self, name: str) -> None:
+        """Launch kernel `name` on the current stream."""
         self.host += self.launch_ms[name]
-        self.device = max(self.device, self.host) + self.kernel_ms[name]
+        self.current.enqueue(self.kernel_ms[name])
 
     # torch.cuda's surface that CudaTimer uses
     def is_available(self) -> bool:
@@ -88,18 +120,18 @@ class SimCuda:
         return SimpleNamespace(L2_cache_size=2**20, name="sim", multi_processor_count=1, major=9, minor=0)
 
     def current_stream(self) -> object:
-        return self.timed
+        return self.current
 
     def set_stream(self, stream: object) -> None:
-        self.streams_set.append(stream)
+        self.current = stream
 
     def synchronize(self) -> None:
-        self.host = max(self.host, self.device)
+        self.host = max([self.host, *(s.ready for s in self.streams)])
 
     def _sleep(self, cycles: int) -> None:
         self.spins.append(cycles)
         self.host += 0.001
-        self.device = max(self.device, self.host) + cycles / 1000.0  # 1000 cycles per ms
+        self.current.enqueue(cycles / 1000.0)  # 1000 cycles per ms
 
 
 class SimTorch:
@@ -113,8 +145,9 @@ class SimTorch:
 
 
 def sim_timer(kernel_ms: float, launch_ms: float) -> tuple[CudaTimer, SimCuda]:
-    cuda = SimCuda({"flush": 0.03, "side": kernel_ms}, {"flush": 0.005, "side": launch_ms})
+    cuda = SimCuda({"flush": 0.03, "side": kernel_ms, "small": 0.01}, {"flush": 0.005, "side": launch_ms, "small": 0.005})
     timer = CudaTimer(SimTorch(cuda))
+    cuda.streams.append(timer._flush_stream)
     timer.clock = lambda: cuda.host / 1e3  # the simulation's host clock, in seconds like perf_counter
     return timer, cuda
 
@@ -137,7 +170,7 @@ def test_a_side_whose_kernel_outlasts_its_launch_is_held_only_by_the_margin():
         assert statistics.median(timer.time_each([side] * 50)) == pytest.approx(0.5, abs=1e-6)
     assert cuda.spins[-1] == pytest.approx(HOLD_MARGIN_MS * 1000, rel=1e-3)
     # The flush runs on the flush stream, and the timed stream is current again after it.
-    assert cuda.streams_set[-1] is cuda.timed
+    assert cuda.current is cuda.timed
 
 
 def test_an_explicit_hold_is_not_learned_from():
@@ -195,7 +228,7 @@ def test_latency_is_asked_for_by_the_case():
 
 
 def test_the_hold_is_capped():
-    assert hold_ms(host_ms=10_000.0, device_ms=1.0, calls_then=10, calls_now=10) == timers.HOLD_CAP_MS
+    assert hold_ms(behind_per_call=1000.0, calls=10) == timers.HOLD_CAP_MS
 
 
 def test_the_profiled_calls_are_queued_again_behind_a_longer_hold_until_the_host_was_ahead():
@@ -235,3 +268,32 @@ def test_a_side_that_waits_for_the_device_is_traced_once():
     entered: list[int] = []
     timer.queued_ahead([waits] * 10, lambda: contextlib.nullcontext(entered.append(1)))
     assert len(entered) == 1 and not timer.last_ahead
+
+
+def test_a_side_of_many_kernels_that_fills_the_launch_queue_does_not_grow_the_hold():
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    cuda.kernel_ms["tiny"], cuda.launch_ms["tiny"] = 0.002, 0.005  # launched slower than they run
+
+    def many() -> None:  # 16 kernels a call: 200 calls overflow the launch queue long before they are queued
+        for _ in range(16):
+            cuda.run("tiny")
+
+    timer.for_sides(many, many)
+    batches = [timer.time_each([many] * 200) for _ in range(8)]
+    holds_ms = [spin / 1000 for spin in cuda.spins[-8:]]
+    # It grew by a quarter every batch (6.5, 8.7, 11.4, ... 30.8 ms) when a host blocked on the full queue read as
+    # "behind"; now the hold stops at what the host takes to fill the queue.
+    assert max(holds_ms) < 12 and holds_ms[-1] == holds_ms[-2] < 5
+    # The calls queued while the hold ran are timed at their device time.
+    assert all(t == pytest.approx(16 * 0.002, abs=0.002) for t in batches[-1][:50])
+
+
+def test_the_flush_and_the_hold_gate_the_timed_stream():
+    # The host launches this side slower than the device runs it: only a hold that the timed stream really waits
+    # for (through the flush stream) puts the host ahead, and then every call reads its kernel's time.
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    side = lambda: cuda.run("side")  # noqa: E731
+    timer.time_each([side] * 100)
+    times = timer.time_each([side] * 100)
+    assert all(t == pytest.approx(0.185, abs=0.002) for t in times)
+    assert cuda.timed.ready >= timer._flush_stream.ready  # the timed stream's work came after the flush stream's

@@ -211,7 +211,8 @@ class Checker:
 
 
 def check_streams(case_id: str, timer: Any, reference: Fn, optimized: Fn) -> dict[str, float]:
-    """On the GPU, once per comparison: a few calls of each side timed as the rounds time them, under the profiler.
+    """On the GPU, once per comparison: a few calls of each side timed behind a hold (as the rounds time a comparison
+    without latency=True; a latency comparison's host work is not what the profiler checks), under the profiler.
     Records the events' median of those calls beside the device's busy time per call (the timing-accuracy figure),
     and fails a side whose work on all streams does not fit in its timed interval. {} where there is no profiler."""
     profile = getattr(timer, "profile_calls", None)

@@ -114,6 +114,9 @@ class Perf:
         mode = common["check"] = gate.check_mode(check, outputs, case_id)
         if graph and inputs is not None:
             raise ValueError(f"speedgate: {case_id}: graph=True replays the inputs it captured; it cannot rotate inputs=")
+        if graph and latency:
+            raise ValueError(f"speedgate: {case_id}: graph=True times the device's work only, latency=True the host's "
+                             "work too: choose one")
         sets = InputSets(inputs, case_id) if inputs is not None else None
         # The reference's first call runs first (measure_pair): only its outputs= must be copied.
         ref = Side(reference, "reference", case_id, sets, outputs, copy=True)
@@ -150,7 +153,7 @@ class Perf:
         )
 
         def again() -> Measurement:
-            m = measure_pair(ref, opt, timer, policy, latency=latency)
+            m = measure_pair(ref, opt, timer, policy, prepare_rounds=prepare, latency=latency)
             _check_measurable(case_id, m)
             return m
 

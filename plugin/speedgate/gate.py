@@ -94,6 +94,9 @@ def judge_measurement(
         words, moved["reference_change"], moved["optimized_change"] = which_side_moved(
             measurement.reference_ms, measurement.optimized_ms, entry, software)
         note = f"{note}; {words}"
+    blessed_timer = entry.get("timer") if entry else None
+    if blessed_timer and blessed_timer != measurement.timer and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+        note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
     if entry and entry.get("config") is not None and config is not None and entry["config"] != config:
         note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config}".lstrip("; ")

@@ -187,23 +187,23 @@ def measure_pair(
         on_first_outputs(ref_out, opt_out)
     del ref_out, opt_out
 
+    # The timer for these sides, warm-up included (CudaTimer: its device hold, learnt anew for them, or each call
+    # from an idle device when latency is asked for or a side synchronizes; see timers.IdleStart).
+    for_sides = getattr(timer, "for_sides", None)
+    rounds_timer: Timer = for_sides(reference, optimized, latency=latency) if for_sides is not None else timer
+
     start = clock()
     calls = 0
     warm: list[float] = []
     while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
-        warm.extend(timer.time_each([reference, optimized]))
+        warm.extend(rounds_timer.time_each([reference, optimized]))
         calls += 1
         if calls >= 1000:
             break
     if prepare_rounds is not None:
         # e.g. capture each side into a CUDA graph: the rounds then time replays, without host launch overhead.
         reference, optimized = prepare_rounds(reference), prepare_rounds(optimized)
-        warm.extend(timer.time_each([reference, optimized] * policy.warmup_calls))
-
-    # The timer for these sides (CudaTimer: its device hold, or each call from an idle device when latency is asked
-    # for or a side synchronizes; see timers.IdleStart).
-    for_sides = getattr(timer, "for_sides", None)
-    rounds_timer: Timer = for_sides(reference, optimized, latency=latency) if for_sides is not None else timer
+        warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
 
     def take(first: int, count: int) -> tuple[list[float], list[float]]:
         order: list[Fn] = []

@@ -33,16 +33,30 @@ HOLD_CAP_MS = 100.0
 SYNC_PROBE_MS = 20.0
 
 
-def hold_ms(host_ms: float, device_ms: float, calls_then: int, calls_now: int) -> float:
-    """How long to hold the device before queueing calls_now calls, so that the host is never behind the device.
+def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> float:
+    """How long to hold the device before queueing `calls` calls, so that the host is never behind the device:
+    what the host fell behind per call in the last batch, for each call, a quarter more, and the margin; at most
+    `limit` (see learn_hold) and HOLD_CAP_MS."""
+    return min(limit, HOLD_CAP_MS, HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls)
 
-    host_ms: how long the host took to queue the last batch of calls_then calls; device_ms: the least the device
-    needed for that batch (the flushes plus each callable's fastest call in it: the calls timed while the host was
-    ahead). When the host is slower than the device, the events of the later calls would time the host's
-    launches; the hold makes up the difference.
+
+def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float) -> tuple[float | None, float | None]:
+    """What a held batch teaches: (host ms behind per call, or None to keep the last figure; a new limit, or None).
+
+    marks_ms: host time since the batch started queueing, after each call; device_ms: the least device time the
+    batch needed (device_floor_ms). A call that took the host half the hold or more waited for it: the launch queue
+    was full (a call of many kernels) or the call synchronizes. The host was then ahead anyway, and a longer hold
+    only leaves the device idle: the batch teaches no shortfall, and the hold is limited to what the host took to
+    queue the calls before that one (at least the margin).
     """
-    behind_per_call = max(0.0, host_ms - device_ms) / max(1, calls_then)
-    return min(HOLD_CAP_MS, HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls_now)
+    if not marks_ms:
+        return None, None
+    steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
+    longest = max(range(len(steps)), key=steps.__getitem__)
+    if hold > HOLD_MARGIN_MS and steps[longest] >= hold / 2:
+        before = marks_ms[longest - 1] if longest else 0.0
+        return None, max(HOLD_MARGIN_MS, before)
+    return max(0.0, marks_ms[-1] - device_ms) / len(marks_ms), None
 
 
 def device_floor_ms(fns: Sequence[Fn], times: Sequence[float], flush_ms: float) -> float:
@@ -130,8 +144,9 @@ class CudaTimer:
         }
         self.cycles_per_ms = spin_cycles_per_ms(torch)
         self.flush_ms = self._median_flush_ms()
-        # What the last batch showed: (host ms to queue it, least device ms it needed, calls).
-        self._last_batch = (0.0, 0.0, 1)
+        # What the held batches of the comparison being measured showed (learn_hold; reset by for_sides).
+        self._behind_per_call = 0.0
+        self._hold_limit = HOLD_CAP_MS
         self.held_ms = 0.0  # the holds' total, for the run's accounting
         self.clock = time.perf_counter  # the host clock that measures how long the host takes to queue a batch
         # The last held batch: whether the hold was still running when the host had queued it all, and how long
@@ -197,22 +212,30 @@ class CudaTimer:
         cuda = self._torch.cuda
         if idle:
             return self._time_idle(fns)
-        host_then, device_then, calls_then = self._last_batch
-        self.hold(hold_ms(host_then, device_then, calls_then, len(fns)) if hold is None else hold)
+        held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
+        self.hold(held)
         timed = cuda.current_stream()
         pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
-        queued = self.clock()
+        clock = self.clock
+        marks = []
+        queued = clock()
         for fn, (start, end) in zip(fns, pairs):
             self._flush_l2(timed)
             start.record()
             fn()
             end.record()
-        host_ms = (self.clock() - queued) * 1e3
-        self.last_ahead, self.last_queued_ms = not self._hold_ended.query(), host_ms
+            marks.append(clock())
+        self.last_ahead = not self._hold_ended.query()
+        self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
         self._sync()
         times = [start.elapsed_time(end) for start, end in pairs]
         if hold is None:
-            self._last_batch = (host_ms, device_floor_ms(fns, times, self.flush_ms), len(fns))
+            behind, limit = learn_hold([(m - queued) * 1e3 for m in marks], device_floor_ms(fns, times, self.flush_ms),
+                                       held)
+            if behind is not None:
+                self._behind_per_call = behind
+            if limit is not None:
+                self._hold_limit = limit
         return times
 
     def _time_idle(self, fns: Sequence[Fn]) -> list[float]:
@@ -252,12 +275,14 @@ class CudaTimer:
     def for_sides(self, reference: Fn, optimized: Fn, latency: bool = False) -> Timer:
         """The timer for the rounds of these two sides: this one, or IdleStart when the case asks for latency or a
         side synchronizes (a hold would only leave the device idle while that side waits for it)."""
+        self._behind_per_call, self._hold_limit = 0.0, HOLD_CAP_MS  # learnt anew for these sides
         self._waiting = {id(fn) for fn in (reference, optimized) if self.synchronizes(fn)}
         if latency:
             return IdleStart(self, "latency=True")
         for side, fn in (("reference", reference), ("optimized", optimized)):
             if id(fn) in self._waiting:
-                return IdleStart(self, f"the {side} side makes the host wait for the device")
+                return IdleStart(self, f"the {side} side makes the host wait for the device: it synchronizes, or "
+                                       "launches more than the launch queue holds")
         return self
 
     def graphed(self, fn: Fn) -> Fn:
