@@ -297,3 +297,9 @@ def test_the_flush_and_the_hold_gate_the_timed_stream():
     times = timer.time_each([side] * 100)
     assert all(t == pytest.approx(0.185, abs=0.002) for t in times)
     assert cuda.timed.ready >= timer._flush_stream.ready  # the timed stream's work came after the flush stream's
+
+
+def test_the_sync_probe_holds_at_most_its_cap():
+    timer, cuda = sim_timer(kernel_ms=0.1, launch_ms=800.0)  # 0.8 s of host work a call, no wait inside
+    assert timer.synchronizes(lambda: cuda.run("side"))  # past half the 1 s cap: launch-bound, timed from idle
+    assert cuda.spins[-1] == pytest.approx(timers.SYNC_PROBE_CAP_MS * 1000, rel=1e-3)

@@ -29,8 +29,10 @@ HOLD_SLACK = 1.25
 # Never longer than this: a batch is about 50 ms of work, and a side the hold cannot put behind the host (one that
 # synchronizes unnoticed) must not grow it without end.
 HOLD_CAP_MS = 100.0
-# The shortest hold behind which a call is watched for making the host wait (CudaTimer.synchronizes).
+# The shortest and longest hold behind which a call is watched for making the host wait (CudaTimer.synchronizes).
+# A call whose host work alone lasts half the longest reads as waiting: it is launch-bound, timed from idle anyway.
 SYNC_PROBE_MS = 20.0
+SYNC_PROBE_CAP_MS = 1000.0
 
 
 def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> float:
@@ -263,7 +265,7 @@ class CudaTimer:
         fn()
         plain_ms = (self.clock() - started) * 1e3  # on an idle device: its host work, plus the device's if it waits
         self._sync()
-        hold = max(SYNC_PROBE_MS, 4 * plain_ms)
+        hold = max(SYNC_PROBE_MS, min(4 * plain_ms, SYNC_PROBE_CAP_MS))
         self.hold(hold)
         self._flush_l2(cuda.current_stream())  # the timed stream now waits for the hold
         started = self.clock()
