@@ -214,6 +214,16 @@ class CudaTimer:
         cuda = self._torch.cuda
         if idle:
             return self._time_idle(fns)
+        if hold is None and len(fns) > 1:
+            # A hold longer than the cap, or than the launch queue covers (learn_hold's limit): the batch in pieces,
+            # each behind its own.
+            needed = HOLD_MARGIN_MS + HOLD_SLACK * self._behind_per_call * len(fns)
+            allowed = min(self._hold_limit, HOLD_CAP_MS)
+            if needed > allowed:
+                share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
+                piece = max(1, int(len(fns) * share))
+                if piece < len(fns):
+                    return [t for i in range(0, len(fns), piece) for t in self.time_each(fns[i:i + piece])]
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
         self.hold(held)
         timed = cuda.current_stream()
