@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speedgate.timers import spin_cycles_per_ms
+from speedgate.timers import median_event_ms, spin_cycles_per_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
@@ -52,18 +52,6 @@ CASES = [
 
 # ---------------------------------------------------------------- the plugin side: inject a slowdown
 
-def _median_ms(torch: Any, fn: Callable[[], Any], calls: int = 7) -> float:
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
     """optimized, made slower by `share` of its own time: the first call runs it plain and times it (7 more calls,
     events, median), then times it behind a spin kernel of that many cycles to learn the spin's fixed cost; every
@@ -76,12 +64,12 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_m
             torch.cuda._sleep(spin[0])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
-        plain = _median_ms(torch, lambda: optimized(*args, **kwargs))
+        plain = median_event_ms(torch, lambda: optimized(*args, **kwargs))
         target = share * plain
         cycles = max(1, round(target * cycles_per_ms()))
         # A spin kernel costs its launch besides its cycles (a few microseconds: 2% of a 0.1 ms side): measure what
         # it adds, once, and take that off.
-        added = _median_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
+        added = median_event_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
         fixed = added - cycles / cycles_per_ms()
         spin.append(max(1, round((target - max(fixed, 0.0)) * cycles_per_ms())))
         return out
@@ -189,8 +177,8 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    blesses = [run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate) for i in range(args.processes)]
-    bless = blesses[-1]
+    for i in range(args.processes):  # each a fresh process: the last one's report holds every process's evidence
+        bless = run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate)
     # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
     entries: dict[str, Any] = {}
     for f in sorted((out / "baselines").glob("*.json")):

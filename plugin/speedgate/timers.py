@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,11 +36,15 @@ SYNC_PROBE_MS = 20.0
 SYNC_PROBE_CAP_MS = 1000.0
 
 
-def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> float:
+def wanted_hold_ms(behind_per_call: float, calls: int) -> float:
     """How long to hold the device before queueing `calls` calls, so that the host is never behind the device:
-    what the host fell behind per call in the last batch, for each call, a quarter more, and the margin; at most
-    `limit` (see learn_hold) and HOLD_CAP_MS."""
-    return min(limit, HOLD_CAP_MS, HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls)
+    what the host fell behind per call in the last batch, for each call, a quarter more, and the margin."""
+    return HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls
+
+
+def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> float:
+    """wanted_hold_ms, at most `limit` (see learn_hold) and HOLD_CAP_MS."""
+    return min(limit, HOLD_CAP_MS, wanted_hold_ms(behind_per_call, calls))
 
 
 def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float) -> tuple[float | None, float | None]:
@@ -145,11 +150,10 @@ class CudaTimer:
             "compute_capability": f"{props.major}.{props.minor}",
         }
         self.cycles_per_ms = spin_cycles_per_ms(torch)
-        self.flush_ms = self._median_flush_ms()
+        self.flush_ms = median_event_ms(torch, self._flush.zero_, calls=5)
         # What the held batches of the comparison being measured showed (learn_hold; reset by for_sides).
         self._behind_per_call = 0.0
         self._hold_limit = HOLD_CAP_MS
-        self.held_ms = 0.0  # the holds' total, for the run's accounting
         self.clock = time.perf_counter  # the host clock that measures how long the host takes to queue a batch
         # The last held batch: whether the hold was still running when the host had queued it all, and how long
         # the queueing took (ms).
@@ -161,18 +165,6 @@ class CudaTimer:
 
     def _sync(self) -> None:
         self._torch.cuda.synchronize()
-
-    def _median_flush_ms(self) -> float:
-        event = self._torch.cuda.Event
-        times = []
-        for _ in range(5):
-            start, end = event(enable_timing=True), event(enable_timing=True)
-            start.record()
-            self._flush.zero_()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times)[2]
 
     def first_call(self, fn: Fn) -> tuple[float, Any]:
         self._sync()
@@ -205,19 +197,17 @@ class CudaTimer:
             self._hold_ended.record(self._flush_stream)
         finally:
             cuda.set_stream(timed)
-        self.held_ms += ms
 
     def time_each(self, fns: Sequence[Fn], hold: float | None = None, idle: bool = False) -> list[float]:
         """Each fn once, in order, between events, after an L2 flush; the device held first (hold ms, or sized from
         the last batch so that the host stays ahead). idle=True: no hold; the host waits for the device before each
         call, so each call starts on an idle device and its events include its host work (see IdleStart)."""
         cuda = self._torch.cuda
-        if idle:
-            return self._time_idle(fns)
-        if hold is None and len(fns) > 1:
+        learning = hold is None and not idle
+        if learning and len(fns) > 1:
             # A hold longer than the cap, or than the launch queue covers (learn_hold's limit): the batch in pieces,
             # each behind its own.
-            needed = HOLD_MARGIN_MS + HOLD_SLACK * self._behind_per_call * len(fns)
+            needed = wanted_hold_ms(self._behind_per_call, len(fns))
             allowed = min(self._hold_limit, HOLD_CAP_MS)
             if needed > allowed:
                 share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
@@ -225,7 +215,8 @@ class CudaTimer:
                 if piece < len(fns):
                     return [t for i in range(0, len(fns), piece) for t in self.time_each(fns[i:i + piece])]
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
-        self.hold(held)
+        if not idle:
+            self.hold(held)
         timed = cuda.current_stream()
         pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
         clock = self.clock
@@ -233,15 +224,18 @@ class CudaTimer:
         queued = clock()
         for fn, (start, end) in zip(fns, pairs):
             self._flush_l2(timed)
+            if idle:
+                self._sync()
             start.record()
             fn()
             end.record()
             marks.append(clock())
-        self.last_ahead = not self._hold_ended.query()
-        self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
+        if not idle:
+            self.last_ahead = not self._hold_ended.query()
+            self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
         self._sync()
         times = [start.elapsed_time(end) for start, end in pairs]
-        if hold is None:
+        if learning:
             behind, limit = learn_hold([(m - queued) * 1e3 for m in marks], device_floor_ms(fns, times, self.flush_ms),
                                        held)
             if behind is not None:
@@ -249,19 +243,6 @@ class CudaTimer:
             if limit is not None:
                 self._hold_limit = limit
         return times
-
-    def _time_idle(self, fns: Sequence[Fn]) -> list[float]:
-        cuda = self._torch.cuda
-        timed = cuda.current_stream()
-        pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
-        for fn, (start, end) in zip(fns, pairs):
-            self._flush_l2(timed)
-            self._sync()
-            start.record()
-            fn()
-            end.record()
-        self._sync()
-        return [start.elapsed_time(end) for start, end in pairs]
 
     def synchronizes(self, fn: Fn) -> bool:
         """Whether a call of fn makes the host wait for the device (an .item(), a .cpu(), a synchronize inside).
@@ -341,7 +322,6 @@ class CudaTimer:
         latency); and the busy time of all the work over the number of calls (`all_streams_ms`: it includes work
         that ran on another stream beside a later call, which the events never saw).
         """
-        import statistics
         import warnings
 
         from torch.profiler import ProfilerActivity, profile
@@ -390,19 +370,24 @@ class IdleStart:
         return f"{self._timer.describe()}; each call started on an idle device ({self.why})"
 
 
+def median_event_ms(torch: Any, fn: Fn, calls: int = 7) -> float:
+    """The median of `calls` calls of fn, each between two CUDA events on the current stream and waited for."""
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def spin_cycles_per_ms(torch: Any) -> float:
     """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5 spins of ~1 ms)."""
     cycles = 2_000_000
     torch.cuda._sleep(cycles)  # a first launch, not timed
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return cycles / sorted(times)[2]
+    return cycles / median_event_ms(torch, lambda: torch.cuda._sleep(cycles), calls=5)
 
 
 def cuda_usable() -> bool:
