@@ -15,6 +15,7 @@ import torch
 
 from perftests.kernels import quant
 from perftests.kernels.common import INTERPRETING, best_config
+from perftests.support.inputs import generator
 
 pytestmark = pytest.mark.nccl
 
@@ -170,22 +171,37 @@ def test_quant_kernels(perf, device: str) -> None:
     if device == "cuda" and not INTERPRETING:
         # The kernels' cost at the all-reduce's size (256 MB of bf16, two ranks' chunks for the reduction), each
         # against its eager reference, with the bytes each must move (the floor is bytes over copy bandwidth).
-        big = torch.randn(128 * 2**20, device=device).to(torch.bfloat16)
-        n_big = big.numel()
-        q8 = torch.empty(n_big, dtype=torch.int8, device=device)
-        s8 = torch.empty(n_big // quant.QBLOCK, device=device)
-        quant.quantize(big, q8, s8)
-        out16 = torch.empty_like(big)
-        pair_codes, pair_scales = q8.view(2, -1), s8.view(2, -1)
-        red_q = torch.empty(n_big // 2, dtype=torch.int8, device=device)
-        red_s = torch.empty(n_big // 2 // quant.QBLOCK, device=device)
-        scale_bytes = s8.numel() * 4.0
-        quant.reduce_requantize(pair_codes, pair_scales, red_q, red_s)  # autotuned at this size before its config is read
-        quant.dequantize(q8, s8, out16)
-        perf.compare(lambda: quant.quantize_eager(big), lambda: quant.quantize(big, q8, s8), name="quantize_vs_eager",
-                     check=False, bytes=n_big * 3.0 + scale_bytes, config=best_config(quant._quantize_kernel))
-        perf.compare(lambda: quant.reduce_requantize_eager(pair_codes, pair_scales),
-                     lambda: quant.reduce_requantize(pair_codes, pair_scales, red_q, red_s), name="reduce_requantize_vs_eager",
-                     check=False, bytes=n_big * 1.5 + scale_bytes * 1.5, config=best_config(quant._reduce_requantize_kernel))
-        perf.compare(lambda: quant.dequantize_eager(q8, s8), lambda: quant.dequantize(q8, s8, out16), name="dequantize_vs_eager",
-                     check=False, bytes=n_big * 3.0 + scale_bytes, config=best_config(quant._dequantize_kernel))
+        time_at_allreduce_size(perf, device, 128 * 2**20)
+
+
+def time_at_allreduce_size(perf, device: str, n: int) -> None:
+    """The three kernels on n bf16 values, each side on rotating input sets (inputs=): every call reads data it has
+    not read before. The kernels write into preallocated buffers, as the all-reduce's do; unchecked here (checked
+    above at a small size, against the same eager references)."""
+    def values(seed: int) -> tuple[torch.Tensor]:
+        return (torch.randn(n, device=device, generator=generator(device, seed)).to(torch.bfloat16),)
+
+    def codes(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return quant.quantize(*values(seed))
+
+    def pair(seed: int) -> tuple[torch.Tensor, torch.Tensor]:  # two ranks' contributions to one chunk
+        q, s = codes(seed)
+        return q.view(2, -1), s.view(2, -1)
+
+    q8 = torch.empty(n, dtype=torch.int8, device=device)
+    s8 = torch.empty(n // quant.QBLOCK, device=device)
+    out16 = torch.empty(n, dtype=torch.bfloat16, device=device)
+    red_q = torch.empty(n // 2, dtype=torch.int8, device=device)
+    red_s = torch.empty(n // 2 // quant.QBLOCK, device=device)
+    scale_bytes = s8.numel() * 4.0
+    # Each kernel autotuned at this size before its config is read.
+    quant.quantize(*values(0), q8, s8)
+    quant.reduce_requantize(q8.view(2, -1), s8.view(2, -1), red_q, red_s)
+    quant.dequantize(q8, s8, out16)
+    perf.compare(quant.quantize_eager, lambda x: quant.quantize(x, q8, s8), inputs=values, name="quantize_vs_eager",
+                 check=False, bytes=n * 3.0 + scale_bytes, config=best_config(quant._quantize_kernel))
+    perf.compare(quant.reduce_requantize_eager, lambda c, s: quant.reduce_requantize(c, s, red_q, red_s), inputs=pair,
+                 name="reduce_requantize_vs_eager", check=False, bytes=n * 1.5 + scale_bytes * 1.5,
+                 config=best_config(quant._reduce_requantize_kernel))
+    perf.compare(quant.dequantize_eager, lambda c, s: quant.dequantize(c, s, out16), inputs=codes, name="dequantize_vs_eager",
+                 check=False, bytes=n * 3.0 + scale_bytes, config=best_config(quant._dequantize_kernel))
