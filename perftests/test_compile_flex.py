@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from perftests.support.inputs import generator
 from perftests.support.tolerance import intermediate_rounding_atol, reduction_atol
 
 pytestmark = pytest.mark.compile
@@ -83,7 +84,12 @@ CASES = ["causal", "sliding_window", "document", "alibi_causal", "softcap_causal
 @pytest.mark.parametrize("case", CASES)
 def test_flex_attention(perf, device: str, case: str) -> None:
     B, H, S, D, dtype = shapes(device)
-    q, k, v = (torch.randn(B, H, S, D, device=device, dtype=dtype) for _ in range(3))
+
+    def make(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = generator(device, seed)
+        return tuple(torch.randn(B, H, S, D, generator=g, device=device, dtype=dtype) for _ in range(3))
+
+    q, k, v = make(0)
     # Document boundaries drawn from a fixed generator: the block sparsity, and so the flops, stay the same each run.
     doc_ids = torch.sort(torch.randint(0, DOCUMENTS, (S,), generator=torch.Generator().manual_seed(0))).values.to(device)
     slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device=device)
@@ -91,7 +97,9 @@ def test_flex_attention(perf, device: str, case: str) -> None:
     score_mod = {"alibi_causal": alibi_for(slopes), "softcap_causal": softcap}.get(case)
     block_mask = create_block_mask(mask_fn, None, None, S, S, device=device)
     flex = torch.compile(flex_attention, dynamic=False)
-    run_flex = lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)  # noqa: E731
+    # Each side is a function of (q, k, v), timed on rotating input sets; the masks and the score mod's tensors are
+    # the case's own, the same for every set.
+    run_flex = lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)  # noqa: E731
 
     mask = dense(mask_fn, S, device)
     idx = torch.arange(S, device=device)
@@ -101,17 +109,17 @@ def test_flex_attention(perf, device: str, case: str) -> None:
     # 16-bit P before the PV product (GPU), and in any dtype an S-term sum taken in another order (online softmax).
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-5,
                atol=intermediate_rounding_atol(expected, dtype, factor=2.0) + reduction_atol(expected, S))
-    perf.assert_close(run_flex(), expected, **tol)
+    perf.assert_close(run_flex(q, k, v), expected, **tol)
 
     density = 1.0 - float(block_mask.sparsity()) / 100.0
     work: dict[str, Any] = dict(flops=4.0 * B * H * S * S * D * density, flops_dtype="bf16" if dtype == torch.bfloat16 else None)
-    perf.compare(lambda: eager_attention(q, k, v, mask, bias, cap, wide=False), run_flex, name="vs_eager_materialized",
-                 check=False, **work)
+    perf.compare(lambda q, k, v: eager_attention(q, k, v, mask, bias, cap, wide=False), run_flex, inputs=make,
+                 name="vs_eager_materialized", check=False, **work)
     if case == "causal":
-        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
     elif cap is None:  # a boolean mask, or an additive bias with the causal mask folded in
         attn_mask = mask if bias is None else bias.to(dtype).masked_fill(~mask, float("-inf"))
-        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # noqa: E731
+        sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # noqa: E731
     else:
         return  # soft-capping is not expressible in SDPA
-    perf.compare(sdpa, run_flex, name="vs_sdpa", **tol, **work)
+    perf.compare(sdpa, run_flex, inputs=make, name="vs_sdpa", **tol, **work)
