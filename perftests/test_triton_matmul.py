@@ -164,3 +164,23 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
         perf, scaled_mm_fast, fast, make, graph=shape_id in GRAPHED_SHAPES, name="vs_scaled_mm_fast_accum",
         check=False, flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", config=mm.best_config(tuner),
     )
+
+
+def test_experiments_compute_the_same_product(device: str) -> None:
+    """tools/vendor_gap_probe.py's variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp
+    specialization) compute the product the default one does. Through the interpreter, whose fp8 dot is exact, the
+    split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group and a zero-filled tile
+    past K). On the GPU the probe checks each variant against the exact product before timing it."""
+    if device == "cuda":
+        pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
+    M, N, K = CPU_SHAPE
+    x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
+    default = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)
+    for variant in ({"promote_every": 2}, {"promote_every": 3}, {"warp_specialize": True}):
+        got = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, **variant)
+        # One bf16 rounding apart at most (the fp32 sums are associated differently); a dropped or doubled K tile
+        # would be a third of the product off.
+        ulp = 2.0**-7 * float(default.float().abs().max())
+        torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=ulp, msg=lambda m, variant=variant: f"{variant}: {m}")
+    with pytest.raises(ValueError, match="promote_every"):
+        mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, promote_every=0)

@@ -96,12 +96,12 @@ def main() -> None:
 
 def _safe_report(label: str, tuner: Any, out: Path | None) -> None:
     try:
-        report(label, _compiled_for(tuner, tuner.best_config), out)
+        report(label, compiled_for(tuner, tuner.best_config), out)
     except Exception as exc:  # a diagnostic: say what could not be read and go on to the next kernel
         print(f"{label}: could not inspect: {type(exc).__name__}: {exc}")
 
 
-def _compiled_for(tuner: Any, config: Any) -> Any:
+def compiled_for(tuner: Any, config: Any) -> Any:
     """The compiled kernel the autotuner ran for config: the cache entry whose constants match it."""
     fn = tuner.fn
     wanted = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}

@@ -51,15 +51,24 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs: Any) -> lis
 
 @triton.jit
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
-                BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(start, stop, BLOCK_N):
+    for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
-        qk = tl.dot(q, k.T) * qk_scale  # log2 domain: exp2 below
-        if MASKED:
-            qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
+        if FOLD:
+            # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
+            # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
+            qk = tl.dot(q, k.T)
+            if MASKED:
+                qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        else:
+            qk = tl.dot(q, k.T) * qk_scale  # log2 domain: exp2 below
+            if MASKED:
+                qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
@@ -68,11 +77,18 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL"], prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE"],
+                 prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
-                     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    start_m = tl.program_id(0)
+                     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     FOLD: tl.constexpr = False, HEAVY_FIRST: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False):
+    if HEAVY_FIRST and CAUSAL:
+        # Causal row blocks near the end of the sequence have the most key blocks: launched first, the short ones
+        # fill the last wave instead of the long ones.
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
     row0 = tl.program_id(1) * S  # first row of this (batch, head) in the (B*H*S, D) view
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([row0 + start_m * BLOCK_M, 0])
@@ -83,11 +99,12 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
-                                    qk_scale, BLOCK_N, False)
+                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE)
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start_m * BLOCK_M,
-                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True)
+                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False,
+                                    FOLD, WARP_SPECIALIZE)
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
 
@@ -97,9 +114,14 @@ MAX_BLOCK = 128
 
 
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
+    fold: bool = False, heavy_first: bool = False, warp_specialize: bool = False,
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors."""
+    """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
+
+    Experiments of tools/vendor_gap_probe.py, off by default: fold=True folds the softmax scale into one
+    multiply-add per score; heavy_first=True launches the causal row blocks with the most key blocks first;
+    warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -116,7 +138,9 @@ def flash_attention(
     # Placeholder block shapes: the autotuner's pre_hook sets them per config.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
-    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal)
+    experiments = {name: True for name, on in (("FOLD", fold), ("HEAVY_FIRST", heavy_first),
+                                               ("WARP_SPECIALIZE", warp_specialize)) if on}
+    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal, **experiments)
     return o
 
 

@@ -208,13 +208,15 @@ def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
     nargs["y_desc"].block_shape = [bm, bn]
 
 
-@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS], prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE"],
+                 prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _matmul_tma_persistent_kernel(
     x_desc, w_desc, y_desc, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr, M, N, K,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
     FP8_PRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
+    PROMOTE_TILES: tl.constexpr = 1, WARP_SPECIALIZE: tl.constexpr = False,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -222,7 +224,7 @@ def _matmul_tma_persistent_kernel(
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
     # One program per SM walks the output tiles with a stride of NUM_SMS: no tail wave, no launch per tile.
-    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WARP_SPECIALIZE):
         group_id = tile_id // num_pid_in_group
         first_pid_m = group_id * GROUP_M
         group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
@@ -231,13 +233,26 @@ def _matmul_tma_persistent_kernel(
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
-            w = w_desc.load([off_n, ki * BLOCK_K])
-            if FP8_PRECISE:
-                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
-            else:
-                acc = tl.dot(x, w.T, acc)
+        if PROMOTE_TILES > 1:
+            # The MMAs accumulate PROMOTE_TILES K tiles in their own precision (reduced, for fp8), then the partial
+            # sum is added into the fp32 accumulator: a promotion every PROMOTE_TILES * BLOCK_K products.
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for ki in range(k_tiles):
+                x = x_desc.load([off_m, ki * BLOCK_K])
+                w = w_desc.load([off_n, ki * BLOCK_K])
+                part = tl.dot(x, w.T, part)
+                if ki % PROMOTE_TILES == PROMOTE_TILES - 1:
+                    acc += part
+                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc += part
+        else:
+            for ki in range(k_tiles):
+                x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
+                w = w_desc.load([off_n, ki * BLOCK_K])
+                if FP8_PRECISE:
+                    acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
+                else:
+                    acc = tl.dot(x, w.T, acc)
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
@@ -263,8 +278,15 @@ def matmul_tma_persistent(
     out_dtype: torch.dtype | None = None,
     out: torch.Tensor | None = None,
     fp8_fast_accum: bool = False,
+    promote_every: int = 1,
+    warp_specialize: bool = False,
 ) -> torch.Tensor:
-    """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper)."""
+    """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper).
+
+    Experiments of tools/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
+    the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
+    in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
+    and consumer (MMA) warps."""
     M, N, K = _check_operands(x, w)
     y = _output(x, M, N, out, out_dtype)
     if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
@@ -276,7 +298,14 @@ def matmul_tma_persistent(
     y_desc = TensorDescriptor.from_tensor(y, [32, 32])
     sms = num_sms(x.device)
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms)
+    if promote_every < 1:
+        raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
+    extra = {}
+    if promote_every > 1:
+        extra["PROMOTE_TILES"] = promote_every
+    if warp_specialize:
+        extra["WARP_SPECIALIZE"] = True
+    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms, **extra)
     return y
 
 
