@@ -74,7 +74,7 @@ def rel_l2(actual: Any, exact: Any) -> float:
     return float((actual.float() - exact).norm() / exact.norm())
 
 
-def probe_fp8(torch: Any, timer: Any, rounds: int) -> list[dict[str, Any]]:
+def probe_fp8(timer: Any, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for n in FP8_SIZES:
         rows += probe_fp8_shape(timer, rounds, n)
@@ -176,7 +176,7 @@ def main() -> None:
     timer = CudaTimer(torch)
     rows: list[dict[str, Any]] = []
     if args.only in (None, "fp8"):
-        rows += probe_fp8(torch, timer, args.rounds)
+        rows += probe_fp8(timer, args.rounds)
     if args.only in (None, "attention"):
         rows += probe_attention(torch, timer, args.rounds)
     if args.json:

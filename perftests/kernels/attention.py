@@ -55,18 +55,17 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
+        qk = tl.dot(q, k.T)
+        if not FOLD:
+            qk = qk * qk_scale  # log2 domain: exp2 below
+        if MASKED:
+            qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
         if FOLD:
             # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
             # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
-            qk = tl.dot(q, k.T)
-            if MASKED:
-                qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         else:
-            qk = tl.dot(q, k.T) * qk_scale  # log2 domain: exp2 below
-            if MASKED:
-                qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             p = tl.math.exp2(qk - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
@@ -138,9 +137,8 @@ def flash_attention(
     # Placeholder block shapes: the autotuner's pre_hook sets them per config.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
-    experiments = {name: True for name, on in (("FOLD", fold), ("HEAVY_FIRST", heavy_first),
-                                               ("WARP_SPECIALIZE", warp_specialize)) if on}
-    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal, **experiments)
+    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal,
+                           FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize)
     return o
 
 

@@ -237,22 +237,20 @@ def _matmul_tma_persistent_kernel(
             # The MMAs accumulate PROMOTE_TILES K tiles in their own precision (reduced, for fp8), then the partial
             # sum is added into the fp32 accumulator: a promotion every PROMOTE_TILES * BLOCK_K products.
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for ki in range(k_tiles):
-                x = x_desc.load([off_m, ki * BLOCK_K])
-                w = w_desc.load([off_n, ki * BLOCK_K])
+        for ki in range(k_tiles):
+            x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
+            w = w_desc.load([off_n, ki * BLOCK_K])
+            if PROMOTE_TILES > 1:
                 part = tl.dot(x, w.T, part)
                 if ki % PROMOTE_TILES == PROMOTE_TILES - 1:
                     acc += part
                     part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            elif FP8_PRECISE:
+                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
+            else:
+                acc = tl.dot(x, w.T, acc)
+        if PROMOTE_TILES > 1:
             acc += part
-        else:
-            for ki in range(k_tiles):
-                x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
-                w = w_desc.load([off_n, ki * BLOCK_K])
-                if FP8_PRECISE:
-                    acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
-                else:
-                    acc = tl.dot(x, w.T, acc)
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
@@ -287,6 +285,8 @@ def matmul_tma_persistent(
     the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
     in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
     and consumer (MMA) warps."""
+    if promote_every < 1:
+        raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
     M, N, K = _check_operands(x, w)
     y = _output(x, M, N, out, out_dtype)
     if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
@@ -298,14 +298,8 @@ def matmul_tma_persistent(
     y_desc = TensorDescriptor.from_tensor(y, [32, 32])
     sms = num_sms(x.device)
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    if promote_every < 1:
-        raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
-    extra = {}
-    if promote_every > 1:
-        extra["PROMOTE_TILES"] = promote_every
-    if warp_specialize:
-        extra["WARP_SPECIALIZE"] = True
-    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms, **extra)
+    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms,
+                                        PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
     return y
 
 
