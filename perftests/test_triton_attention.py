@@ -98,3 +98,9 @@ def test_experiments_compute_the_same_attention(device: str, causal: bool) -> No
         got = attn.flash_attention(q, k, v, causal, **variant)
         # fp16 outputs; the folded form rounds the scaled score once instead of twice.
         torch.testing.assert_close(got, default, rtol=1e-3, atol=1e-3, msg=lambda m, variant=variant: f"{variant}: {m}")
+    # config= runs a tile the autotuner did not pick, its pre_hook setting the TMA block shapes; a tile the causal
+    # split cannot use is refused.
+    got = attn.flash_attention(q, k, v, causal, config={"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
+    torch.testing.assert_close(got, default, rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="multiple of BLOCK_N"):
+        attn.flash_attention(q, k, v, causal, config={"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})

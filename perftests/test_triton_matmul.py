@@ -184,3 +184,9 @@ def test_experiments_compute_the_same_product(device: str) -> None:
         torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=ulp, msg=lambda m, variant=variant: f"{variant}: {m}")
     with pytest.raises(ValueError, match="promote_every"):
         mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, promote_every=0)
+    # config= runs one tile the autotuner did not pick (its pre_hook setting the TMA block shapes): same product.
+    forced = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 1}
+    got = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=forced)
+    torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=2.0**-7 * float(default.float().abs().max()))
+    with pytest.raises(ValueError, match="GROUP_M"):
+        mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config={"BLOCK_M": 16, "num_warps": 4, "num_stages": 1})

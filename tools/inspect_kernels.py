@@ -101,10 +101,11 @@ def _safe_report(label: str, tuner: Any, out: Path | None) -> None:
         print(f"{label}: could not inspect: {type(exc).__name__}: {exc}")
 
 
-def compiled_for(tuner: Any, config: Any) -> Any:
-    """The compiled kernel the autotuner ran for config: the cache entry whose constants match it."""
+def compiled_for(tuner: Any, config: Any, constants: dict[str, Any] | None = None) -> Any:
+    """The compiled kernel the autotuner ran for config: the cache entry whose constants match it, and `constants`
+    (the constexpr switches that tell apart variants compiled at the same config, e.g. {"WARP_SPECIALIZE": True})."""
     fn = tuner.fn
-    wanted = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    wanted = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages, **(constants or {})}
     for cache in fn.device_caches.values():
         kernels = cache[0] if isinstance(cache, tuple) else cache
         for compiled in kernels.values():

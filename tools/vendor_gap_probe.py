@@ -5,7 +5,12 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 (fp8: relative L2 against the exact product of the same fp8 operands, beside the vendor's; attention: the largest
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
-Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH]
+Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
+Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
+persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3). --sweep adds
+each of the autotuner's configs of the default and the best-known variant as sides of their own (config= runs one
+without the race): is the autotuner's pick the one the gate would time fastest? Attention also times SDPA's
+FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its default (cuDNN on the H100).
 The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=, warp_specialize=)`,
 `flash_attention(fold=, heavy_first=, warp_specialize=)`), off in the suite. What each predicted and what it
 measured belongs in docs/NOTES.md.
@@ -30,13 +35,16 @@ FP8_VARIANTS: dict[str, dict[str, Any]] = {
     "promote_every_4": {"promote_every": 4},
     "warp_specialize": {"warp_specialize": True},
     "promote_every_2+warp_specialize": {"promote_every": 2, "warp_specialize": True},
+    "promote_every_4+warp_specialize": {"promote_every": 4, "warp_specialize": True},
 }
+FP8_SWEPT = ("default", "warp_specialize")  # --sweep: every config of these
 ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "fold": {"fold": True},
     "fold+heavy_first": {"fold": True, "heavy_first": True},
     "fold+warp_specialize": {"fold": True, "warp_specialize": True},
 }
+ATTENTION_SWEPT = ("default", "fold+heavy_first")  # --sweep: every config of these (fold alone when not causal)
 BATCH_MS = 20.0  # device time of one timed batch
 DEVICE = "cuda"
 FP8_SIZES = (4096, 8192)
@@ -44,8 +52,16 @@ ATTENTION_TOKENS, ATTENTION_WIDTH = 16384, 1024  # B x S tokens and H x D per to
 ATTENTION_SHAPES = [(seq, head_dim, causal) for seq in (2048, 8192) for head_dim in (64, 128) for causal in (False, True)]
 
 
-def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Each side's median over `rounds` rounds of a batch of calls, the sides' order rotated every round."""
+def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int, graph: bool) -> dict[str, float]:
+    """Each side's median over `rounds` rounds of a batch of calls, the sides' order rotated every round; with graph,
+    each side replayed from a CUDA graph of one call (a side that cannot be captured is timed as it is)."""
+    if graph:
+        sides = dict(sides)
+        for name, fn in list(sides.items()):
+            try:
+                sides[name] = timer.graphed(fn)
+            except Exception as exc:  # reported: its time includes its launch
+                print(json.dumps({"side": name, "graph": f"not captured, timed ungraphed: {type(exc).__name__}: {exc}"[:300]}), flush=True)
     names = list(sides)
     per_call = {name: statistics.median(timer.time_each([sides[name]] * 5)) for name in names}
     batches: dict[str, list[float]] = {name: [] for name in names}
@@ -56,14 +72,20 @@ def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int)
     return {name: statistics.median(ms) for name, ms in batches.items()}
 
 
-def resources(tuner: Any) -> dict[str, Any]:
-    """The autotuner's last choice and what its compiled kernel holds (tools/inspect_kernels.py)."""
+def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The config a side ran (the autotuner's last choice, or the one it was given) and what its compiled kernel
+    holds (tools/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
+    import triton
+
     from perftests.kernels.common import best_config
     from tools.inspect_kernels import compiled_for
 
-    out: dict[str, Any] = {"config": best_config(tuner)}
+    out: dict[str, Any] = {"config": config or best_config(tuner)}
     try:
-        compiled = compiled_for(tuner, tuner.best_config)
+        chosen = tuner.best_config if config is None else triton.Config(
+            {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")},
+            num_warps=config["num_warps"], num_stages=config["num_stages"])
+        compiled = compiled_for(tuner, chosen, constants)
         out.update(regs=compiled.n_regs, spills=compiled.n_spills, smem_kib=compiled.metadata.shared // 1024)
     except Exception as exc:  # a diagnostic: say what could not be read
         out["resources"] = f"{type(exc).__name__}: {exc}"
@@ -74,89 +96,134 @@ def rel_l2(actual: Any, exact: Any) -> float:
     return float((actual.float() - exact).norm() / exact.norm())
 
 
-def probe_fp8(timer: Any, rounds: int) -> list[dict[str, Any]]:
-    rows = []
+FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}
+ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE"}
+
+
+def constants_of(variant: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """A variant's switches as the kernel's constexpr arguments, defaults included (they tell compiled kernels apart)."""
+    defaults = {"promote_every": 1, "warp_specialize": False, "fold": False, "heavy_first": False}
+    return {const: variant.get(switch, defaults[switch]) for switch, const in names.items()}
+
+
+def add_side(sides: dict[str, Callable[[], Any]], info: dict[str, dict[str, Any]], name: str, run: Callable[[], Any],
+             error: Callable[[Any], dict[str, Any]], resources_of: Callable[[], dict[str, Any]]) -> None:
+    """Run a side once: if it builds and its error passes (error() raises ValueError when not), time it beside the
+    others; else report why and leave it out."""
+    try:
+        data = error(run())
+    except Exception as exc:  # a variant Triton cannot build here, or a wrong result: reported, not timed
+        info[name] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        return
+    info[name] = {**data, **resources_of()}
+    sides[name] = run
+
+
+Plan = dict[str, tuple[dict[str, Any], "dict[str, Any] | None"]]
+
+
+def swept(variants: dict[str, dict[str, Any]], names: tuple[str, ...], choices: list[dict[str, Any]], sweep: bool) -> Plan:
+    """name -> (variant switches, forced config or None): the variants as the autotuner runs them, and with --sweep
+    each of `names` at every candidate config."""
+    out: Plan = {name: (v, None) for name, v in variants.items()}
+    if sweep:
+        for name in names:
+            for config in choices:
+                label = "x".join(str(config[k]) for k in config if k.startswith("BLOCK")) + f" w{config['num_warps']} s{config['num_stages']}"
+                out[f"{name} @ {label}"] = (variants[name], config)
+    return out
+
+
+def emit(rows: list[dict[str, Any]], case: str, info: dict[str, dict[str, Any]], times: dict[str, float],
+         vendor: str, flops: float) -> None:
+    for name, data in info.items():
+        ms = times.get(name)
+        row = {"case": case, "side": name, "ms": ms, **data}
+        if ms is not None:
+            row[f"vs_{vendor.strip('_')}"] = times[vendor] / ms
+            row["tflops"] = flops / (ms * 1e-3) / 1e12
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for n in FP8_SIZES:
-        rows += probe_fp8_shape(timer, rounds, n)
+        rows += probe_fp8_shape(timer, rounds, n, graph, sweep)
     return rows
 
 
-def probe_fp8_shape(timer: Any, rounds: int, n: int) -> list[dict[str, Any]]:
+def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
     from perftests.kernels import matmul as mm
+    from perftests.kernels.common import config_choices
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
 
     x8, w8, sx, sw = fp8_operands(DEVICE, n, n, n, 0)
     exact = (x8.float() @ w8.float().t()) * (sx * sw)
-    sides: dict[str, Callable[[], Any]] = {
-        "_scaled_mm": lambda: scaled_mm(x8, w8, sx, sw),
-        "_scaled_mm_fast": lambda: scaled_mm_fast(x8, w8, sx, sw),
-    }
-    info: dict[str, dict[str, Any]] = {name: {"rel_l2": rel_l2(fn(), exact)} for name, fn in sides.items()}
-    for name, variant in FP8_VARIANTS.items():
-        def run(variant: dict[str, Any] = variant) -> Any:
-            return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, **variant)
-        try:
-            err = rel_l2(run(), exact)
-        except Exception as exc:  # a variant Triton cannot build here: reported, not timed
-            info[name] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            continue
-        info[name] = {"rel_l2": err, **resources(mm._matmul_tma_persistent_kernel)}
-        sides[name] = run
-    del exact
-    times = interleaved_ms(timer, sides, rounds)
-    rows = []
-    for name, data in info.items():
-        ms = times.get(name)
-        row = {"case": f"fp8 {n}^3", "side": name, "ms": ms, **data}
-        if ms is not None:
-            row["vs_scaled_mm"] = times["_scaled_mm"] / ms
-            row["tflops"] = 2.0 * n**3 / (ms * 1e-3) / 1e12
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    kernel = mm._matmul_tma_persistent_kernel
+    sides: dict[str, Callable[[], Any]] = {}
+    info: dict[str, dict[str, Any]] = {}
+
+    def error(out: Any) -> dict[str, Any]:
+        return {"rel_l2": rel_l2(out, exact)}
+
+    add_side(sides, info, "_scaled_mm", lambda: scaled_mm(x8, w8, sx, sw), error, dict)
+    add_side(sides, info, "_scaled_mm_fast", lambda: scaled_mm_fast(x8, w8, sx, sw), error, dict)
+    choices = [c for c in config_choices(kernel) if c["BLOCK_K"] == 128]  # 8-bit operands: 128-deep K (mm._prune)
+    for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
+        def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
+            return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
+        add_side(sides, info, name, run, error,
+                 lambda variant=variant, config=config: resources(kernel, constants_of(variant, FP8_CONSTANTS), config))
+    rows: list[dict[str, Any]] = []
+    emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
     return rows
 
 
-def probe_attention(torch: Any, timer: Any, rounds: int) -> list[dict[str, Any]]:
+def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from perftests.kernels import attention as attn
+    from perftests.kernels.common import config_choices
 
-    rows = []
+    kernel = attn._attn_fwd_kernel
+    choices = [c for c in config_choices(kernel) if c["BLOCK_M"] % c["BLOCK_N"] == 0]  # attn._prune
+    rows: list[dict[str, Any]] = []
     for seq, head_dim, causal in ATTENTION_SHAPES:
         B, H = max(1, ATTENTION_TOKENS // seq), max(1, ATTENTION_WIDTH // head_dim)
         g = torch.Generator(device=DEVICE).manual_seed(0)
-        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter's bf16 is not exact
         q, k, v = (torch.randn(B, H, seq, head_dim, generator=g, device=DEVICE, dtype=dtype) for _ in range(3))
         sdpa = lambda q=q, k=k, v=v, causal=causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+
+        def sdpa_flash(q: Any = q, k: Any = k, v: Any = v, causal: bool = causal) -> Any:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         expected = sdpa()
-        sides: dict[str, Callable[[], Any]] = {"sdpa": sdpa}
-        info: dict[str, dict[str, Any]] = {"sdpa": {}}
-        for name, variant in ATTENTION_VARIANTS.items():
-            if variant.get("heavy_first") and not causal:
-                continue
-            def run(variant: dict[str, Any] = variant, q: Any = q, k: Any = k, v: Any = v, causal: bool = causal) -> Any:
-                return attn.flash_attention(q, k, v, causal, **variant)
-            try:
-                diff = float((run().float() - expected.float()).abs().max())
-            except Exception as exc:  # reported, not timed
-                info[name] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                continue
+
+        def error(out: Any, expected: Any = expected) -> dict[str, Any]:
+            diff = float((out.float() - expected.float()).abs().max())
             if diff > 0.05:  # the suite's bf16 bound is rtol 1.6e-2 plus a few roundings: far past it
-                info[name] = {"failed": f"differs from SDPA by up to {diff:.3g}"}
-                continue
-            info[name] = {"max_abs_diff": diff, **resources(attn._attn_fwd_kernel)}
-            sides[name] = run
-        times = interleaved_ms(timer, sides, rounds)
-        flops = attn.attention_flops(B, H, seq, head_dim, causal)
+                raise ValueError(f"differs from SDPA by up to {diff:.3g}")
+            return {"max_abs_diff": diff}
+
+        sides: dict[str, Callable[[], Any]] = {}
+        info: dict[str, dict[str, Any]] = {}
+        add_side(sides, info, "sdpa", sdpa, error, dict)
+        add_side(sides, info, "sdpa_flash", sdpa_flash, error, dict)
+        variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or not v.get("heavy_first")}
+        best = "fold+heavy_first" if causal else "fold"
+        for name, (variant, config) in swept(variants, ("default", best), choices, sweep).items():
+            def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
+                    v: Any = v, causal: bool = causal) -> Any:
+                return attn.flash_attention(q, k, v, causal, config=config, **variant)
+            add_side(sides, info, name, run, error,
+                     lambda variant=variant, config=config: resources(kernel, constants_of(variant, ATTENTION_CONSTANTS), config))
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
-        for name, data in info.items():
-            ms = times.get(name)
-            row = {"case": label, "side": name, "ms": ms, **data}
-            if ms is not None:
-                row["vs_sdpa"] = times["sdpa"] / ms
-                row["tflops"] = flops / (ms * 1e-3) / 1e12
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        emit(rows, label, info, interleaved_ms(timer, sides, rounds, graph), "sdpa",
+             attn.attention_flops(B, H, seq, head_dim, causal))
     return rows
 
 
@@ -165,6 +232,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("fp8", "attention"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-graph", dest="graph", action="store_false", help="time each side's calls as they are")
+    parser.add_argument("--sweep", action="store_true", help="also every autotuner config of the main variants")
     args = parser.parse_args()
 
     import torch
@@ -176,9 +245,9 @@ def main() -> None:
     timer = CudaTimer(torch)
     rows: list[dict[str, Any]] = []
     if args.only in (None, "fp8"):
-        rows += probe_fp8(timer, args.rounds)
+        rows += probe_fp8(timer, args.rounds, args.graph, args.sweep)
     if args.only in (None, "attention"):
-        rows += probe_attention(torch, timer, args.rounds)
+        rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
 

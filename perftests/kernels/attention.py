@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRETING
+from .common import INTERPRETING, run_config
 
 
 def _set_block_shapes(nargs: dict[str, Any]) -> None:
@@ -114,13 +114,14 @@ MAX_BLOCK = 128
 
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
-    fold: bool = False, heavy_first: bool = False, warp_specialize: bool = False,
+    fold: bool = False, heavy_first: bool = False, warp_specialize: bool = False, config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
     Experiments of tools/vendor_gap_probe.py, off by default: fold=True folds the softmax scale into one
     multiply-add per score; heavy_first=True launches the causal row blocks with the most key blocks first;
-    warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps."""
+    warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps; config= runs one
+    of the autotuner's configs (BLOCK_M, BLOCK_N, num_warps, num_stages) without the race."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -137,8 +138,15 @@ def flash_attention(
     # Placeholder block shapes: the autotuner's pre_hook sets them per config.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
-    _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, HEAD_DIM=D, CAUSAL=causal,
-                           FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize)
+    switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize)
+    if config is None:
+        _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
+        return o
+    bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
+    if not (isinstance(bm, int) and isinstance(bn, int) and 0 < bn <= bm and bm % bn == 0 and S % bm == 0):
+        # The causal split needs BLOCK_M to be a multiple of BLOCK_N (as _prune keeps), the grid S to be one of BLOCK_M.
+        raise ValueError(f"config {config}: BLOCK_M must divide S ({S}) and be a multiple of BLOCK_N")
+    run_config(_attn_fwd_kernel, grid, config, *descs, 1.0 / math.sqrt(D), S, **switches)
     return o
 
 

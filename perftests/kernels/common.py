@@ -14,3 +14,22 @@ def best_config(kernel: Any) -> dict[str, Any] | None:
     if config is None:
         return None
     return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def config_choices(kernel: Any) -> list[dict[str, Any]]:
+    """An autotuned kernel's candidate configs, as plain values (the form best_config() gives and run_config() takes)."""
+    return [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in kernel.configs]
+
+
+def run_config(kernel: Any, grid: Any, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """Launch an autotuned kernel at one given config (the autotuner's race skipped), its pre_hook applied as the
+    autotuner would: for sweeps that time every config the way the gate times a case (tools/vendor_gap_probe.py)."""
+    meta = dict(config)
+    warps, stages = meta.pop("num_warps", None), meta.pop("num_stages", None)
+    expected = set(kernel.configs[0].kwargs)
+    if set(meta) != expected or warps is None or stages is None:
+        raise ValueError(f"config must give {', '.join(sorted(expected))}, num_warps and num_stages; got {sorted(config)}")
+    hook = kernel.configs[0].pre_hook
+    if hook is not None:
+        hook({**dict(zip(kernel.arg_names, args)), **kwargs, **meta})
+    kernel.fn[grid](*args, **kwargs, **meta, num_warps=warps, num_stages=stages)

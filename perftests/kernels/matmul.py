@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRETING, best_config  # noqa: F401 (re-exported for the tests)
+from .common import INTERPRETING, best_config, run_config  # noqa: F401 (best_config re-exported for the tests)
 
 ACTIVATIONS = (None, "gelu_tanh")
 
@@ -278,13 +278,14 @@ def matmul_tma_persistent(
     fp8_fast_accum: bool = False,
     promote_every: int = 1,
     warp_specialize: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper).
 
     Experiments of tools/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
     the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
     in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
-    and consumer (MMA) warps."""
+    and consumer (MMA) warps; config= runs one of the autotuner's configs (as best_config() gives it) without the race."""
     if promote_every < 1:
         raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
     M, N, K = _check_operands(x, w)
@@ -298,8 +299,11 @@ def matmul_tma_persistent(
     y_desc = TensorDescriptor.from_tensor(y, [32, 32])
     sms = num_sms(x.device)
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **flags, NUM_SMS=sms,
-                                        PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
+    switches = dict(**flags, NUM_SMS=sms, PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
+    if config is None:
+        _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **switches)
+    else:
+        run_config(_matmul_tma_persistent_kernel, grid, config, x_desc, w_desc, y_desc, *pointers, M, N, K, **switches)
     return y
 
 
