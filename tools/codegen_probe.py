@@ -1,0 +1,176 @@
+"""What Triton and ptxas make of the suite's Hopper kernels, on any machine (no GPU needed): the flash-attention
+kernel or the persistent fp8 matmul at one config and switch setting, compiled for sm_90 with Triton's own stages
+(make_ir, ttir, ttgir, llir, ptx) and the ptxas Triton ships.
+
+Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--block 128x128] [--warps 8] [--stages 3]
+       python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
+       ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
+Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
+bounds: a dot followed at once by `wait pendings=0` runs synchronously, so what follows it cannot overlap it within
+the warpgroup), whether a warp-specialized partition was made, and ptxas's registers, spills and its performance
+notes (C7517: a warpgroup.wait injected so other instructions can read an MMA's accumulator; C7514: MMAs
+serialized for that reason). docs/NOTES.md (2026-11-23, fifth session) reads the answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
+              switches: dict[str, Any], last: str = "ttgir") -> str:
+    """The flash kernel (bf16) at one config, compiled up to `last`."""
+    from perftests.kernels import attention as attn
+
+    desc = {"q_desc": block_m, "o_desc": block_m, "k_desc": block_n, "v_desc": block_n}
+    signature = {name: f"tensordesc<bf16[{rows},{head_dim}]>" for name, rows in desc.items()}
+    signature.update(sm_scale="fp32", S="i32")
+    constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, **switches}
+    return compile_to(attn._attn_fwd_kernel.fn, signature, constants, warps, stages, last)
+
+
+def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, switches: dict[str, Any],
+               last: str = "ttgir") -> str:
+    """The persistent TMA matmul with fp8 (e4m3) operands, per-tensor scales and a bf16 output, at one config;
+    FP8_PRECISE (promotion every K tile) unless a switch says otherwise."""
+    from perftests.kernels import matmul as mm
+
+    signature = {"x_desc": f"tensordesc<fp8e4nv[{block_m},{block_k}]>", "w_desc": f"tensordesc<fp8e4nv[{block_n},{block_k}]>",
+                 "y_desc": f"tensordesc<bf16[{block_m},{block_n}]>", "bias_ptr": "*bf16", "scale_x_ptr": "*fp32",
+                 "scale_w_ptr": "*fp32", "row_scale_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
+    constants = {"HAS_BIAS": False, "ACTIVATION": None, "HAS_SCALE": True, "HAS_ROW_SCALE": False, "FP8_PRECISE": True,
+                 "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "NUM_SMS": 132, **switches}
+    return compile_to(mm._matmul_tma_persistent_kernel.fn, signature, constants, warps, stages, last)
+
+
+def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
+               last: str) -> str:
+    """Compile through Triton's stages up to `last` ("ttgir" or "ptx") for sm_90, on any machine."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler.compiler import ASTSource
+
+    unknown = set(constants) - set(fn.arg_names)
+    if unknown:
+        raise ValueError(f"the kernel has no constexpr {sorted(unknown)}; its arguments: {fn.arg_names}")
+    constants = dict(constants)
+    signature = dict(signature)
+    for name in fn.arg_names:
+        if name not in signature:
+            signature[name] = "constexpr"
+            constants.setdefault(name, fn.params[fn.arg_names.index(name)].default)
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
+    target = GPUTarget("cuda", 90, 32)
+    backend = CUDABackend(target)
+    options = backend.parse_options({"num_warps": warps, "num_stages": stages})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                            context)
+    stages_: dict[str, Any] = {}
+    backend.add_stages(stages_, options, source.language)
+    metadata: dict[str, Any] = {}
+    order = ["ttir", "ttgir", "llir", "ptx"]
+    for stage in order[:order.index(last) + 1]:
+        module = stages_[stage](module, metadata)
+    return str(module)
+
+
+def ptxas_report(ptx: str) -> dict[str, Any]:
+    """Registers, spill bytes and performance notes (C75xx) of ptxas -v for sm_90a, with the ptxas Triton ships
+    (the one it compiles with, unless TRITON_PTXAS_PATH says otherwise)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    ptxas = os.environ.get("TRITON_PTXAS_PATH") or str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        done = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", str(Path(tmp) / "kernel.cubin"), str(src)],
+                              capture_output=True, text=True, timeout=300)
+    log = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {log[-1000:]}")
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    notes = sorted({m.group(1) + ": " + m.group(2).strip() for m in re.finditer(r"\((C75\d\d)\) ([^\n]*?)(?: in (?:the )?function.*)?$", log, re.M)})
+    return {"registers": int(regs.group(1)) if regs else None,
+            "spill_stores": int(spills.group(1)) if spills else None,
+            "spill_loads": int(spills.group(2)) if spills else None,
+            "notes": notes}
+
+
+def dot_ops(ttgir: str) -> list[str]:
+    """The warpgroup MMA ops and their waits, in program order, with loop boundaries: `dot async` / `dot` and
+    `wait pendings=N`, `for {` / `}` (an scf.for's body)."""
+    ops: list[str] = []
+    depth_marks: list[int] = []
+    for line in ttgir.splitlines():
+        text = line.strip()
+        if " = scf.for " in text:
+            ops.append("for {")
+            depth_marks.append(len(line) - len(line.lstrip()))
+        elif text.startswith("}") and depth_marks and len(line) - len(line.lstrip()) == depth_marks[-1]:
+            ops.append("}")
+            depth_marks.pop()
+        elif "ttng.warp_group_dot_wait" in text:
+            pendings = re.search(r"pendings = (\d+)", text)
+            ops.append(f"wait pendings={pendings.group(1) if pendings else '?'}")
+        elif "ttng.warp_group_dot " in text:
+            ops.append("dot async" if "isAsync = true" in text else "dot")
+    return ops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernel", choices=("attention", "fp8-matmul"))
+    parser.add_argument("--head-dim", type=int, default=128, help="attention")
+    parser.add_argument("--causal", action="store_true", help="attention")
+    parser.add_argument("--block", default=None, help="attention BLOCK_MxBLOCK_N (128x128); fp8-matmul MxNxK (256x128x128)")
+    parser.add_argument("--warps", type=int, default=8)
+    parser.add_argument("--stages", type=int, default=3)
+    parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE", help="a constexpr switch, e.g. FOLD=1")
+    args = parser.parse_args()
+    from perftests.kernels.common import INTERPRETING
+
+    if INTERPRETING:
+        sys.exit("codegen_probe: unset TRITON_INTERPRET: the interpreter compiles nothing")
+    switches: dict[str, Any] = {}
+    for item in args.switch:
+        name, _, value = item.partition("=")
+        switches[name] = int(value) if value.isdigit() and value not in ("0", "1") else value not in ("0", "false", "False", "")
+    try:
+        if args.kernel == "attention":
+            block_m, block_n = (int(v) for v in (args.block or "128x128").lower().split("x"))
+            build = lambda last: attention(args.head_dim, args.causal, block_m, block_n, args.warps, args.stages,  # noqa: E731
+                                           switches, last)
+        else:
+            block_m, block_n, block_k = (int(v) for v in (args.block or "256x128x128").lower().split("x"))
+            build = lambda last: fp8_matmul(block_m, block_n, block_k, args.warps, args.stages, switches, last)  # noqa: E731
+        ttgir = build("ttgir")
+        report = ptxas_report(build("ptx"))
+    except ValueError as exc:
+        sys.exit(f"codegen_probe: {exc}")
+    print("\n".join(dot_ops(ttgir)))
+    print(f"warp-specialized partitions: {'yes' if 'ttg.warp_specialize' in ttgir else 'no'}")
+    print(f"ptxas: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
+          f"{report['spill_loads']} bytes spill loads")
+    for note in report["notes"]:
+        print(f"ptxas {note}")
+
+
+if __name__ == "__main__":
+    main()
