@@ -55,7 +55,8 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
     assert {"sdpa", "sdpa_flash", "default", "fold", "fold+heavy_first", "fold+warp_specialize"} <= set(rows)
     assert "default @ 32x16 w4 s1" in rows and "fold+heavy_first @ 32x16 w4 s1" in rows
     for side in ("sdpa", "sdpa_flash", "default", "fold", "default @ 32x16 w4 s1"):
-        assert rows[side]["ms"] == 1.0 and rows[side]["vs_sdpa"] == 1.0, rows[side]
+        assert rows[side]["ms"] == 1.0 and rows[side]["vs_sdpa"] == 1.0 and rows[side]["spread"] == 0.0, rows[side]
+        assert rows[side]["vs_sdpa_range"] == [1.0, 1.0]
     assert rows["default @ 32x16 w4 s1"]["config"] == {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     # The wrong variant, as the autotuner runs it and at its swept config: reported with its error, never timed.
     for side in ("fold+heavy_first", "fold+heavy_first @ 32x16 w4 s1"):

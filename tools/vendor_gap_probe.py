@@ -52,8 +52,8 @@ ATTENTION_TOKENS, ATTENTION_WIDTH = 16384, 1024  # B x S tokens and H x D per to
 ATTENTION_SHAPES = [(seq, head_dim, causal) for seq in (2048, 8192) for head_dim in (64, 128) for causal in (False, True)]
 
 
-def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int, graph: bool) -> dict[str, float]:
-    """Each side's median over `rounds` rounds of a batch of calls, the sides' order rotated every round; with graph,
+def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int, graph: bool) -> dict[str, list[float]]:
+    """Each side's batch median in each of `rounds` rounds, the sides' order rotated every round; with graph,
     each side replayed from a CUDA graph of one call (a side that cannot be captured is timed as it is)."""
     if graph:
         sides = dict(sides)
@@ -69,7 +69,7 @@ def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int,
         for name in names[r % len(names):] + names[:r % len(names)]:
             n = max(5, min(200, int(BATCH_MS / max(per_call[name], 1e-3))))
             batches[name].append(statistics.median(timer.time_each([sides[name]] * n)))
-    return {name: statistics.median(ms) for name, ms in batches.items()}
+    return batches
 
 
 def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -134,14 +134,20 @@ def swept(variants: dict[str, dict[str, Any]], names: tuple[str, ...], choices: 
     return out
 
 
-def emit(rows: list[dict[str, Any]], case: str, info: dict[str, dict[str, Any]], times: dict[str, float],
+def emit(rows: list[dict[str, Any]], case: str, info: dict[str, dict[str, Any]], rounds: dict[str, list[float]],
          vendor: str, flops: float) -> None:
+    """One row per side: its median, its spread over the rounds ((max - min) / median), and its speed against the
+    vendor's as the median of the rounds' ratios (the sides of a round ran next to each other) with their range.
+    Two variants whose ranges overlap are not told apart by this run."""
     for name, data in info.items():
-        ms = times.get(name)
-        row = {"case": case, "side": name, "ms": ms, **data}
-        if ms is not None:
-            row[f"vs_{vendor.strip('_')}"] = times[vendor] / ms
-            row["tflops"] = flops / (ms * 1e-3) / 1e12
+        times = rounds.get(name)
+        row: dict[str, Any] = {"case": case, "side": name, "ms": None, **data}
+        if times:
+            ms = statistics.median(times)
+            ratios = [v / t for v, t in zip(rounds[vendor], times)]
+            row.update(ms=ms, spread=(max(times) - min(times)) / ms, tflops=flops / (ms * 1e-3) / 1e12)
+            row[f"vs_{vendor.strip('_')}"] = statistics.median(ratios)
+            row[f"vs_{vendor.strip('_')}_range"] = [min(ratios), max(ratios)]
         rows.append(row)
         print(json.dumps(row), flush=True)
 
