@@ -33,6 +33,7 @@ def test_the_attention_loop_waits_for_its_scores_before_the_softmax() -> None:
     body = lines[lines.index("for {") + 1:lines.index("}")]
     assert [op for op in body if op.startswith("dot")] == ["dot async", "dot async"], body
     assert any(line.startswith("ptxas: ") and " registers" in line for line in lines), lines
+    assert any(line.startswith("shared memory: ") and "blocks per SM: " in line for line in lines), lines
     # Triton 3.6.0 and 3.7.1: the scores' MMA is waited for at once (pendings=0), so the softmax after it never
     # overlaps an MMA of the same warpgroup.
     assert body[:2] == ["dot async", "wait pendings=0"], body
@@ -58,3 +59,17 @@ def test_bad_input_is_named() -> None:
     assert done.returncode != 0 and "no constexpr ['PINGPONG']" in done.stderr
     done = probe("attention", interpret=True)
     assert done.returncode != 0 and "unset TRITON_INTERPRET" in done.stderr
+
+
+def test_occupancy_counts_blocks_by_registers_and_shared_memory() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("codegen_probe", ROOT / "tools" / "codegen_probe.py")
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    # 106 registers round up to 112 a thread (256 a warp at a time): 4 warps hold 14 336, 4 blocks in 65 536; 56 KiB
+    # and a little more of shared memory plus the 1 KiB reserved: 3 blocks in 228 KiB.
+    assert tool.occupancy(106, 4, 56 * 1024 + 100) == {"blocks_by_registers": 4, "blocks_by_shared": 3, "blocks_per_sm": 3}
+    # 187 registers at 8 warps (the D=128 128x128 tile): one block, whatever the shared memory.
+    assert tool.occupancy(187, 8, 1024)["blocks_per_sm"] == 1

@@ -20,7 +20,7 @@ import tools.vendor_gap_probe as probe
 from perftests.kernels import attention as attn
 
 probe.DEVICE = "cpu"
-probe.ATTENTION_SHAPES = [(64, 32, True)]
+probe.ATTENTION_SHAPES = [(64, 32, True), (64, 32, False)]
 probe.ATTENTION_TOKENS, probe.ATTENTION_WIDTH = 64, 64
 timed = []
 
@@ -50,16 +50,24 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
                           timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    rows = {r["side"]: r for r in json.loads(out.split("ROWS ", 1)[1])}
-    # The vendor's two backends, every variant, and the swept configs of the default and the best-known variant.
-    assert {"sdpa", "sdpa_flash", "default", "fold", "fold+heavy_first", "fold+warp_specialize"} <= set(rows)
-    assert "default @ 32x16 w4 s1" in rows and "fold+heavy_first @ 32x16 w4 s1" in rows
-    for side in ("sdpa", "sdpa_flash", "default", "fold", "default @ 32x16 w4 s1"):
-        assert rows[side]["ms"] == 1.0 and rows[side]["vs_sdpa"] == 1.0 and rows[side]["spread"] == 0.0, rows[side]
-        assert rows[side]["vs_sdpa_range"] == [1.0, 1.0]
-    assert rows["default @ 32x16 w4 s1"]["config"] == {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    # The wrong variant, as the autotuner runs it and at its swept config: reported with its error, never timed.
-    for side in ("fold+heavy_first", "fold+heavy_first @ 32x16 w4 s1"):
-        assert rows[side]["ms"] is None and "differs from SDPA" in rows[side]["failed"], rows[side]
+    rows = {(r["case"].endswith("causal"), r["side"]): r for r in json.loads(out.split("ROWS ", 1)[1])}
+    causal = {side for c, side in rows if c}
+    full = {side for c, side in rows if not c}
+    # The vendor's two backends and every variant; with --sweep the best-known variant (fold+heavy_first when
+    # causal, fold when not) at the autotuner's config and at the extra ones.
+    assert {"sdpa", "sdpa_flash", "default", "fold", "fold+heavy_first", "fold+warp_specialize"} <= causal
+    assert {"sdpa", "sdpa_flash", "default", "fold", "fold+warp_specialize"} <= full and "fold+heavy_first" not in full
+    assert {"fold+heavy_first @ 32x16 w4 s1", "fold+heavy_first @ 64x64 w4 s2"} <= causal
+    assert {"fold @ 32x16 w4 s1", "fold @ 64x64 w4 s2", "fold @ 64x32 w4 s3"} <= full
+    for side in ("sdpa", "sdpa_flash", "default", "fold", "fold @ 32x16 w4 s1", "fold @ 64x32 w4 s3"):
+        row = rows[False, side]
+        assert row["ms"] == 1.0 and row["vs_sdpa"] == 1.0 and row["spread"] == 0.0, row
+        assert row["vs_sdpa_range"] == [1.0, 1.0]
+    assert rows[False, "fold @ 64x32 w4 s3"]["config"] == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+    # A tile the sequence cannot hold is refused with its reason, not timed.
+    assert rows[False, "fold @ 128x64 w8 s2"]["ms"] is None and "must divide S" in rows[False, "fold @ 128x64 w8 s2"]["failed"]
+    # The wrong variant, as the autotuner runs it and at every swept config: reported with its error, never timed.
+    for side in ("fold+heavy_first", "fold+heavy_first @ 32x16 w4 s1", "fold+heavy_first @ 64x64 w4 s2"):
+        assert rows[True, side]["ms"] is None and "differs from SDPA" in rows[True, side]["failed"], rows[True, side]
     # No graphs here: each timed side said so and was timed as it is.
     assert out.count("not captured, timed ungraphed") == sum(1 for r in rows.values() if r["ms"] is not None)

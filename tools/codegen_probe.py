@@ -83,7 +83,25 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
     order = ["ttir", "ttgir", "llir", "ptx"]
     for stage in order[:order.index(last) + 1]:
         module = stages_[stage](module, metadata)
+    if last == "ptx":
+        LAST_SHARED_BYTES[0] = int(metadata.get("shared", 0))
     return str(module)
+
+
+# The dynamic shared memory of the last kernel compiled to PTX (Triton's metadata), for occupancy().
+LAST_SHARED_BYTES = [0]
+SM90_REGISTERS, SM90_SHARED, SM90_CTA_RESERVED, SM90_MAX_CTAS = 65536, 228 * 1024, 1024, 32
+
+
+def occupancy(registers: int, warps: int, shared_bytes: int) -> dict[str, int]:
+    """Thread blocks one H100 SM can hold at once, by registers (allocated per warp in units of 256) and by shared
+    memory (228 KiB an SM, 1 KiB reserved per block): while one block's warps wait (for their MMAs, or run their
+    softmax), another block's can issue. The theoretical figure; achieved occupancy needs a profiler."""
+    per_warp = -(-registers * 32 // 256) * 256
+    by_registers = SM90_REGISTERS // (per_warp * warps) if registers else SM90_MAX_CTAS
+    by_shared = SM90_SHARED // (shared_bytes + SM90_CTA_RESERVED)
+    return {"blocks_by_registers": by_registers, "blocks_by_shared": by_shared,
+            "blocks_per_sm": min(by_registers, by_shared, SM90_MAX_CTAS)}
 
 
 def ptxas_report(ptx: str) -> dict[str, Any]:
@@ -168,6 +186,9 @@ def main() -> None:
     print(f"warp-specialized partitions: {'yes' if 'ttg.warp_specialize' in ttgir else 'no'}")
     print(f"ptxas: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
           f"{report['spill_loads']} bytes spill loads")
+    held = occupancy(report["registers"] or 0, args.warps, LAST_SHARED_BYTES[0])
+    print(f"shared memory: {LAST_SHARED_BYTES[0] // 1024} KiB; blocks per SM: {held['blocks_per_sm']} "
+          f"(registers allow {held['blocks_by_registers']}, shared memory {held['blocks_by_shared']})")
     for note in report["notes"]:
         print(f"ptxas {note}")
 

@@ -8,8 +8,8 @@ difference from SDPA). A variant that fails to compile or to match is reported a
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
 persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3). --sweep adds
-each of the autotuner's configs of the default and the best-known variant as sides of their own (config= runs one
-without the race): is the autotuner's pick the one the gate would time fastest? Attention also times SDPA's
+each of the autotuner's configs of the best-known variant as sides of their own (config= runs one without the race;
+attention adds a few configs the autotuner does not have): is the autotuner's pick the one the gate would time fastest? Attention also times SDPA's
 FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its default (cuDNN on the H100).
 The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=, warp_specialize=)`,
 `flash_attention(fold=, heavy_first=, warp_specialize=)`), off in the suite. What each predicted and what it
@@ -34,17 +34,21 @@ FP8_VARIANTS: dict[str, dict[str, Any]] = {
     "promote_every_2": {"promote_every": 2},
     "promote_every_4": {"promote_every": 4},
     "warp_specialize": {"warp_specialize": True},
-    "promote_every_2+warp_specialize": {"promote_every": 2, "warp_specialize": True},
-    "promote_every_4+warp_specialize": {"promote_every": 4, "warp_specialize": True},
 }
-FP8_SWEPT = ("default", "warp_specialize")  # --sweep: every config of these
+# warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (tools/codegen_probe.py): kept as an
+# A/A control, what two sides with nothing changed differ by in this run.
+FP8_SWEPT = ("default",)  # --sweep: every config of these
 ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "fold": {"fold": True},
     "fold+heavy_first": {"fold": True, "heavy_first": True},
     "fold+warp_specialize": {"fold": True, "warp_specialize": True},
 }
-ATTENTION_SWEPT = ("default", "fold+heavy_first")  # --sweep: every config of these (fold alone when not causal)
+# --sweep: the best-known variant (fold+heavy_first; fold when not causal) at every autotuner config and at these
+# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: every
+# D=128 config of the autotuner holds 1-2 blocks an SM, 64x64 at D=64 holds 3-4).
+ATTENTION_EXTRA_CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
+                           for bm, bn, w, st in [(64, 64, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (128, 64, 8, 2)]]
 BATCH_MS = 20.0  # device time of one timed batch
 DEVICE = "cuda"
 FP8_SIZES = (4096, 8192)
@@ -221,12 +225,14 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         add_side(sides, info, "sdpa_flash", sdpa_flash, error, dict)
         variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or not v.get("heavy_first")}
         best = "fold+heavy_first" if causal else "fold"
-        for name, (variant, config) in swept(variants, ("default", best), choices, sweep).items():
+        shape = {"HEAD_DIM": head_dim, "CAUSAL": causal}
+        for name, (variant, config) in swept(variants, (best,), choices + ATTENTION_EXTRA_CONFIGS, sweep).items():
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
                 return attn.flash_attention(q, k, v, causal, config=config, **variant)
             add_side(sides, info, name, run, error,
-                     lambda variant=variant, config=config: resources(kernel, constants_of(variant, ATTENTION_CONSTANTS), config))
+                     lambda variant=variant, config=config, shape=shape: resources(
+                         kernel, {**constants_of(variant, ATTENTION_CONSTANTS), **shape}, config))
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         emit(rows, label, info, interleaved_ms(timer, sides, rounds, graph), "sdpa",
              attn.attention_flops(B, H, seq, head_dim, causal))
