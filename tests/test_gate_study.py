@@ -6,6 +6,8 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gate_study", ROOT / "tools" / "gate_study.py")
 assert spec and spec.loader
@@ -73,3 +75,16 @@ def test_the_table_counts_false_alarms_and_detections_per_case():
     assert "| `b` | 6.0% | 2.00% | >= 3.0% | 1/2 | 1/2, -5.8% |" in text
     assert "false alarms: 1/4 case-runs (25.0%)" in text
     assert "detected at +5%: 3/4 (75%)" in text
+
+
+def test_each_study_process_starts_with_empty_compile_caches_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared/warm")
+    monkeypatch.setenv(study.SLOWDOWN_ENV, "0.5")  # a stale slowdown in the caller's shell never leaks in
+    first = study.process_env(tmp_path, "bless0", None, fresh_caches=True)
+    second = study.process_env(tmp_path, "bless1", 0.05, fresh_caches=True)
+    for variable in study.CACHE_VARIABLES:
+        assert first[variable] != second[variable] and Path(first[variable]).is_dir()
+        assert not any(Path(first[variable]).iterdir())
+    assert study.SLOWDOWN_ENV not in first and second[study.SLOWDOWN_ENV] == "0.05"
+    warm = study.process_env(tmp_path, "clean0", None, fresh_caches=False)
+    assert warm["TORCHINDUCTOR_CACHE_DIR"] == "/shared/warm"

@@ -104,8 +104,28 @@ def pytest_configure(config: Any) -> None:
 
 # ---------------------------------------------------------------- the study: runs and the table
 
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def process_env(out: Path, label: str, slowdown: float | None, fresh_caches: bool) -> dict[str, str]:
+    """The environment of one study process: the injected slowdown or none, and with fresh_caches empty compile
+    caches of its own, as a fresh CI runner starts. A warm inductor cache hands every later process the first
+    one's autotuning picks (a torch.compile'd reference's kernel), so calibrating processes would all see one
+    mode of a pair that has two (README, "calibrated"), and gate runs would not draw theirs."""
+    env = {**os.environ}
+    env.pop(SLOWDOWN_ENV, None)
+    if slowdown:
+        env[SLOWDOWN_ENV] = str(slowdown)
+    if fresh_caches:
+        for variable in CACHE_VARIABLES:
+            path = out / "caches" / label / variable.split("_")[0].lower()
+            path.mkdir(parents=True, exist_ok=True)
+            env[variable] = str(path)
+    return env
+
+
 def run_pytest(out: Path, label: str, cases: list[str], extra: list[str], *, bless: int | None = None,
-               slowdown: float | None = None) -> dict[str, Any]:
+               slowdown: float | None = None, fresh_caches: bool = True) -> dict[str, Any]:
     report = out / f"{label}.json"
     if report.exists():  # resumable: a study split across calls of a time-limited machine picks up where it was
         print(f"{label}: kept from an earlier call", flush=True)
@@ -114,11 +134,8 @@ def run_pytest(out: Path, label: str, cases: list[str], extra: list[str], *, ble
            "--baseline-dir", str(out / "baselines"), "--speedgate-json", str(report), *extra]
     if bless:
         cmd += ["--update-baselines", "--speedgate-calibrate", str(bless)]
-    env = {**os.environ}
-    env.pop(SLOWDOWN_ENV, None)
-    if slowdown:
-        env[SLOWDOWN_ENV] = str(slowdown)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=process_env(out, label, slowdown, fresh_caches), capture_output=True,
+                          text=True)
     (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     print(f"{label}: exit {proc.returncode}: {last}", flush=True)
@@ -173,23 +190,25 @@ def main() -> None:
     parser.add_argument("--slowdowns", default="0.02,0.05,0.10", help="injected slowdowns, fractions")
     parser.add_argument("--repeat", type=int, default=2, help="gate runs per slowdown")
     parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("--warm-caches", dest="fresh_caches", action="store_false",
+                        help="share the user's compile caches between processes (default: each its own, empty)")
     parser.add_argument("extra", nargs="*", help="after --: more pytest arguments")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     for i in range(args.processes):  # each a fresh process: the last one's report holds every process's evidence
-        bless = run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate)
+        bless = run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate, fresh_caches=args.fresh_caches)
     # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
     entries: dict[str, Any] = {}
     for f in sorted((out / "baselines").glob("*.json")):
         entries.update(json.loads(f.read_text()).get("cases", {}))
     bless_view = {"cases": [{**entries[c["case_id"]], "case_id": c["case_id"], "timed": True}
                             for c in bless["cases"] if c.get("timed") and c["case_id"] in entries]}
-    clean = [run_pytest(out, f"clean{i}", args.cases, args.extra) for i in range(args.runs)]
+    clean = [run_pytest(out, f"clean{i}", args.cases, args.extra, fresh_caches=args.fresh_caches) for i in range(args.runs)]
     slowed_runs = {}
     for share in (float(s) for s in args.slowdowns.split(",") if s):
-        slowed_runs[share] = [run_pytest(out, f"slow{share:g}-{i}", args.cases, args.extra, slowdown=share)
-                              for i in range(args.repeat)]
+        slowed_runs[share] = [run_pytest(out, f"slow{share:g}-{i}", args.cases, args.extra, slowdown=share,
+                                         fresh_caches=args.fresh_caches) for i in range(args.repeat)]
     text = table(bless_view, clean, slowed_runs)
     (out / "study.md").write_text(text)
     print(text)
