@@ -34,10 +34,15 @@ FP8_VARIANTS: dict[str, dict[str, Any]] = {
     "promote_every_2": {"promote_every": 2},
     "promote_every_4": {"promote_every": 4},
     "warp_specialize": {"warp_specialize": True},
+    "two_blocks_per_sm": {"blocks_per_sm": 2},
 }
 # warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (tools/codegen_probe.py): kept as an
 # A/A control, what two sides with nothing changed differ by in this run.
-FP8_SWEPT = ("default",)  # --sweep: every config of these
+FP8_SWEPT = ("default", "two_blocks_per_sm")  # --sweep: every config of these, and the extra ones below
+# 64x128x128 at 4 warps: 153 registers and 96-112 KiB of shared memory, so 2 programs fit an SM (codegen_probe), and
+# one program's promotion adds can run under the other's MMAs (what cuBLAS gets from two consumer warpgroups).
+FP8_EXTRA_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": st}
+                     for st in (3, 4)]
 ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "fold": {"fold": True},
@@ -100,7 +105,7 @@ def rel_l2(actual: Any, exact: Any) -> float:
     return float((actual.float() - exact).norm() / exact.norm())
 
 
-FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}
+FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}  # blocks_per_sm: NUM_SMS
 ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE"}
 
 
@@ -171,6 +176,7 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
     x8, w8, sx, sw = fp8_operands(DEVICE, n, n, n, 0)
     exact = (x8.float() @ w8.float().t()) * (sx * sw)
     kernel = mm._matmul_tma_persistent_kernel
+    programs = mm.num_sms(x8.device)
     sides: dict[str, Callable[[], Any]] = {}
     info: dict[str, dict[str, Any]] = {}
 
@@ -180,11 +186,14 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
     add_side(sides, info, "_scaled_mm", lambda: scaled_mm(x8, w8, sx, sw), error, dict)
     add_side(sides, info, "_scaled_mm_fast", lambda: scaled_mm_fast(x8, w8, sx, sw), error, dict)
     choices = [c for c in config_choices(kernel) if c["BLOCK_K"] == 128]  # 8-bit operands: 128-deep K (mm._prune)
+    choices += FP8_EXTRA_CONFIGS
     for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
         def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
             return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
         add_side(sides, info, name, run, error,
-                 lambda variant=variant, config=config: resources(kernel, constants_of(variant, FP8_CONSTANTS), config))
+                 lambda variant=variant, config=config: resources(
+                     kernel, {**constants_of(variant, FP8_CONSTANTS), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
+                     config))
     rows: list[dict[str, Any]] = []
     emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
     return rows

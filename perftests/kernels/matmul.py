@@ -278,6 +278,7 @@ def matmul_tma_persistent(
     fp8_fast_accum: bool = False,
     promote_every: int = 1,
     warp_specialize: bool = False,
+    blocks_per_sm: int = 1,
     config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper).
@@ -285,9 +286,13 @@ def matmul_tma_persistent(
     Experiments of tools/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
     the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
     in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
-    and consumer (MMA) warps; config= runs one of the autotuner's configs (as best_config() gives it) without the race."""
+    and consumer (MMA) warps; blocks_per_sm=n launches n persistent programs an SM (with a tile small enough for n
+    to fit, one program's promotion adds can run under another's MMAs); config= runs one of the autotuner's
+    configs (as best_config() gives it) without the race."""
     if promote_every < 1:
         raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
+    if blocks_per_sm < 1:
+        raise ValueError(f"blocks_per_sm must be a positive number of programs an SM, got {blocks_per_sm}")
     M, N, K = _check_operands(x, w)
     y = _output(x, M, N, out, out_dtype)
     if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
@@ -297,7 +302,7 @@ def matmul_tma_persistent(
     x_desc = TensorDescriptor.from_tensor(x, [32, 32])
     w_desc = TensorDescriptor.from_tensor(w, [32, 32])
     y_desc = TensorDescriptor.from_tensor(y, [32, 32])
-    sms = num_sms(x.device)
+    sms = num_sms(x.device) * blocks_per_sm  # persistent programs: the grid, and the stride of their tile loop
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
     switches = dict(**flags, NUM_SMS=sms, PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
     if config is None:
