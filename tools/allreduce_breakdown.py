@@ -2,9 +2,14 @@
 warm-up, a barrier before each call, median of 30 calls, the slowest rank's median), next to NCCL's bf16
 all-reduce and the raw collectives at the same byte counts.
 
-    python tools/allreduce_breakdown.py [--mb 256] [--world N]   (on a machine with N >= 2 GPUs)
+    python tools/allreduce_breakdown.py [--mb 256] [--world N] [--pieces 1 2 4 8] [--profile DIR]
+    (on a machine with N >= 2 GPUs)
 
-Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds.
+Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds. With --profile, each piece
+count of the P2P form is also traced (torch.profiler, 5 calls, every rank; Chrome traces in DIR) and summarized per
+call and rank: the host's time to queue a call, the device span of a call, and by kind of device work (copies,
+symmetric-memory barriers, the three quantization kernels, the rest) how many ran and how long the device was busy
+with them: where the cost that grows with the piece count goes.
 """
 
 from __future__ import annotations
@@ -18,7 +23,74 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict:
+KINDS = (("copy", ("memcpy", "memset")), ("barrier", ("barrier",)), ("quantize", ("_quantize",)),
+         ("reduce_requantize", ("reduce_requantize",)), ("dequantize", ("dequantize",)))
+
+
+def kind_of(name: str) -> str:
+    lowered = name.lower()
+    for kind, marks in KINDS:
+        if any(mark in lowered for mark in marks):
+            return kind
+    return "other"
+
+
+def union_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by at least one of the spans."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def summarize_trace(events: list[tuple[str, float, float, object]], calls: int) -> dict:
+    """Per call, from (name, start us, end us, stream) of every device activity of `calls` traced calls: the span
+    from the first activity to the last, the time the device was busy with anything, and per kind of work (kind_of)
+    how many activities and how long the device was busy with them; and how many streams took part."""
+    if not events:
+        return {"span_ms": 0.0, "busy_ms": 0.0, "streams": 0, "kinds": {}}
+    spans = [(start, end) for _, start, end, _ in events]
+    kinds: dict[str, dict[str, float]] = {}
+    for kind in sorted({kind_of(name) for name, *_ in events}):
+        mine = [(start, end) for name, start, end, _ in events if kind_of(name) == kind]
+        kinds[kind] = {"count": len(mine) / calls, "busy_ms": union_us(mine) / 1e3 / calls}
+    return {"span_ms": (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e3 / calls,
+            "busy_ms": union_us(spans) / 1e3 / calls, "streams": len({stream for *_, stream in events}), "kinds": kinds}
+
+
+def profile_p2p(forms: dict, x: object, out: object, directory: Path, rank: int, calls: int = 5) -> dict:
+    """Each P2P form traced over `calls` calls on this rank (after warm-up and a barrier): its Chrome trace in
+    directory, its summary (summarize_trace) and the host's milliseconds to queue one call."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    found = {}
+    for k, form in forms.items():
+        for _ in range(3):
+            form(x, out)
+        torch.cuda.synchronize()
+        dist.barrier()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            started = time.perf_counter()
+            for _ in range(calls):
+                form(x, out)
+            queued = (time.perf_counter() - started) * 1e3 / calls
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(str(directory / f"rank{rank}_p2p_{k}pieces.json"))
+        events = [(e.name, e.time_range.start, e.time_range.end, getattr(e, "device_resource_id", None))
+                  for e in prof.events() if e.device_type == DeviceType.CUDA]
+        found[k] = {"host_queue_ms": queued, **summarize_trace(events, calls)}
+    return found
+
+
+def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4), profile_dir: str | None = None) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -56,7 +128,10 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4)) -> dict
                 fn()
             median = statistics.median(timed_on_rank(fn) for _ in range(reps))
             rows[name] = {"ms": slowest([median])[0], "bytes": nbytes}
-        return {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name()}
+        found = {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name(), "rank": rank}
+        if profile_dir:
+            found["profile"] = profile_p2p(p2p, x, out, Path(profile_dir), rank)
+        return found
     finally:
         nccl_cases.teardown()
 
@@ -71,8 +146,13 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=torch.cuda.device_count())
     parser.add_argument("--json", type=Path)
     parser.add_argument("--pieces", type=int, nargs="+", default=[1, 4], help="piece counts of the P2P form to time")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="trace each piece count too (Chrome traces here)")
     args = parser.parse_args()
-    result = run_ranks("tools.allreduce_breakdown:stages", args.world, {"numel": args.mb * 2**20 // 2, "pieces": args.pieces}, timeout_s=300)[0]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    kwargs = {"numel": args.mb * 2**20 // 2, "pieces": args.pieces, "profile_dir": str(args.profile.resolve()) if args.profile else None}
+    results = run_ranks("tools.allreduce_breakdown:stages", args.world, kwargs, timeout_s=300)
+    result = results[0]
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(f"{args.world} x {result['gpu']}, {args.mb} MB of bf16 per rank")
@@ -83,6 +163,24 @@ def main() -> None:
             parts += row["ms"]
         print(f"| {name} | {row['ms']:.3f} | {row['bytes'] / row['ms'] / 1e6:.0f} |")
     print(f"| sum of the quantized stages, run one at a time | {parts:.3f} | - |")
+    if args.profile:
+        print(profile_table(results))
+
+
+def profile_table(results: list[dict]) -> str:
+    """The traced P2P calls, one row per rank and piece count: per call, what the host took to queue it, the
+    device's span and busy time, and per kind of work its count and busy milliseconds."""
+    kinds = sorted({kind for r in results for p in r.get("profile", {}).values() for kind in p["kinds"]})
+    lines = ["| rank | pieces | host queue ms | device span ms | busy ms | streams | "
+             + " | ".join(f"{kind}: n, ms" for kind in kinds) + " |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---" for _ in kinds) + " |"]
+    for r in results:
+        for k, p in sorted(r.get("profile", {}).items(), key=lambda kv: int(kv[0])):
+            cells = [f"{p['kinds'][kind]['count']:g}, {p['kinds'][kind]['busy_ms']:.3f}" if kind in p["kinds"] else "-"
+                     for kind in kinds]
+            lines.append(f"| {r.get('rank', '?')} | {k} | {p['host_queue_ms']:.3f} | {p['span_ms']:.3f} | {p['busy_ms']:.3f} | "
+                         f"{p['streams']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
