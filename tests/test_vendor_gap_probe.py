@@ -71,3 +71,25 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
         assert rows[True, side]["ms"] is None and "differs from SDPA" in rows[True, side]["failed"], rows[True, side]
     # No graphs here: each timed side said so and was timed as it is.
     assert out.count("not captured, timed ungraphed") == sum(1 for r in rows.values() if r["ms"] is not None)
+
+
+def test_the_summary_marks_only_a_side_whose_whole_range_beats_the_default() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vendor_gap_probe", ROOT / "tools" / "vendor_gap_probe.py")
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def side(name: str, vs: float, low: float, high: float) -> dict:
+        return {"case": "fp8 8192^3", "side": name, "ms": 1.0 / vs, "vs_scaled_mm": vs, "vs_scaled_mm_range": [low, high],
+                "spread": 0.01, "config": {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3}, "regs": 255, "spills": 18}
+
+    rows = [side("_scaled_mm", 1.0, 1.0, 1.0), side("default", 0.655, 0.60, 0.70), side("overlapping", 0.72, 0.69, 0.75),
+            side("clear", 0.80, 0.78, 0.82), {"case": "fp8 8192^3", "side": "broken", "ms": None, "failed": "RuntimeError: no build"}]
+    lines = tool.summary(rows).splitlines()
+    table = [line for line in lines if line.startswith("| ") and not line.startswith(("| side", "| ---"))]
+    assert [line.split(" | ")[0] for line in table] == ["| _scaled_mm", "| clear", "| overlapping", "| default"]  # fastest first
+    assert table[1].endswith("| beats default |") and table[2].endswith("|  |")  # 0.69 is inside the default's 0.60-0.70
+    assert "| 128x256 w8 s3 | 255, 18 |" in table[1]
+    assert "- broken: RuntimeError: no build" in lines

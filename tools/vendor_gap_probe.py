@@ -248,6 +248,35 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     return rows
 
 
+def summary(rows: list[dict[str, Any]]) -> str:
+    """Markdown, one table per case: every timed side by its speed against the vendor (median of the rounds' ratios,
+    and their range), fastest first, with its spread, config, registers and spills; a side is marked "beats default"
+    only when its whole range lies above the default's (the run's own scatter cannot explain it). Sides that failed
+    are listed after the table with why."""
+    out: list[str] = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        vs = next((k for r in mine for k in r if k.startswith("vs_") and not k.endswith("_range")), None)
+        if vs is None:
+            continue
+        timed = sorted((r for r in mine if r.get("ms") is not None), key=lambda r: -r[vs])
+        default = next((r for r in timed if r["side"] == "default"), None)
+        out += [f"### {case}", "", f"| side | ms | {vs} | range | spread | config | registers, spills | |",
+                "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
+        for r in timed:
+            low, high = r[f"{vs}_range"]
+            beats = default is not None and r is not default and low > default[f"{vs}_range"][1]
+            config = r.get("config") or {}
+            tile = "x".join(str(v) for k, v in config.items() if k.startswith("BLOCK")) + (
+                f" w{config['num_warps']} s{config['num_stages']}" if config else "")
+            regs = f"{r['regs']}, {r['spills']}" if r.get("regs") is not None else "-"
+            out.append(f"| {r['side']} | {r['ms']:.4g} | {r[vs]:.3f}x | {low:.3f}-{high:.3f} | {r['spread']:.1%} | "
+                       f"{tile or '-'} | {regs} | {'beats default' if beats else ''} |")
+        failed = [r for r in mine if r.get("ms") is None]
+        out += [""] + [f"- {r['side']}: {r.get('failed', 'not timed')}" for r in failed] + ([""] if failed else [])
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=("fp8", "attention"))
@@ -271,6 +300,7 @@ def main() -> None:
         rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    print(summary(rows))
 
 
 if __name__ == "__main__":
