@@ -95,17 +95,20 @@ def main() -> None:
 
 
 def _safe_report(label: str, tuner: Any, out: Path | None) -> None:
+    from perftests.kernels.common import plain_config
+
     try:
-        report(label, compiled_for(tuner, tuner.best_config), out)
+        report(label, compiled_for(tuner, plain_config(tuner.best_config)), out)
     except Exception as exc:  # a diagnostic: say what could not be read and go on to the next kernel
         print(f"{label}: could not inspect: {type(exc).__name__}: {exc}")
 
 
-def compiled_for(tuner: Any, config: Any, constants: dict[str, Any] | None = None) -> Any:
-    """The compiled kernel the autotuner ran for config: the cache entry whose constants match it, and `constants`
-    (the constexpr switches that tell apart variants compiled at the same config, e.g. {"WARP_SPECIALIZE": True})."""
+def compiled_for(tuner: Any, config: dict[str, Any], constants: dict[str, Any] | None = None) -> Any:
+    """The compiled kernel the autotuner ran for config (plain values, as plain_config() gives them): the cache entry
+    whose constants match it, and `constants` (the constexpr switches that tell apart variants compiled at the same
+    config, e.g. {"WARP_SPECIALIZE": True})."""
     fn = tuner.fn
-    wanted = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages, **(constants or {})}
+    wanted = {**config, **(constants or {})}
     for cache in fn.device_caches.values():
         kernels = cache[0] if isinstance(cache, tuple) else cache
         for compiled in kernels.values():

@@ -84,16 +84,14 @@ def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int,
 def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config a side ran (the autotuner's last choice, or the one it was given) and what its compiled kernel
     holds (tools/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
-    import triton
-
     from perftests.kernels.common import best_config
     from tools.inspect_kernels import compiled_for
 
-    out: dict[str, Any] = {"config": config or best_config(tuner)}
+    chosen = config or best_config(tuner)
+    out: dict[str, Any] = {"config": chosen}
     try:
-        chosen = tuner.best_config if config is None else triton.Config(
-            {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")},
-            num_warps=config["num_warps"], num_stages=config["num_stages"])
+        if chosen is None:
+            raise LookupError("no config: the autotuner has not run")
         compiled = compiled_for(tuner, chosen, constants)
         out.update(regs=compiled.n_regs, spills=compiled.n_spills, smem_kib=compiled.metadata.shared // 1024)
     except Exception as exc:  # a diagnostic: say what could not be read
@@ -109,10 +107,13 @@ FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPEC
 ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE"}
 
 
-def constants_of(variant: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """A variant's switches as the kernel's constexpr arguments, defaults included (they tell compiled kernels apart)."""
-    defaults = {"promote_every": 1, "warp_specialize": False, "fold": False, "heavy_first": False}
-    return {const: variant.get(switch, defaults[switch]) for switch, const in names.items()}
+def constants_of(variant: dict[str, Any], names: dict[str, str], tuner: Any) -> dict[str, Any]:
+    """A variant's switches as the kernel's constexpr arguments, the kernel's own defaults for those it leaves
+    unset (they tell compiled kernels apart)."""
+    import inspect
+
+    declared = inspect.signature(tuner.fn.fn).parameters  # the @triton.jit function's own (compiled or interpreted)
+    return {const: variant[switch] if switch in variant else declared[const].default for switch, const in names.items()}
 
 
 def add_side(sides: dict[str, Callable[[], Any]], info: dict[str, dict[str, Any]], name: str, run: Callable[[], Any],
@@ -170,7 +171,7 @@ def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool) -> list[dict[st
 
 def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
     from perftests.kernels import matmul as mm
-    from perftests.kernels.common import config_choices
+    from perftests.kernels.common import plain_config
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
 
     x8, w8, sx, sw = fp8_operands(DEVICE, n, n, n, 0)
@@ -185,14 +186,13 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
 
     add_side(sides, info, "_scaled_mm", lambda: scaled_mm(x8, w8, sx, sw), error, dict)
     add_side(sides, info, "_scaled_mm_fast", lambda: scaled_mm_fast(x8, w8, sx, sw), error, dict)
-    choices = [c for c in config_choices(kernel) if c["BLOCK_K"] == 128]  # 8-bit operands: 128-deep K (mm._prune)
-    choices += FP8_EXTRA_CONFIGS
+    choices = [plain_config(c) for c in mm._prune(kernel.configs, {"x_ptr": x8})] + FP8_EXTRA_CONFIGS  # as the race
     for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
         def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
             return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
         add_side(sides, info, name, run, error,
                  lambda variant=variant, config=config: resources(
-                     kernel, {**constants_of(variant, FP8_CONSTANTS), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
+                     kernel, {**constants_of(variant, FP8_CONSTANTS, kernel), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
                      config))
     rows: list[dict[str, Any]] = []
     emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
@@ -204,10 +204,10 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from perftests.kernels import attention as attn
-    from perftests.kernels.common import config_choices
+    from perftests.kernels.common import plain_config
 
     kernel = attn._attn_fwd_kernel
-    choices = [c for c in config_choices(kernel) if c["BLOCK_M"] % c["BLOCK_N"] == 0]  # attn._prune
+    choices = [plain_config(c) for c in attn._prune(kernel.configs, {})]  # the candidates of the autotuner's race
     rows: list[dict[str, Any]] = []
     for seq, head_dim, causal in ATTENTION_SHAPES:
         B, H = max(1, ATTENTION_TOKENS // seq), max(1, ATTENTION_WIDTH // head_dim)
@@ -241,7 +241,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
                 return attn.flash_attention(q, k, v, causal, config=config, **variant)
             add_side(sides, info, name, run, error,
                      lambda variant=variant, config=config, shape=shape: resources(
-                         kernel, {**constants_of(variant, ATTENTION_CONSTANTS), **shape}, config))
+                         kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         emit(rows, label, info, interleaved_ms(timer, sides, rounds, graph), "sdpa",
              attn.attention_flops(B, H, seq, head_dim, causal))

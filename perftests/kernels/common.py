@@ -8,17 +8,15 @@ from typing import Any
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def best_config(kernel: Any) -> dict[str, Any] | None:
-    """An autotuned kernel's choice for the last key it ran, as plain values (recorded with the case's result)."""
-    config = getattr(kernel, "best_config", None)
-    if config is None:
-        return None
+def plain_config(config: Any) -> dict[str, Any]:
+    """A triton.Config as plain values: its meta-parameters, num_warps and num_stages (the form run_config() takes)."""
     return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
-def config_choices(kernel: Any) -> list[dict[str, Any]]:
-    """An autotuned kernel's candidate configs, as plain values (the form best_config() gives and run_config() takes)."""
-    return [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in kernel.configs]
+def best_config(kernel: Any) -> dict[str, Any] | None:
+    """An autotuned kernel's choice for the last key it ran, as plain values (recorded with the case's result)."""
+    config = getattr(kernel, "best_config", None)
+    return None if config is None else plain_config(config)
 
 
 def run_config(kernel: Any, grid: Any, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
