@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
-              switches: dict[str, Any], last: str = "ttgir") -> str:
-    """The flash kernel (bf16) at one config, compiled up to `last`."""
+              switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
+    """The flash kernel (bf16) at one config, compiled up to `last` (compile_to)."""
     from perftests.kernels import attention as attn
 
     desc = {"q_desc": block_m, "o_desc": block_m, "k_desc": block_n, "v_desc": block_n}
@@ -37,7 +37,7 @@ def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: in
 
 
 def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, switches: dict[str, Any],
-               last: str = "ttgir") -> str:
+               last: str = "ttgir") -> dict[str, Any]:
     """The persistent TMA matmul with fp8 (e4m3) operands, per-tensor scales and a bf16 output, at one config;
     FP8_PRECISE (promotion every K tile) unless a switch says otherwise."""
     from perftests.kernels import matmul as mm
@@ -51,8 +51,9 @@ def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int
 
 
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
-               last: str) -> str:
-    """Compile through Triton's stages up to `last` ("ttgir" or "ptx") for sm_90, on any machine."""
+               last: str) -> dict[str, Any]:
+    """Compile through Triton's stages up to `last` ("ttgir" or "ptx") for sm_90, on any machine. Returns each
+    stage's text by its name, and "shared": the dynamic shared memory in bytes (Triton's metadata; 0 before llir)."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend
@@ -81,15 +82,13 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
     backend.add_stages(stages_, options, source.language)
     metadata: dict[str, Any] = {}
     order = ["ttir", "ttgir", "llir", "ptx"]
+    found: dict[str, Any] = {}
     for stage in order[:order.index(last) + 1]:
         module = stages_[stage](module, metadata)
-    if last == "ptx":
-        LAST_SHARED_BYTES[0] = int(metadata.get("shared", 0))
-    return str(module)
+        found[stage] = str(module)
+    return {**found, "shared": int(metadata.get("shared", 0))}
 
 
-# The dynamic shared memory of the last kernel compiled to PTX (Triton's metadata), for occupancy().
-LAST_SHARED_BYTES = [0]
 SM90_REGISTERS, SM90_SHARED, SM90_CTA_RESERVED, SM90_MAX_CTAS = 65536, 228 * 1024, 1024, 32
 
 
@@ -105,15 +104,14 @@ def occupancy(registers: int, warps: int, shared_bytes: int) -> dict[str, int]:
 
 
 def ptxas_report(ptx: str) -> dict[str, Any]:
-    """Registers, spill bytes and performance notes (C75xx) of ptxas -v for sm_90a, with the ptxas Triton ships
-    (the one it compiles with, unless TRITON_PTXAS_PATH says otherwise)."""
-    import os
+    """Registers, spill bytes and performance notes (C75xx) of ptxas -v for sm_90a, with the ptxas Triton compiles
+    with."""
     import subprocess
     import tempfile
 
-    import triton
+    from triton.backends.nvidia.compiler import get_ptxas
 
-    ptxas = os.environ.get("TRITON_PTXAS_PATH") or str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+    ptxas = get_ptxas(90).path  # Triton's own choice: TRITON_PTXAS_PATH, else the one it ships
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernel.ptx"
         src.write_text(ptx)
@@ -178,16 +176,17 @@ def main() -> None:
         else:
             block_m, block_n, block_k = (int(v) for v in (args.block or "256x128x128").lower().split("x"))
             build = lambda last: fp8_matmul(block_m, block_n, block_k, args.warps, args.stages, switches, last)  # noqa: E731
-        ttgir = build("ttgir")
-        report = ptxas_report(build("ptx"))
+        compiled = build("ptx")
+        report = ptxas_report(compiled["ptx"])
     except ValueError as exc:
         sys.exit(f"codegen_probe: {exc}")
+    ttgir = compiled["ttgir"]
     print("\n".join(dot_ops(ttgir)))
     print(f"warp-specialized partitions: {'yes' if 'ttg.warp_specialize' in ttgir else 'no'}")
     print(f"ptxas: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
           f"{report['spill_loads']} bytes spill loads")
-    held = occupancy(report["registers"] or 0, args.warps, LAST_SHARED_BYTES[0])
-    print(f"shared memory: {LAST_SHARED_BYTES[0] // 1024} KiB; blocks per SM: {held['blocks_per_sm']} "
+    held = occupancy(report["registers"] or 0, args.warps, compiled["shared"])
+    print(f"shared memory: {compiled['shared'] // 1024} KiB; blocks per SM: {held['blocks_per_sm']} "
           f"(registers allow {held['blocks_by_registers']}, shared memory {held['blocks_by_shared']})")
     for note in report["notes"]:
         print(f"ptxas {note}")
