@@ -35,30 +35,21 @@ def kind_of(name: str) -> str:
     return "other"
 
 
-def union_us(spans: list[tuple[float, float]]) -> float:
-    """Microseconds covered by at least one of the spans."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(spans):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
-
-
 def summarize_trace(events: list[tuple[str, float, float, object]], calls: int) -> dict:
     """Per call, from (name, start us, end us, stream) of every device activity of `calls` traced calls: the span
     from the first activity to the last, the time the device was busy with anything, and per kind of work (kind_of)
     how many activities and how long the device was busy with them; and how many streams took part."""
+    from speedgate.integrity import busy_ms  # the union of intervals, in their unit (here us), as the gate counts it
+
     if not events:
         return {"span_ms": 0.0, "busy_ms": 0.0, "streams": 0, "kinds": {}}
     spans = [(start, end) for _, start, end, _ in events]
     kinds: dict[str, dict[str, float]] = {}
     for kind in sorted({kind_of(name) for name, *_ in events}):
         mine = [(start, end) for name, start, end, _ in events if kind_of(name) == kind]
-        kinds[kind] = {"count": len(mine) / calls, "busy_ms": union_us(mine) / 1e3 / calls}
+        kinds[kind] = {"count": len(mine) / calls, "busy_ms": busy_ms(mine) / 1e3 / calls}
     return {"span_ms": (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e3 / calls,
-            "busy_ms": union_us(spans) / 1e3 / calls, "streams": len({stream for *_, stream in events}), "kinds": kinds}
+            "busy_ms": busy_ms(spans) / 1e3 / calls, "streams": len({stream for *_, stream in events}), "kinds": kinds}
 
 
 def profile_p2p(forms: dict, x: object, out: object, directory: Path, rank: int, calls: int = 5) -> dict:
