@@ -7,19 +7,22 @@ difference from SDPA). A variant that fails to compile or to match is reported a
 
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
-persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3). --sweep adds
-each of the autotuner's configs of the best-known variant as sides of their own (config= runs one without the race;
-attention adds a few configs the autotuner does not have): is the autotuner's pick the one the gate would time fastest? Attention also times SDPA's
-FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its default (cuDNN on the H100).
-The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=, warp_specialize=)`,
-`flash_attention(fold=, heavy_first=, warp_specialize=)`), off in the suite. What each predicted and what it
-measured belongs in docs/NOTES.md.
+persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3); the sides run
+in a new random order every round. --sweep adds the default variant at each candidate config as sides of their own
+(config= runs one without the race: fp8, the autotuner's configs and two of 64x128 tiles; attention, the kernel's
+one tile, the tiles its autotuner used to race and a few more): is the kernel's pick the one the gate would time
+fastest? Attention also times SDPA's FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its
+default (cuDNN on the H100). The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=,
+warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
+suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
+them. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 from collections.abc import Callable
@@ -44,14 +47,14 @@ FP8_SWEPT = ("default", "two_blocks_per_sm")  # --sweep: every config of these, 
 FP8_EXTRA_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": st}
                      for st in (3, 4)]
 ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
-    "default": {},
-    "fold": {"fold": True},
-    "fold+heavy_first": {"fold": True, "heavy_first": True},
-    "fold+warp_specialize": {"fold": True, "warp_specialize": True},
+    "default": {},  # fold and heavy_first on (since 2026-11-23), the kernel's one tile
+    "unfolded": {"fold": False, "heavy_first": False},  # the kernel as it was before them
+    "no_heavy_first": {"heavy_first": False},  # causal only: what launching the long row blocks first adds
+    "warp_specialize": {"warp_specialize": True},
 }
-# --sweep: the best-known variant (fold+heavy_first; fold when not causal) at every autotuner config and at these
-# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: every
-# D=128 config of the autotuner holds 1-2 blocks an SM, 64x64 at D=64 holds 3-4).
+# --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
+# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: the
+# race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4).
 ATTENTION_EXTRA_CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
                            for bm, bn, w, st in [(64, 64, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (128, 64, 8, 2)]]
 BATCH_MS = 20.0  # device time of one timed batch
@@ -62,8 +65,12 @@ ATTENTION_SHAPES = [(seq, head_dim, causal) for seq in (2048, 8192) for head_dim
 
 
 def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int, graph: bool) -> dict[str, list[float]]:
-    """Each side's batch median in each of `rounds` rounds, the sides' order rotated every round; with graph,
-    each side replayed from a CUDA graph of one call (a side that cannot be captured is timed as it is)."""
+    """Each side's batch median in each of `rounds` rounds, the sides in a new random order every round (seeded);
+    with graph, each side replayed from a CUDA graph of one call (a side that cannot be captured is timed as it is).
+
+    Shuffled, not rotated: rotating keeps every side behind the same neighbour, and on a power-capped H100 (fp8
+    8192^3, 2026-11-23) the side always run after the fast-accumulation cuBLAS kernel read 0.66x of _scaled_mm
+    where the same kernel, same config, elsewhere in the order read 0.78x."""
     if graph:
         sides = dict(sides)
         for name, fn in list(sides.items()):
@@ -74,8 +81,9 @@ def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int,
     names = list(sides)
     per_call = {name: statistics.median(timer.time_each([sides[name]] * 5)) for name in names}
     batches: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    order = random.Random(0)
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
             n = max(5, min(200, int(BATCH_MS / max(per_call[name], 1e-3))))
             batches[name].append(statistics.median(timer.time_each([sides[name]] * n)))
     return batches
@@ -204,10 +212,9 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from perftests.kernels import attention as attn
-    from perftests.kernels.common import plain_config
 
     kernel = attn._attn_fwd_kernel
-    choices = [plain_config(c) for c in attn._prune(kernel.configs, {})]  # the candidates of the autotuner's race
+    choices = attn.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
     rows: list[dict[str, Any]] = []
     for seq, head_dim, causal in ATTENTION_SHAPES:
         B, H = max(1, ATTENTION_TOKENS // seq), max(1, ATTENTION_WIDTH // head_dim)
@@ -232,10 +239,10 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         info: dict[str, dict[str, Any]] = {}
         add_side(sides, info, "sdpa", sdpa, error, dict)
         add_side(sides, info, "sdpa_flash", sdpa_flash, error, dict)
-        variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or not v.get("heavy_first")}
-        best = "fold+heavy_first" if causal else "fold"
+        variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or name != "no_heavy_first"}
         shape = {"HEAD_DIM": head_dim, "CAUSAL": causal}
-        for name, (variant, config) in swept(variants, (best,), choices + ATTENTION_EXTRA_CONFIGS, sweep).items():
+        extra = [c for c in ATTENTION_EXTRA_CONFIGS if c not in choices]
+        for name, (variant, config) in swept(variants, ("default",), choices + extra, sweep).items():
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
                 return attn.flash_attention(q, k, v, causal, config=config, **variant)

@@ -26,27 +26,31 @@ def _set_block_shapes(nargs: dict[str, Any]) -> None:
     nargs["v_desc"].block_shape = [nargs["BLOCK_N"], d]
 
 
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) on the GPU. One tile, not an autotuner's race: on the H100
+# (2026-11-23, tools/vendor_gap_probe.py --sweep, every shape of the suite timed interleaved against cuDNN's SDPA)
+# 64x64 at 4 warps and 3 stages was the fastest tile or within the scatter of it in all 8 shapes, while the race
+# picked 128x64 or 128x128 in some (4-8% slower there) and picked differently from one process to the next (a
+# calibrated bless saw 0.758x and 0.805x for one case). TILES are the candidates the race used to run; the probe's
+# sweep still times every one of them.
+TILE = (64, 64, 4, 3)
+TILES = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3),
+         (128, 32, 4, 4)]
+
+
+def _config(bm: int, bn: int, warps: int, stages: int) -> triton.Config:
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
+
+
 def _configs() -> list[triton.Config]:
     if INTERPRETING:
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1, pre_hook=_set_block_shapes)]
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
-        for bm, bn, w, s in [
-            (128, 64, 8, 3),
-            (128, 128, 8, 3),
-            (128, 128, 8, 2),
-            (128, 64, 4, 3),
-            (64, 64, 4, 3),
-            (64, 128, 4, 3),
-            (128, 32, 4, 4),
-        ]
-    ]
+        return [_config(32, 16, 4, 1)]
+    return [_config(*TILE)]
 
 
-def _prune(configs: list[triton.Config], named_args: dict, **kwargs: Any) -> list[triton.Config]:
-    # The causal split below needs BLOCK_M to be a multiple of BLOCK_N.
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0]
-    return kept or configs
+def tile_configs() -> list[dict[str, Any]]:
+    """Every candidate tile as run_config() takes it (the ones the causal split can use), the kernel's own first."""
+    tiles = [(32, 16, 4, 1)] if INTERPRETING else list(dict.fromkeys([TILE, *TILES]))
+    return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st} for bm, bn, w, st in tiles if bm % bn == 0]
 
 
 @triton.jit
@@ -76,12 +80,12 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE"],
-                 prune_configs_by={"early_config_prune": _prune})
+# An autotuner of one config runs no race: it applies the config's pre_hook and records best_config, as reports use.
+@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE"])
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     FOLD: tl.constexpr = False, HEAVY_FIRST: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False):
+                     FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False):
     if HEAVY_FIRST and CAUSAL:
         # Causal row blocks near the end of the sequence have the most key blocks: launched first, the short ones
         # fill the last wave instead of the long ones.
@@ -114,14 +118,16 @@ MAX_BLOCK = 128
 
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
-    fold: bool = False, heavy_first: bool = False, warp_specialize: bool = False, config: dict[str, Any] | None = None,
+    fold: bool = True, heavy_first: bool = True, warp_specialize: bool = False, config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
-    Experiments of tools/vendor_gap_probe.py, off by default: fold=True folds the softmax scale into one
-    multiply-add per score; heavy_first=True launches the causal row blocks with the most key blocks first;
-    warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps; config= runs one
-    of the autotuner's configs (BLOCK_M, BLOCK_N, num_warps, num_stages) without the race."""
+    fold folds the softmax scale into one multiply-add per score, heavy_first launches the causal row blocks with
+    the most key blocks first; both on since the H100 measured them (+2-5% and +1-2%, tools/vendor_gap_probe.py),
+    off for the probe's comparison with the kernel before them. Experiments of the probe, off by default:
+    warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps (it does not
+    build for this loop with Triton 3.6 on sm_90); config= runs another tile (BLOCK_M, BLOCK_N, num_warps,
+    num_stages; tile_configs() lists the candidates)."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -135,7 +141,7 @@ def flash_attention(
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
     o = out if out is not None else torch.empty_like(q)
-    # Placeholder block shapes: the autotuner's pre_hook sets them per config.
+    # Placeholder block shapes: the config's pre_hook sets them.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
     switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize)
@@ -144,7 +150,7 @@ def flash_attention(
         return o
     bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
     if not (isinstance(bm, int) and isinstance(bn, int) and 0 < bn <= bm and bm % bn == 0 and S % bm == 0):
-        # The causal split needs BLOCK_M to be a multiple of BLOCK_N (as _prune keeps), the grid S to be one of BLOCK_M.
+        # The causal split needs BLOCK_M to be a multiple of BLOCK_N (as tile_configs keeps), the grid S one of BLOCK_M.
         raise ValueError(f"config {config}: BLOCK_M must divide S ({S}) and be a multiple of BLOCK_N")
     run_config(_attn_fwd_kernel, grid, config, *descs, 1.0 / math.sqrt(D), S, **switches)
     return o
