@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from perftests.models.transformer import build, workload
-from perftests.support.compile_time import first_pass, schedule_pass
+from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, first_pass, schedule_pass
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.compile
 SCHEDULE = (128, 256, 384, 512)
 BUCKETS = (256, 512)
 STRATEGIES = ("dynamic", "mark_dynamic", "buckets")
-COMPILE_TIME_TOLERANCE = 0.5
 
 
 def make_runner(strategy: str, model: torch.nn.Module, buckets: tuple[int, ...]) -> Callable[[torch.Tensor], torch.Tensor]:

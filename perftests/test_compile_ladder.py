@@ -34,7 +34,7 @@ import torch
 
 from perftests.models.fp8 import E4M3_UNIT, fp8_linears
 from perftests.models.transformer import build, linear_flops, workload
-from perftests.support.compile_time import timed_call
+from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, timed_call
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
@@ -42,7 +42,6 @@ pytestmark = pytest.mark.compile
 RUNGS = ("fp32_manual", "tf32_bf16_amp", "sdpa", "compile", "fp8_linear")
 BF16_UNIT = 2.0**-8
 SAFETY = 3.0
-COMPILE_TIME_TOLERANCE = 0.5
 
 
 def rel_l2_bound(unit: float) -> float:

@@ -14,13 +14,12 @@ import pytest
 import torch
 
 from perftests.models.transformer import build, workload
-from perftests.support.compile_time import first_pass, schedule_pass
+from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, first_pass, schedule_pass
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 
 SCHEDULE = (128, 256, 384, 512)
-COMPILE_TIME_TOLERANCE = 0.5
 
 
 def test_regional_vs_whole_model(perf, device: str) -> None:

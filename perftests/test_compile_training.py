@@ -16,12 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from perftests.models.transformer import build, workload
-from perftests.support.compile_time import timed_call
+from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, timed_call
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
-
-COMPILE_TIME_TOLERANCE = 0.5
 
 
 def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, targets: torch.Tensor, device: str):

@@ -18,6 +18,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Compile seconds gate at 100%: a doubling fails. Measured on the H100 (2026-11-23): the same compile pass ran up to
+# 1.96x slower in the first process of a fresh machine than in a calibrating process on a warm one (the buckets pass
+# 4.79 s and 5.04 s in two blessing processes, 9.37 s on a fresh machine; the whole-model pass 7.59 / 10.15 / 13.64 s;
+# every compile-seconds metric 10-96% slower there), and at 50% a bless on a warm machine failed the next fresh one.
+# Recompilation loops and lost caches, what these metrics exist to catch, cost 2x and more. Counts (compiles, graph
+# breaks) stay exact.
+COMPILE_TIME_TOLERANCE = 1.0
+
 
 def first_compiled_call_s(builder: str, mode: str) -> float:
     """In the child process: the seconds of the first call of torch.compile(builder's callable), the compile."""
