@@ -249,6 +249,30 @@ def test_a_run_that_jumped_in_an_earlier_process_still_widens_the_tolerance() ->
     assert doc["cases"][FREE]["tolerance"] == 0.02
 
 
+def test_the_bless_says_when_the_spread_between_processes_set_the_tolerance() -> None:
+    # The evidence merges blesses of the same software, not of the same code: a kernel made 5% faster between two
+    # calibrating processes reads as a 5% spread between processes. The bless summary says so, naming the remedy.
+    from pathlib import Path
+
+    from speedgate.blessing import summary
+
+    def run(existing: dict[str, Any] | None, r: CompareResult) -> tuple[dict[str, Any], list[str]]:
+        doc, changes = bless(existing, hardware_key="test-box", fingerprint={"hardware": {}, "software": {"torch": "2.11"}},
+                             cases=[r], metrics=[], measured_at="now")
+        return doc, summary(Path("test-box.json"), doc, changes)
+
+    doc, lines = run(None, compare_result(0.75, calibration_runs=3, calibration_spread=0.002))
+    assert not any("between processes" in line for line in lines)
+    doc, lines = run(doc, compare_result(0.79, calibration_runs=3, calibration_spread=0.002))
+    said = [line for line in lines if "set by the spread between processes" in line]
+    assert len(said) == 1 and "0.75, 0.79" in said[0] and 'remove the entry\'s "calibration"' in said[0], lines
+    # Steady between processes, or widened by a run within one: nothing to say.
+    doc, lines = run(None, compare_result(0.75, calibration_runs=3, calibration_spread=0.05))
+    doc, lines = run(doc, compare_result(0.751, calibration_runs=3, calibration_spread=0.002))
+    assert doc["cases"][FREE]["tolerance"] == pytest.approx(0.15)
+    assert not any("between processes" in line for line in lines), lines
+
+
 def test_spread_is_a_relative_standard_deviation_from_the_range() -> None:
     assert between_run_spread([2.0, 2.0, 2.0]) == 0.0
     assert between_run_spread([1.0, 1.1]) == pytest.approx(0.1 / 1.128 / 1.05, rel=1e-3)  # d2(2) = 1.128

@@ -233,4 +233,24 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
         if c.action != "kept":
             old = f"{c.old_speedup:.4g}{c.unit} -> " if c.old_speedup is not None else ""
             lines.append(f"  {c.action}: {c.case_id}: {old}{c.new_speedup:.4g}{c.unit}")
+            widened = widened_between_processes(doc["cases"].get(c.case_id))
+            if widened:
+                lines.append(f"    {widened}")
     return lines
+
+
+def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
+    """A calibrated entry whose tolerance the spread between processes set above the floor: said at bless time,
+    because the evidence merges blesses of the same software, not of the same code. If the case's code changed
+    between those processes, its tolerance is loosened by the change itself and the entry's calibration should go."""
+    calibration = (entry or {}).get("calibration") or {}
+    speedups = calibration.get("process_speedups") or []
+    between = calibration.get("process_spread")
+    within = max(calibration.get("process_run_spreads") or [calibration.get("spread", 0.0)])
+    if len(speedups) < 2 or between is None or between <= within or entry is None:
+        return None
+    if entry["tolerance"] <= CALIBRATION_FLOOR:
+        return None
+    return (f"tolerance {entry['tolerance']:.1%} set by the spread between processes (speedups "
+            f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, remove the "
+            f"entry's \"calibration\" and calibrate it again")
