@@ -28,9 +28,9 @@ def _set_block_shapes(nargs: dict[str, Any]) -> None:
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) on the GPU. One tile, not an autotuner's race: on the H100
 # (2026-11-23, tools/vendor_gap_probe.py --sweep, every shape of the suite timed interleaved against cuDNN's SDPA)
-# 64x64 at 4 warps and 3 stages was the fastest tile or within the scatter of it in all 8 shapes, while the race
-# picked 128x64 or 128x128 in some (4-8% slower there) and picked differently from one process to the next (a
-# calibrated bless saw 0.758x and 0.805x for one case). TILES are the candidates the race used to run; the probe's
+# 64x64 at 4 warps and 3 stages was the fastest of 11 tiles in all 8 shapes, while the race picked 128x64 or
+# 128x128 in some (5-8% slower there) and picked differently from one process to the next (a calibrated bless saw
+# 0.758x and 0.805x for one case). Gated the same day: +1.2% to +9.5% on all 24 comparisons of the suite. TILES are the candidates the race used to run; the probe's
 # sweep still times every one of them.
 TILE = (64, 64, 4, 3)
 TILES = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3),
