@@ -127,9 +127,7 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
     same = old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
     if same and isinstance(old_calibration, dict):
         prior = [float(v) for v in old_calibration.get("process_speedups", []) if isinstance(v, (int, float)) and v > 0]
-        # An entry written before process_run_spreads existed holds only its newest process's in-process spread.
-        kept = old_calibration.get("process_run_spreads", [old_calibration.get("spread")])
-        prior_spreads = [float(v) for v in kept if isinstance(v, (int, float)) and v >= 0]
+        prior_spreads = _run_spreads(old_calibration)
     speedups = [*prior, float(entry["speedup"])][-PROCESSES_KEPT:]
     run_spreads = [*prior_spreads, float(calibration["spread"])][-PROCESSES_KEPT:]
     calibration = {**calibration, "process_speedups": speedups, "process_run_spreads": run_spreads}
@@ -141,6 +139,13 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
         calibration["process_spread"] = round_value(between_run_spread(speedups))
         spread = max(spread, calibration["process_spread"])
     return {**entry, "tolerance": round_value(calibrated_tolerance(spread)), "calibration": calibration}
+
+
+def _run_spreads(calibration: dict[str, Any]) -> list[float]:
+    """The in-process spread of each process a calibration kept; an entry written before process_run_spreads existed
+    holds only its newest process's (its own `spread`)."""
+    kept = calibration.get("process_run_spreads", [calibration.get("spread")])
+    return [float(v) for v in kept if isinstance(v, (int, float)) and v >= 0]
 
 
 def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
@@ -243,13 +248,12 @@ def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
     """A calibrated entry whose tolerance the spread between processes set above the floor: said at bless time,
     because the evidence merges blesses of the same software, not of the same code. If the case's code changed
     between those processes, its tolerance is loosened by the change itself and the entry's calibration should go."""
-    calibration = (entry or {}).get("calibration") or {}
+    calibration = (entry or {}).get("calibration")
+    if entry is None or not calibration or entry["tolerance"] <= CALIBRATION_FLOOR:
+        return None
     speedups = calibration.get("process_speedups") or []
     between = calibration.get("process_spread")
-    within = max(calibration.get("process_run_spreads") or [calibration.get("spread", 0.0)])
-    if len(speedups) < 2 or between is None or between <= within or entry is None:
-        return None
-    if entry["tolerance"] <= CALIBRATION_FLOOR:
+    if len(speedups) < 2 or between is None or between <= max(_run_spreads(calibration), default=0.0):
         return None
     return (f"tolerance {entry['tolerance']:.1%} set by the spread between processes (speedups "
             f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, remove the "
