@@ -168,9 +168,10 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
 
 def test_experiments_compute_the_same_product(device: str) -> None:
     """tools/vendor_gap_probe.py's variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp
-    specialization, two programs an SM) compute the product the default one does. Through the interpreter, whose fp8 dot is exact, the
-    split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group and a zero-filled tile
-    past K). On the GPU the probe checks each variant against the exact product before timing it."""
+    specialization, two programs an SM) compute the product the default one does. Through the interpreter, whose
+    fp8 dot is exact, the split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group
+    and a zero-filled tile past K). On the GPU the probe checks each variant against the exact product before
+    timing it."""
     if device == "cuda":
         pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
     M, N, K = CPU_SHAPE

@@ -95,10 +95,10 @@ def main() -> None:
 
 
 def _safe_report(label: str, tuner: Any, out: Path | None) -> None:
-    from perftests.kernels.common import plain_config
+    from perftests.kernels.common import best_config
 
     try:
-        report(label, compiled_for(tuner, plain_config(tuner.best_config)), out)
+        report(label, compiled_for(tuner, best_config(tuner)), out)
     except Exception as exc:  # a diagnostic: say what could not be read and go on to the next kernel
         print(f"{label}: could not inspect: {type(exc).__name__}: {exc}")
 

@@ -30,26 +30,22 @@ def _set_block_shapes(nargs: dict[str, Any]) -> None:
 # (2026-11-23, tools/vendor_gap_probe.py --sweep, every shape of the suite timed interleaved against cuDNN's SDPA)
 # 64x64 at 4 warps and 3 stages was the fastest of 11 tiles in all 8 shapes, while the race picked 128x64 or
 # 128x128 in some (5-8% slower there) and picked differently from one process to the next (a calibrated bless saw
-# 0.758x and 0.805x for one case). Gated the same day: +1.2% to +9.5% on all 24 comparisons of the suite. TILES are the candidates the race used to run; the probe's
-# sweep still times every one of them.
+# 0.758x and 0.805x for one case). Gated the same day: +1.2% to +9.5% on all 24 comparisons of the suite.
+# TILES are the candidates the race used to run; the probe's sweep still times every one of them.
 TILE = (64, 64, 4, 3)
 TILES = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3),
          (128, 32, 4, 4)]
-
-
-def _config(bm: int, bn: int, warps: int, stages: int) -> triton.Config:
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
+INTERPRETER_TILE = (32, 16, 4, 1)  # small enough for the interpreter's shapes
 
 
 def _configs() -> list[triton.Config]:
-    if INTERPRETING:
-        return [_config(32, 16, 4, 1)]
-    return [_config(*TILE)]
+    bm, bn, warps, stages = INTERPRETER_TILE if INTERPRETING else TILE
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)]
 
 
 def tile_configs() -> list[dict[str, Any]]:
     """Every candidate tile as run_config() takes it (the ones the causal split can use), the kernel's own first."""
-    tiles = [(32, 16, 4, 1)] if INTERPRETING else list(dict.fromkeys([TILE, *TILES]))
+    tiles = [INTERPRETER_TILE] if INTERPRETING else list(dict.fromkeys([TILE, *TILES]))
     return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st} for bm, bn, w, st in tiles if bm % bn == 0]
 
 
