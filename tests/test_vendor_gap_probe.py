@@ -40,7 +40,11 @@ def wrong_when_heavy_first(q, k, v, causal, **kw):
     out = flash(q, k, v, causal, **kw)
     return out * 1.5 if causal and kw.get("heavy_first", True) else out  # computes something else, the default too
 attn.flash_attention = wrong_when_heavy_first
-rows = probe.probe_attention(torch, Timer(), 1, True, True)
+try:
+    probe.probe_attention(torch, Timer(), 1, True, True, ["64-32-sliding"])
+except ValueError as exc:
+    print("REFUSED " + str(exc))
+rows = probe.probe_attention(torch, Timer(), 1, True, True, ["64-32-causal", "64-32-full"], traced=True)
 print("ROWS " + json.dumps(rows))
 '''
 
@@ -73,6 +77,13 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
         assert rows[True, side]["ms"] is None and "differs from SDPA" in rows[True, side]["failed"], rows[True, side]
     for side in ("unfolded", "no_heavy_first"):
         assert rows[True, side]["ms"] == 1.0, rows[True, side]
+    # --residency: each timed side of the kernel tried its trace; the interpreter has no clock, and says so.
+    for (_, side), row in rows.items():
+        if row["ms"] is not None and side not in ("sdpa", "sdpa_flash"):
+            assert "trace needs the GPU" in row["residency"], row
+        else:
+            assert "residency" not in row, row
+    assert "REFUSED unknown attention shapes ['64-32-sliding']" in out and "64-32-causal" in out
     # No graphs here: each timed side said so and was timed as it is.
     assert out.count("not captured, timed ungraphed") == sum(1 for r in rows.values() if r["ms"] is not None)
 
@@ -123,3 +134,24 @@ def test_the_summary_marks_only_a_side_whose_whole_range_beats_the_default() -> 
     assert table[1].endswith("| beats default |") and table[2].endswith("|  |")  # 0.69 is inside the default's 0.60-0.70
     assert "| 128x256 w8 s3 | 255, 18 |" in table[1]
     assert "- broken: RuntimeError: no build" in lines
+
+
+def test_residency_counts_the_blocks_each_sm_held_while_programs_waited() -> None:
+    tool = load_tool()
+    # Two SMs. SM 0 holds 2 programs back to back twice over (0-10, 0-10, 10-20, 10-20); SM 1 holds one at a time
+    # (0-10, 10-20) and then the last program alone (20-40), which starts last: the window is 0-20.
+    records = [(0, 10, 0), (0, 10, 0), (10, 20, 0), (10, 20, 0), (0, 10, 1), (10, 20, 1), (20, 40, 1)]
+    found = tool.residency(records)
+    assert found["resident_mean"] == (2 + 1) / 2 and found["resident_max"] == 2 and found["sms"] == 2
+    assert found["tail"] == 0.5  # 20-40 of 0-40 ran after the last start
+    assert found["program_us"] == 0.01 and found["span_us"] == 0.04 and found["clock_ns"] == 10
+    # A block ending as the next starts on the same stamp is a reuse, not two at once.
+    assert tool.residency([(0, 5, 0), (5, 9, 0), (9, 12, 0)])["resident_max"] == 1
+    # An SM that idles for half the window holds half a block on average.
+    assert tool.residency([(0, 10, 0), (0, 5, 1), (10, 12, 1)])["resident_mean"] == (1 + 0.5) / 2
+    for broken in ([], [(5, 1, 0)]):
+        try:
+            tool.residency(broken)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {broken}")

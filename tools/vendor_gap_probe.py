@@ -6,6 +6,7 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
+       [--shapes 8192-128-full ...] [--residency]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
 persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3); the sides run
 in a new random order every round. --sweep adds the default variant at each candidate config as sides of their own
@@ -15,7 +16,10 @@ fastest? Attention also times SDPA's FlashAttention-2 backend (`sdpa_flash`), th
 default (cuDNN on the H100). The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=,
 warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
 suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
-them. What each predicted and what it measured belongs in docs/NOTES.md.
+them. --residency traces each attention side of the kernel once (every program's start, end and SM) and reports the
+thread blocks an SM held while programs were waiting to launch, beside the number its registers and shared memory
+allow: achieved occupancy in blocks, which the device machines have no profiler to report. --shapes limits attention
+to some shapes. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import json
 import random
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +58,57 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
 }
 # --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
 # too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: the
-# race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4).
+# race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4). 64x64 at one stage (no prefetch of the next
+# key block: 48 KiB at D=128, so 3 blocks an SM by registers) asks whether residency buys more than the pipeline.
 ATTENTION_EXTRA_CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
-                           for bm, bn, w, st in [(64, 64, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (128, 64, 8, 2)]]
+                           for bm, bn, w, st in [(64, 64, 4, 2), (64, 64, 4, 1), (64, 32, 4, 3), (64, 32, 4, 4),
+                                                 (128, 64, 8, 2)]]
 BATCH_MS = 20.0  # device time of one timed batch
 DEVICE = "cuda"
 FP8_SIZES = (4096, 8192)
 ATTENTION_TOKENS, ATTENTION_WIDTH = 16384, 1024  # B x S tokens and H x D per token, as in the suite's cases
 ATTENTION_SHAPES = [(seq, head_dim, causal) for seq in (2048, 8192) for head_dim in (64, 128) for causal in (False, True)]
+
+
+def shape_label(seq: int, head_dim: int, causal: bool) -> str:
+    """As the suite's case ids write an attention shape: 8192-128-causal."""
+    return f"{seq}-{head_dim}-{'causal' if causal else 'full'}"
+
+
+def residency(records: Sequence[tuple[int, int, int]]) -> dict[str, Any]:
+    """Achieved thread blocks per SM from each program's (start ns, end ns, SM), as flash_attention(trace=) records
+    them. While programs are still waiting to launch (from the first start to the last start) an SM holds as many
+    as fit; the time-weighted mean of how many each SM held over that window, averaged over the SMs, is the achieved
+    residency, beside the most any SM held at once. tail: the share of the kernel's span after the last program
+    started (the last wave running out); program_us: the median program's duration; clock_ns: the smallest step
+    of the device clock seen (its resolution, as far as these stamps show it)."""
+    if not records:
+        raise ValueError("no programs recorded")
+    starts = [r[0] for r in records]
+    first, last_start, end = min(starts), max(starts), max(r[1] for r in records)
+    if any(b < a for a, b, _ in records):
+        raise ValueError("a program ended before it started: not a trace of this kernel")
+    by_sm: dict[int, list[tuple[int, int]]] = {}
+    for a, b, sm in records:
+        by_sm.setdefault(sm, []).extend([(a, 1), (b, -1)])
+    window = last_start - first
+    means, most = [], 0
+    for events in by_sm.values():
+        events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same stamp: a block freed, then reused
+        held, area, at = 0, 0, first
+        for t, step in events:
+            clipped = min(max(t, first), last_start)
+            area += held * (clipped - at)
+            at = clipped
+            held += step
+            most = max(most, held)
+        means.append(area / window if window else float("nan"))
+    stamps = sorted({t for r in records for t in r[:2]})
+    steps = [b - a for a, b in zip(stamps, stamps[1:]) if b > a]
+    return {"resident_mean": sum(means) / len(means), "resident_max": most, "sms": len(by_sm),
+            "tail": (end - last_start) / (end - first) if end > first else 0.0,
+            "program_us": statistics.median(b - a for a, b, _ in records) / 1e3, "span_us": (end - first) / 1e3,
+            "clock_ns": min(steps) if steps else None}
 
 
 def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int, graph: bool) -> dict[str, list[float]]:
@@ -101,7 +148,8 @@ def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | No
         if chosen is None:
             raise LookupError("no config: the autotuner has not run")
         compiled = compiled_for(tuner, chosen, constants)
-        out.update(regs=compiled.n_regs, spills=compiled.n_spills, smem_kib=compiled.metadata.shared // 1024)
+        out.update(regs=compiled.n_regs, spills=compiled.n_spills, smem_kib=compiled.metadata.shared // 1024,
+                   smem_bytes=compiled.metadata.shared)
     except Exception as exc:  # a diagnostic: say what could not be read
         out["resources"] = f"{type(exc).__name__}: {exc}"
     return out
@@ -207,7 +255,11 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
     return rows
 
 
-def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
+def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool, shapes: Sequence[str] | None = None,
+                    traced: bool = False) -> list[dict[str, Any]]:
+    """Every shape of ATTENTION_SHAPES (or those named in `shapes`, as shape_label writes them); with `traced`, each
+    side of the kernel also runs once recording its programs (flash_attention(trace=)) and its row carries their
+    residency() beside the theoretical blocks an SM from its registers and shared memory."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -216,7 +268,13 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     kernel = attn._attn_fwd_kernel
     choices = attn.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
     rows: list[dict[str, Any]] = []
+    unknown = set(shapes or ()) - {shape_label(*shape) for shape in ATTENTION_SHAPES}
+    if unknown:
+        raise ValueError(f"unknown attention shapes {sorted(unknown)}; known: "
+                         f"{', '.join(shape_label(*shape) for shape in ATTENTION_SHAPES)}")
     for seq, head_dim, causal in ATTENTION_SHAPES:
+        if shapes and shape_label(seq, head_dim, causal) not in shapes:
+            continue
         B, H = max(1, ATTENTION_TOKENS // seq), max(1, ATTENTION_WIDTH // head_dim)
         g = torch.Generator(device=DEVICE).manual_seed(0)
         dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter's bf16 is not exact
@@ -242,7 +300,8 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or name != "no_heavy_first"}
         shape = {"HEAD_DIM": head_dim, "CAUSAL": causal}
         extra = [c for c in ATTENTION_EXTRA_CONFIGS if c not in choices]
-        for name, (variant, config) in swept(variants, ("default",), choices + extra, sweep).items():
+        plan = swept(variants, ("default",), choices + extra, sweep)
+        for name, (variant, config) in plan.items():
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
                 return attn.flash_attention(q, k, v, causal, config=config, **variant)
@@ -250,9 +309,35 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
-        emit(rows, label, info, interleaved_ms(timer, sides, rounds, graph), "sdpa",
-             attn.attention_flops(B, H, seq, head_dim, causal))
+        timed = interleaved_ms(timer, sides, rounds, graph)
+        for name, (variant, config) in plan.items() if traced else ():
+            if name in sides:  # built and right: where its programs ran
+                info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))
+        emit(rows, label, info, timed, "sdpa", attn.attention_flops(B, H, seq, head_dim, causal))
     return rows
+
+
+def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
+                     config: dict[str, Any] | None, built: dict[str, Any]) -> dict[str, Any]:
+    """One side's programs traced (the second traced call: the first compiles the traced kernel), their residency()
+    and the blocks an SM its registers and shared memory allow (tools/codegen_probe.py's occupancy(): the traced
+    kernel holds a few registers more for its timestamps; the untraced one's are what `built` reports)."""
+    from tools.codegen_probe import occupancy
+
+    B, H, S, _ = q.shape
+    tile = built.get("config") or {}
+    try:
+        programs = B * H * (S // tile["BLOCK_M"])
+        trace = torch.zeros(3 * programs, dtype=torch.int64, device=q.device)
+        for _ in range(2):
+            attn.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)
+        torch.cuda.synchronize()
+        found = residency([tuple(r) for r in trace.view(programs, 3).tolist()])
+    except Exception as exc:  # a diagnostic: say why there is none
+        return {"residency": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    if built.get("regs") is not None and tile:
+        found["blocks_per_sm"] = occupancy(built["regs"], tile["num_warps"], built["smem_bytes"])["blocks_per_sm"]
+    return found
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -268,8 +353,10 @@ def summary(rows: list[dict[str, Any]]) -> str:
             continue
         timed = sorted((r for r in mine if r.get("ms") is not None), key=lambda r: -r[vs])
         default = next((r for r in timed if r["side"] == "default"), None)
-        out += [f"### {case}", "", f"| side | ms | {vs} | range | spread | config | registers, spills | |",
-                "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
+        traced = any("resident_mean" in r for r in timed)
+        out += [f"### {case}", "", f"| side | ms | {vs} | range | spread | config | registers, spills | |"
+                + (" blocks an SM: achieved (most) / possible | tail | program us |" if traced else ""),
+                "| --- | ---: | ---: | --- | ---: | --- | --- | --- |" + (" --- | ---: | ---: |" if traced else "")]
         for r in timed:
             low, high = r[f"{vs}_range"]
             beats = default is not None and r is not default and low > default[f"{vs}_range"][1]
@@ -277,8 +364,14 @@ def summary(rows: list[dict[str, Any]]) -> str:
             tile = "x".join(str(v) for k, v in config.items() if k.startswith("BLOCK")) + (
                 f" w{config['num_warps']} s{config['num_stages']}" if config else "")
             regs = f"{r['regs']}, {r['spills']}" if r.get("regs") is not None else "-"
-            out.append(f"| {r['side']} | {r['ms']:.4g} | {r[vs]:.3f}x | {low:.3f}-{high:.3f} | {r['spread']:.1%} | "
-                       f"{tile or '-'} | {regs} | {'beats default' if beats else ''} |")
+            line = (f"| {r['side']} | {r['ms']:.4g} | {r[vs]:.3f}x | {low:.3f}-{high:.3f} | {r['spread']:.1%} | "
+                    f"{tile or '-'} | {regs} | {'beats default' if beats else ''} |")
+            if traced and "resident_mean" in r:
+                line += (f" {r['resident_mean']:.2f} ({r['resident_max']}) / {r.get('blocks_per_sm', '-')} | "
+                         f"{r['tail']:.0%} | {r['program_us']:.1f} |")
+            elif traced:
+                line += " - | - | - |"
+            out.append(line)
         failed = [r for r in mine if r.get("ms") is None]
         out += [""] + [f"- {r['side']}: {r.get('failed', 'not timed')}" for r in failed] + ([""] if failed else [])
     return "\n".join(out)
@@ -291,6 +384,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-graph", dest="graph", action="store_false", help="time each side's calls as they are")
     parser.add_argument("--sweep", action="store_true", help="also every autotuner config of the main variants")
+    parser.add_argument("--shapes", nargs="+", metavar="S-D-MASK",
+                        help="attention shapes only these (e.g. 8192-128-full 2048-64-causal)")
+    parser.add_argument("--residency", action="store_true",
+                        help="attention: trace each kernel side's programs once, report the blocks an SM achieved")
     args = parser.parse_args()
 
     import torch
@@ -304,7 +401,7 @@ def main() -> None:
     if args.only in (None, "fp8"):
         rows += probe_fp8(timer, args.rounds, args.graph, args.sweep)
     if args.only in (None, "attention"):
-        rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep)
+        rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep, args.shapes, args.residency)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
     print(summary(rows))

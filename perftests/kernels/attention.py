@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import globaltimer, smid
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import INTERPRETING, run_config
@@ -81,7 +82,10 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False):
+                     FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False,
+                     trace=None):
+    if trace is not None:  # a constexpr test: None compiles the kernel without the timestamps
+        began = globaltimer()
     if HEAVY_FIRST and CAUSAL:
         # Causal row blocks near the end of the sequence have the most key blocks: launched first, the short ones
         # fill the last wave instead of the long ones.
@@ -106,6 +110,11 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                                     FOLD, WARP_SPECIALIZE)
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
+    if trace is not None:
+        slot = trace + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * 3
+        tl.store(slot, began)
+        tl.store(slot + 1, globaltimer())
+        tl.store(slot + 2, smid().to(tl.int64))
 
 
 # The largest tile any config uses: S must be a multiple of it (no ragged-edge masks in the kernel).
@@ -115,6 +124,7 @@ MAX_BLOCK = 128
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
     fold: bool = True, heavy_first: bool = True, warp_specialize: bool = False, config: dict[str, Any] | None = None,
+    trace: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
@@ -123,7 +133,9 @@ def flash_attention(
     off for the probe's comparison with the kernel before them. Experiments of the probe, off by default:
     warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps (it does not
     build for this loop with Triton 3.6 on sm_90); config= runs another tile (BLOCK_M, BLOCK_N, num_warps,
-    num_stages; tile_configs() lists the candidates)."""
+    num_stages; tile_configs() lists the candidates). trace= (an int64 tensor of 3 per program, GPU only) receives
+    each program's start and end on the device's nanosecond clock and the SM it ran on, in launch order
+    (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -136,11 +148,16 @@ def flash_attention(
         raise ValueError(f"sequence length {S} must be a multiple of {tile}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
+    programs = B * H * (S // (config or {}).get("BLOCK_M", TILE[0]))
+    if trace is not None and (INTERPRETING or trace.dtype != torch.int64 or trace.numel() < 3 * programs):
+        raise ValueError(f"trace needs the GPU (the interpreter has no clock registers) and an int64 tensor of at least "
+                         f"3 x {programs} elements (3 per program)")
     o = out if out is not None else torch.empty_like(q)
     # Placeholder block shapes: the config's pre_hook sets them.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
-    switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize)
+    switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize,
+                    trace=trace)
     if config is None:
         _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
         return o
