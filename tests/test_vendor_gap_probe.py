@@ -77,6 +77,9 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
         assert rows[True, side]["ms"] is None and "differs from SDPA" in rows[True, side]["failed"], rows[True, side]
     for side in ("unfolded", "no_heavy_first"):
         assert rows[True, side]["ms"] == 1.0, rows[True, side]
+    # The diagnostic computes something else on purpose: timed in every shape, its error never checked, and said so.
+    for causal in (True, False):
+        assert rows[causal, "no_softmax"]["ms"] == 1.0 and "wrong by design" in rows[causal, "no_softmax"]["diagnostic"]
     # --residency: each timed side of the kernel tried its trace; the interpreter has no clock, and says so.
     for (_, side), row in rows.items():
         if row["ms"] is not None and side not in ("sdpa", "sdpa_flash"):
@@ -127,12 +130,15 @@ def test_the_summary_marks_only_a_side_whose_whole_range_beats_the_default() -> 
                 "spread": 0.01, "config": {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3}, "regs": 255, "spills": 18}
 
     rows = [side("_scaled_mm", 1.0, 1.0, 1.0), side("default", 0.655, 0.60, 0.70), side("overlapping", 0.72, 0.69, 0.75),
-            side("clear", 0.80, 0.78, 0.82), {"case": "fp8 8192^3", "side": "broken", "ms": None, "failed": "RuntimeError: no build"}]
+            side("clear", 0.80, 0.78, 0.82), {"case": "fp8 8192^3", "side": "broken", "ms": None, "failed": "RuntimeError: no build"},
+            {**side("no_softmax", 0.9, 0.88, 0.92), "diagnostic": "wrong by design, not checked"}]
     lines = tool.summary(rows).splitlines()
     table = [line for line in lines if line.startswith("| ") and not line.startswith(("| side", "| ---"))]
-    assert [line.split(" | ")[0] for line in table] == ["| _scaled_mm", "| clear", "| overlapping", "| default"]  # fastest first
-    assert table[1].endswith("| beats default |") and table[2].endswith("|  |")  # 0.69 is inside the default's 0.60-0.70
-    assert "| 128x256 w8 s3 | 255, 18 |" in table[1]
+    assert [line.split(" | ")[0] for line in table] == ["| _scaled_mm", "| no_softmax (diagnostic)", "| clear",
+                                                        "| overlapping", "| default"]  # fastest first
+    assert table[1].endswith("|  |")  # a diagnostic never "beats" the default: it computes something else
+    assert table[2].endswith("| beats default |") and table[3].endswith("|  |")  # 0.69 is inside the default's 0.60-0.70
+    assert "| 128x256 w8 s3 | 255, 18 |" in table[2]
     assert "- broken: RuntimeError: no build" in lines
 
 

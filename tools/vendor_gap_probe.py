@@ -16,7 +16,8 @@ fastest? Attention also times SDPA's FlashAttention-2 backend (`sdpa_flash`), th
 default (cuDNN on the H100). The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=,
 warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
 suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
-them. --residency traces each attention side of the kernel once (every program's start, end and SM) and reports the
+them. `no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax,
+what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's start, end and SM) and reports the
 thread blocks an SM held while programs were waiting to launch, beside the number its registers and shared memory
 allow: achieved occupancy in blocks, which the device machines have no profiler to report. --shapes limits attention
 to some shapes. What each predicted and what it measured belongs in docs/NOTES.md.
@@ -56,6 +57,10 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
     "no_heavy_first": {"heavy_first": False},  # causal only: what launching the long row blocks first adds
     "warp_specialize": {"warp_specialize": True},
 }
+# Timed beside the others, never checked: wrong by design. no_softmax is the kernel's loop with its MMAs and loads
+# alone (flash_attention(softmax=False): same waits, registers and barriers in the PTX, no softmax between), so
+# default minus no_softmax is what the softmax adds to each key block that the MMAs do not hide.
+ATTENTION_DIAGNOSTICS: dict[str, dict[str, Any]] = {"no_softmax": {"softmax": False}}
 # --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
 # too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: the
 # race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4). 64x64 at one stage (no prefetch of the next
@@ -160,7 +165,8 @@ def rel_l2(actual: Any, exact: Any) -> float:
 
 
 FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}  # blocks_per_sm: NUM_SMS
-ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE"}
+ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE",
+                       "softmax": "SOFTMAX"}
 
 
 def constants_of(variant: dict[str, Any], names: dict[str, str], tuner: Any) -> dict[str, Any]:
@@ -298,6 +304,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         add_side(sides, info, "sdpa", sdpa, error, dict)
         add_side(sides, info, "sdpa_flash", sdpa_flash, error, dict)
         variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or name != "no_heavy_first"}
+        variants.update(ATTENTION_DIAGNOSTICS)
         shape = {"HEAD_DIM": head_dim, "CAUSAL": causal}
         extra = [c for c in ATTENTION_EXTRA_CONFIGS if c not in choices]
         plan = swept(variants, ("default",), choices + extra, sweep)
@@ -305,7 +312,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
                 return attn.flash_attention(q, k, v, causal, config=config, **variant)
-            add_side(sides, info, name, run, error,
+            add_side(sides, info, name, run, unchecked if name in ATTENTION_DIAGNOSTICS else error,
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
@@ -315,6 +322,11 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
                 info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))
         emit(rows, label, info, timed, "sdpa", attn.attention_flops(B, H, seq, head_dim, causal))
     return rows
+
+
+def unchecked(out: Any) -> dict[str, Any]:
+    """A diagnostic side's error check: none (it computes something else on purpose); its row says so."""
+    return {"diagnostic": "wrong by design, not checked"}
 
 
 def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
@@ -359,12 +371,13 @@ def summary(rows: list[dict[str, Any]]) -> str:
                 "| --- | ---: | ---: | --- | ---: | --- | --- | --- |" + (" --- | ---: | ---: |" if traced else "")]
         for r in timed:
             low, high = r[f"{vs}_range"]
-            beats = default is not None and r is not default and low > default[f"{vs}_range"][1]
+            beats = (default is not None and r is not default and "diagnostic" not in r
+                     and low > default[f"{vs}_range"][1])
             config = r.get("config") or {}
             tile = "x".join(str(v) for k, v in config.items() if k.startswith("BLOCK")) + (
                 f" w{config['num_warps']} s{config['num_stages']}" if config else "")
             regs = f"{r['regs']}, {r['spills']}" if r.get("regs") is not None else "-"
-            line = (f"| {r['side']} | {r['ms']:.4g} | {r[vs]:.3f}x | {low:.3f}-{high:.3f} | {r['spread']:.1%} | "
+            line = (f"| {r['side']}{' (diagnostic)' if 'diagnostic' in r else ''} | {r['ms']:.4g} | {r[vs]:.3f}x | {low:.3f}-{high:.3f} | {r['spread']:.1%} | "
                     f"{tile or '-'} | {regs} | {'beats default' if beats else ''} |")
             if traced and "resident_mean" in r:
                 line += (f" {r['resident_mean']:.2f} ({r['resident_max']}) / {r.get('blocks_per_sm', '-')} | "

@@ -52,38 +52,43 @@ def tile_configs() -> list[dict[str, Any]]:
 
 @triton.jit
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
-                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                SOFTMAX: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
         qk = tl.dot(q, k.T)
-        if not FOLD:
-            qk = qk * qk_scale  # log2 domain: exp2 below
-        if MASKED:
-            qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
-        if FOLD:
-            # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
-            # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        if SOFTMAX:
+            if not FOLD:
+                qk = qk * qk_scale  # log2 domain: exp2 below
+            if MASKED:
+                qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
+            if FOLD:
+                # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
+                # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
+                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            else:
+                m_new = tl.maximum(m_i, tl.max(qk, 1))
+                p = tl.math.exp2(qk - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        else:  # a timing diagnostic, wrong by design: (q k^T) v with no softmax, for what the MMAs alone take
+            v = v_desc.load([row0 + start_n, 0])
+            acc = tl.dot(qk.to(v.dtype), v, acc)
     return acc, l_i, m_i
 
 
 # An autotuner of one config runs no race: it applies the config's pre_hook and records best_config, as reports use.
-@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE"])
+@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE", "SOFTMAX"])
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False,
-                     trace=None):
+                     SOFTMAX: tl.constexpr = True, trace=None):
     if trace is not None:  # a constexpr test: None compiles the kernel without the timestamps
         began = globaltimer()
     if HEAVY_FIRST and CAUSAL:
@@ -102,12 +107,12 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
-                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE)
+                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE, SOFTMAX)
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start_m * BLOCK_M,
-                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE)
+                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE, SOFTMAX)
     else:
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False,
-                                    FOLD, WARP_SPECIALIZE)
+                                    FOLD, WARP_SPECIALIZE, SOFTMAX)
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
     if trace is not None:
@@ -124,7 +129,7 @@ MAX_BLOCK = 128
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
     fold: bool = True, heavy_first: bool = True, warp_specialize: bool = False, config: dict[str, Any] | None = None,
-    trace: torch.Tensor | None = None,
+    trace: torch.Tensor | None = None, softmax: bool = True,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
@@ -135,7 +140,9 @@ def flash_attention(
     build for this loop with Triton 3.6 on sm_90); config= runs another tile (BLOCK_M, BLOCK_N, num_warps,
     num_stages; tile_configs() lists the candidates). trace= (an int64 tensor of 3 per program, GPU only) receives
     each program's start and end on the device's nanosecond clock and the SM it ran on, in launch order
-    (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from."""
+    (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from.
+    softmax=False is a timing diagnostic, wrong by design: (q k^T) v with no softmax, the loop's MMAs and loads
+    alone (the probe's `no_softmax` side: what the softmax adds to each key block that the MMAs do not hide)."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -157,7 +164,7 @@ def flash_attention(
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
     switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize,
-                    trace=trace)
+                    SOFTMAX=softmax, trace=trace)
     if config is None:
         _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
         return o
