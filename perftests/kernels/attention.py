@@ -51,9 +51,34 @@ def tile_configs() -> list[dict[str, Any]]:
 
 
 @triton.jit
+def _exp2_fma(x):
+    """2^x for x <= 0 without the special-function unit (FlashAttention-4's trick): round x to j, 2^(x - j) by a
+    polynomial in fused multiply-adds, j added into the exponent bits. Below 2^-126 it returns a denormal near 0."""
+    x = tl.maximum(x, -126.0)
+    t = x + 12582912.0  # 1.5 * 2^23: round(x) lands in the low mantissa bits of t
+    f = x - (t - 12582912.0)  # in [-0.5, 0.5]
+    # 2^f on [-0.5, 0.5], degree 3, fitted near-minimax at Chebyshev nodes: relative error 2.1e-4, below a bf16
+    # rounding (2^-9 = 2.0e-3), which every p takes on its way into the p v MMA.
+    poly = ((0.05294328182935715 * f + 0.24218228459358215) * f + 0.6935803294181824) * f + 0.9999609589576721
+    j = t.to(tl.int32, bitcast=True) - 0x4B400000  # the bits of 12582912.0
+    return (poly.to(tl.int32, bitcast=True) + (j << 23)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2(x, EXP2_SPLIT: tl.constexpr):
+    """2^x of a (rows, cols) block; EXP2_SPLIT: every other column through _exp2_fma, the rest through the
+    special-function unit (MUFU, 16 a clock an SM against 128 fused multiply-adds), the two units side by side."""
+    if EXP2_SPLIT:
+        mufu, fma = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        return tl.reshape(tl.join(tl.math.exp2(mufu), _exp2_fma(fma)), (x.shape[0], x.shape[1]))
+    else:
+        return tl.math.exp2(x)
+
+
+@triton.jit
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                SOFTMAX: tl.constexpr):
+                SOFTMAX: tl.constexpr, EXP2_SPLIT: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
@@ -67,10 +92,10 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
                 # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
                 # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
                 m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+                p = _exp2(qk * qk_scale - m_new[:, None], EXP2_SPLIT)
             else:
                 m_new = tl.maximum(m_i, tl.max(qk, 1))
-                p = tl.math.exp2(qk - m_new[:, None])
+                p = _exp2(qk - m_new[:, None], EXP2_SPLIT)
             alpha = tl.math.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
@@ -83,12 +108,13 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
 
 
 # An autotuner of one config runs no race: it applies the config's pre_hook and records best_config, as reports use.
-@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE", "SOFTMAX"])
+@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE", "SOFTMAX",
+                                               "EXP2_SPLIT"])
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False,
-                     SOFTMAX: tl.constexpr = True, trace=None):
+                     SOFTMAX: tl.constexpr = True, EXP2_SPLIT: tl.constexpr = False, trace=None):
     if trace is not None:  # a constexpr test: None compiles the kernel without the timestamps
         began = globaltimer()
     if HEAVY_FIRST and CAUSAL:
@@ -107,12 +133,13 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
-                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE, SOFTMAX)
+                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT)
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start_m * BLOCK_M,
-                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE, SOFTMAX)
+                                    (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE, SOFTMAX,
+                                    EXP2_SPLIT)
     else:
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False,
-                                    FOLD, WARP_SPECIALIZE, SOFTMAX)
+                                    FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT)
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
     if trace is not None:
@@ -129,7 +156,7 @@ MAX_BLOCK = 128
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
     fold: bool = True, heavy_first: bool = True, warp_specialize: bool = False, config: dict[str, Any] | None = None,
-    trace: torch.Tensor | None = None, softmax: bool = True,
+    trace: torch.Tensor | None = None, softmax: bool = True, exp2_split: bool = False,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
@@ -141,7 +168,8 @@ def flash_attention(
     num_stages; tile_configs() lists the candidates). trace= (an int64 tensor of 3 per program, GPU only) receives
     each program's start and end on the device's nanosecond clock and the SM it ran on, in launch order
     (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from.
-    softmax=False is a timing diagnostic, wrong by design: (q k^T) v with no softmax, the loop's MMAs and loads
+    exp2_split=True computes half the softmax's exponentials with fused multiply-adds (_exp2_fma) instead of the
+    special-function unit: an experiment, off. softmax=False is a timing diagnostic, wrong by design: (q k^T) v with no softmax, the loop's MMAs and loads
     alone (the probe's `no_softmax` side: what the softmax adds to each key block that the MMAs do not hide)."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
@@ -164,7 +192,7 @@ def flash_attention(
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
     switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize,
-                    SOFTMAX=softmax, trace=trace)
+                    SOFTMAX=softmax, EXP2_SPLIT=exp2_split, trace=trace)
     if config is None:
         _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
         return o
