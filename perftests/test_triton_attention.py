@@ -94,10 +94,17 @@ def test_experiments_compute_the_same_attention(device: str, causal: bool) -> No
     q, k, v = (torch.randn(1, 2, 96, 32, generator=g, device=device, dtype=torch.float16) for _ in range(3))
     default = attn.flash_attention(q, k, v, causal)
     for variant in ({"fold": False}, {"heavy_first": False}, {"warp_specialize": True},
-                    {"fold": False, "heavy_first": False}, {"exp2_split": True}):
+                    {"fold": False, "heavy_first": False}, {"exp2_split": True}, {"lazy_rescale": True},
+                    {"lazy_rescale": True, "fold": False}):
         got = attn.flash_attention(q, k, v, causal, **variant)
         # fp16 outputs; the folded form rounds the scaled score once instead of twice.
         torch.testing.assert_close(got, default, rtol=1e-3, atol=1e-3, msg=lambda m, variant=variant: f"{variant}: {m}")
+    # Keys whose scores grow along the sequence: a row's maximum jumps by more than 2^8 in later key blocks, so
+    # lazy_rescale's rescaling branch runs mid-loop as well as in the first block.
+    ramp = torch.linspace(1.0, 40.0, k.shape[2], device=device, dtype=k.dtype)[:, None]
+    for grown in (q, k * ramp, v), (q, k * ramp.flip(0), v):
+        torch.testing.assert_close(attn.flash_attention(*grown, causal, lazy_rescale=True),
+                                   attn.flash_attention(*grown, causal), rtol=1e-3, atol=1e-3)
     # The timing diagnostic computes something else, as it says; the clock registers exist only on the GPU.
     assert not torch.allclose(attn.flash_attention(q, k, v, causal, softmax=False).float(), default.float(), atol=0.1)
     with pytest.raises(ValueError, match="trace needs the GPU"):

@@ -59,6 +59,9 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
     # Half of each block's exponentials by polynomial on the FMA units, half on the special-function unit, whose
     # 16 a clock an SM is what the softmax's time tracks (no_softmax below; FlashAttention-4's trick).
     "exp2_split": {"exp2_split": True},
+    # acc and l_i rescaled only when a row's maximum grew past 2^8 (FlashAttention-4): D multiplies a row per key
+    # block fewer, for one block-wide reduction.
+    "lazy_rescale": {"lazy_rescale": True},
 }
 # Timed beside the others, never checked: wrong by design. no_softmax is the kernel's loop with its MMAs and loads
 # alone (flash_attention(softmax=False): same waits, registers and barriers in the PTX, no softmax between), so
@@ -169,7 +172,8 @@ def rel_l2(actual: Any, exact: Any) -> float:
 
 FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}  # blocks_per_sm: NUM_SMS
 ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE",
-                       "softmax": "SOFTMAX", "exp2_split": "EXP2_SPLIT"}
+                       "softmax": "SOFTMAX", "exp2_split": "EXP2_SPLIT",
+                       "lazy_rescale": "LAZY_RESCALE"}
 
 
 def constants_of(variant: dict[str, Any], names: dict[str, str], tuner: Any) -> dict[str, Any]:

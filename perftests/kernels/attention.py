@@ -78,7 +78,7 @@ def _exp2(x, EXP2_SPLIT: tl.constexpr):
 @triton.jit
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                SOFTMAX: tl.constexpr, EXP2_SPLIT: tl.constexpr):
+                SOFTMAX: tl.constexpr, EXP2_SPLIT: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D), by TMA
@@ -92,15 +92,33 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
                 # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
                 # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
                 m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                p = _exp2(qk * qk_scale - m_new[:, None], EXP2_SPLIT)
             else:
                 m_new = tl.maximum(m_i, tl.max(qk, 1))
-                p = _exp2(qk - m_new[:, None], EXP2_SPLIT)
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
+            if LAZY_RESCALE:
+                # The running maxima kept, and acc not rescaled, unless one grew by more than 8 (log2): meanwhile
+                # p < 2^8, and l_i and acc share the stale maxima, so acc / l_i is unchanged (FlashAttention-4).
+                if tl.max(m_new - m_i, 0) > 8.0:
+                    alpha = tl.math.exp2(m_i - m_new)
+                    acc = acc * alpha[:, None]
+                    l_i = l_i * alpha
+                    m_i = m_new
+                if FOLD:
+                    p = _exp2(qk * qk_scale - m_i[:, None], EXP2_SPLIT)
+                else:
+                    p = _exp2(qk - m_i[:, None], EXP2_SPLIT)
+                l_i = l_i + tl.sum(p, 1)
+                v = v_desc.load([row0 + start_n, 0])
+                acc = tl.dot(p.to(v.dtype), v, acc)
+            else:
+                if FOLD:
+                    p = _exp2(qk * qk_scale - m_new[:, None], EXP2_SPLIT)
+                else:
+                    p = _exp2(qk - m_new[:, None], EXP2_SPLIT)
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
+                acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+                m_i = m_new
         else:  # a timing diagnostic, wrong by design: (q k^T) v with no softmax, for what the MMAs alone take
             v = v_desc.load([row0 + start_n, 0])
             acc = tl.dot(qk.to(v.dtype), v, acc)
@@ -109,12 +127,13 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
 
 # An autotuner of one config runs no race: it applies the config's pre_hook and records best_config, as reports use.
 @triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL", "FOLD", "HEAVY_FIRST", "WARP_SPECIALIZE", "SOFTMAX",
-                                               "EXP2_SPLIT"])
+                                               "EXP2_SPLIT", "LAZY_RESCALE"])
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      FOLD: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = True, WARP_SPECIALIZE: tl.constexpr = False,
-                     SOFTMAX: tl.constexpr = True, EXP2_SPLIT: tl.constexpr = False, trace=None):
+                     SOFTMAX: tl.constexpr = True, EXP2_SPLIT: tl.constexpr = False,
+                     LAZY_RESCALE: tl.constexpr = False, trace=None):
     if trace is not None:  # a constexpr test: None compiles the kernel without the timestamps
         began = globaltimer()
     if HEAVY_FIRST and CAUSAL:
@@ -133,13 +152,13 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
-                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT)
+                                    qk_scale, BLOCK_N, False, FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT, LAZY_RESCALE)
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start_m * BLOCK_M,
                                     (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, FOLD, WARP_SPECIALIZE, SOFTMAX,
-                                    EXP2_SPLIT)
+                                    EXP2_SPLIT, LAZY_RESCALE)
     else:
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False,
-                                    FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT)
+                                    FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT, LAZY_RESCALE)
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
     if trace is not None:
@@ -157,6 +176,7 @@ def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None, *,
     fold: bool = True, heavy_first: bool = True, warp_specialize: bool = False, config: dict[str, Any] | None = None,
     trace: torch.Tensor | None = None, softmax: bool = True, exp2_split: bool = False,
+    lazy_rescale: bool = False,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
@@ -169,8 +189,10 @@ def flash_attention(
     each program's start and end on the device's nanosecond clock and the SM it ran on, in launch order
     (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from.
     exp2_split=True computes half the softmax's exponentials with fused multiply-adds (_exp2_fma) instead of the
-    special-function unit: an experiment, off. softmax=False is a timing diagnostic, wrong by design: (q k^T) v with no softmax, the loop's MMAs and loads
-    alone (the probe's `no_softmax` side: what the softmax adds to each key block that the MMAs do not hide)."""
+    special-function unit; lazy_rescale=True rescales acc and l_i only when a row's maximum grew by more than 2^8
+    (one block-wide test a key block instead of a multiply per output element): experiments, off. softmax=False is
+    a timing diagnostic, wrong by design: (q k^T) v with no softmax, the loop's MMAs and loads alone (the probe's
+    `no_softmax` side: what the softmax adds to each key block that the MMAs do not hide)."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -192,7 +214,8 @@ def flash_attention(
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
     switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize,
-                    SOFTMAX=softmax, EXP2_SPLIT=exp2_split, trace=trace)
+                    SOFTMAX=softmax, EXP2_SPLIT=exp2_split,
+                    LAZY_RESCALE=lazy_rescale, trace=trace)
     if config is None:
         _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
         return o
