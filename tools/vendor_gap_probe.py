@@ -17,10 +17,10 @@ default (cuDNN on the H100). The variants are the kernels' experiment switches (
 warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
 suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
 them. `no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax,
-what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's start, end and SM) and reports the
-thread blocks an SM held while programs were waiting to launch, beside the number its registers and shared memory
-allow: achieved occupancy in blocks, which the device machines have no profiler to report. --shapes limits attention
-to some shapes. What each predicted and what it measured belongs in docs/NOTES.md.
+what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
+start, end and SM) and reports the thread blocks an SM held while programs were waiting to launch, beside the number
+its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
+report. --shapes limits attention to some shapes. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -343,10 +343,9 @@ def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool
     kernel holds a few registers more for its timestamps; the untraced one's are what `built` reports)."""
     from tools.codegen_probe import occupancy
 
-    B, H, S, _ = q.shape
     tile = built.get("config") or {}
     try:
-        programs = B * H * (S // tile["BLOCK_M"])
+        programs = attn.program_count(q, tile)
         trace = torch.zeros(3 * programs, dtype=torch.int64, device=q.device)
         for _ in range(2):
             attn.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)

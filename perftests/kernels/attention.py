@@ -76,6 +76,16 @@ def _exp2(x, EXP2_SPLIT: tl.constexpr):
 
 
 @triton.jit
+def _exponent(qk, m, qk_scale, FOLD: tl.constexpr):
+    """The softmax's exponent (log2 domain) of scores against row maxima m; FOLD: qk is unscaled and the scale is
+    folded in, one fused multiply-add per score instead of a multiply and a subtraction."""
+    if FOLD:
+        return qk * qk_scale - m[:, None]
+    else:
+        return qk - m[:, None]
+
+
+@triton.jit
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, FOLD: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
                 SOFTMAX: tl.constexpr, EXP2_SPLIT: tl.constexpr, LAZY_RESCALE: tl.constexpr):
@@ -88,9 +98,7 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
                 qk = qk * qk_scale  # log2 domain: exp2 below
             if MASKED:
                 qk = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], qk, -float("inf"))
-            if FOLD:
-                # The scale folded into the exponent's argument: one fused multiply-add per score, not a multiply and
-                # a subtraction (the row maximum is taken on unscaled scores; the scale is positive).
+            if FOLD:  # the row maximum taken on unscaled scores (the scale is positive), scaled once a row
                 m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             else:
                 m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -102,18 +110,12 @@ def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_
                     acc = acc * alpha[:, None]
                     l_i = l_i * alpha
                     m_i = m_new
-                if FOLD:
-                    p = _exp2(qk * qk_scale - m_i[:, None], EXP2_SPLIT)
-                else:
-                    p = _exp2(qk - m_i[:, None], EXP2_SPLIT)
+                p = _exp2(_exponent(qk, m_i, qk_scale, FOLD), EXP2_SPLIT)
                 l_i = l_i + tl.sum(p, 1)
                 v = v_desc.load([row0 + start_n, 0])
                 acc = tl.dot(p.to(v.dtype), v, acc)
             else:
-                if FOLD:
-                    p = _exp2(qk * qk_scale - m_new[:, None], EXP2_SPLIT)
-                else:
-                    p = _exp2(qk - m_new[:, None], EXP2_SPLIT)
+                p = _exp2(_exponent(qk, m_new, qk_scale, FOLD), EXP2_SPLIT)
                 alpha = tl.math.exp2(m_i - m_new)
                 l_i = l_i * alpha + tl.sum(p, 1)
                 v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
@@ -168,6 +170,13 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
         tl.store(slot + 2, smid().to(tl.int64))
 
 
+def program_count(q: torch.Tensor, config: dict[str, Any] | None = None) -> int:
+    """How many programs flash_attention launches for q at config (the kernel's own tile when None): one per row
+    block of each (batch, head), as many as a trace= tensor needs slots for."""
+    B, H, S, _ = q.shape
+    return B * H * (S // (config or {}).get("BLOCK_M", TILE[0]))
+
+
 # The largest tile any config uses: S must be a multiple of it (no ragged-edge masks in the kernel).
 MAX_BLOCK = 128
 
@@ -205,10 +214,9 @@ def flash_attention(
         raise ValueError(f"sequence length {S} must be a multiple of {tile}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
-    programs = B * H * (S // (config or {}).get("BLOCK_M", TILE[0]))
-    if trace is not None and (INTERPRETING or trace.dtype != torch.int64 or trace.numel() < 3 * programs):
+    if trace is not None and (INTERPRETING or trace.dtype != torch.int64 or trace.numel() < 3 * program_count(q, config)):
         raise ValueError(f"trace needs the GPU (the interpreter has no clock registers) and an int64 tensor of at least "
-                         f"3 x {programs} elements (3 per program)")
+                         f"3 x {program_count(q, config)} elements (3 per program)")
     o = out if out is not None else torch.empty_like(q)
     # Placeholder block shapes: the config's pre_hook sets them.
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
