@@ -136,3 +136,80 @@ def test_exp2_on_fma_units_is_within_a_bf16_rounding(device: str) -> None:
     normal = x >= -126.0
     assert float(((y.double() - exact) / exact)[normal].abs().max()) < 2.2e-4
     assert bool((y >= 0).all()) and float(y[~normal].max()) < 1.2e-38
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq", [2048, 8192])
+def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
+    """The Gluon kernel (each key block's softmax under the previous block's p v MMA) against SDPA and against the
+    Triton kernel above, same shapes: the speedup over Triton is what stating the schedule buys."""
+    if device != "cuda":
+        pytest.skip("Gluon has no interpreter: test_gluon_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+    from perftests.kernels import attention_gluon
+
+    dtype, B, S, H = torch.bfloat16, 16384 // seq, seq, 1024 // head_dim
+
+    def make(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = generator(device, seed)
+        return tuple(torch.randn(B, H, S, head_dim, generator=g, device=device, dtype=dtype) for _ in range(3))
+
+    q, k, v = make(0)
+    out = torch.full_like(q, float("nan"))
+    attention_gluon.flash_attention(q, k, v, causal, out=out)
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = sdpa(q, k, v)
+    tol = dict(rtol=1.6e-2, atol=intermediate_rounding_atol(expected, dtype))  # as test_flash_attention's
+    perf.assert_close(out, expected, **tol)
+    gluon = lambda q, k, v: attention_gluon.flash_attention(q, k, v, causal)  # noqa: E731
+    triton_kernel = lambda q, k, v: attn.flash_attention(q, k, v, causal)  # noqa: E731
+    flops = attn.attention_flops(B, H, S, head_dim, causal)
+    config = {"gluon": attention_gluon.tile(head_dim), "schedule": "softmax under the previous block's p v",
+              "sdpa_kernel": sdpa_kernel(lambda: sdpa(q, k, v))}
+    perf.compare(sdpa, gluon, name="vs_sdpa", **tol, flops=flops, flops_dtype="bf16", config=config, inputs=make)
+    perf.compare(triton_kernel, gluon, name="vs_triton", **tol, flops=flops, flops_dtype="bf16", inputs=make)
+
+
+GLUON_BUILD = """
+import json, sys
+sys.path.insert(0, {root!r})
+from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
+from perftests.kernels.attention_gluon import TILE
+found = {{}}
+for head_dim, (bm, bn, warps, stages) in TILE.items():
+    for causal in (False, True):
+        for lookahead in (False, True):
+            built = attention_gluon(head_dim, causal, bm, bn, warps, stages, {{"LOOKAHEAD": lookahead}}, "ptx")
+            found[f"{{head_dim}} {{causal}} {{lookahead}}"] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
+print(json.dumps(found))
+"""
+
+
+def test_gluon_kernel_builds_for_hopper() -> None:
+    """The Gluon kernel compiles for sm_90 on any machine (in a subprocess: Gluon does not compile under
+    TRITON_INTERPRET=1), at its own tile for each head dim, causal or not, with either schedule; and ptxas keeps its
+    MMAs asynchronous (no C75xx note: a serialized MMA undoes the overlap the kernel exists for). In the kernel's
+    schedule the loop leaves p v in flight while it waits for the scores (a wait for 1 pending MMA, then for 0)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", GLUON_BUILD.format(root=root)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 8
+    for name, built in found.items():
+        assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
+        assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"
+        loop = built["ops"][built["ops"].index("for {") + 1:built["ops"].index("}")]
+        if name.endswith("False"):  # the kernel's schedule: S[j] and PV[j-1] issued, S[j] waited for alone
+            assert loop == ["dot async", "dot async", "wait pendings=1", "wait pendings=0"], f"{name}: {loop}"
+        else:
+            assert loop == ["dot async", "dot async", "wait pendings=0"], f"{name}: {loop}"

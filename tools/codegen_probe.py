@@ -3,6 +3,7 @@ kernel or the persistent fp8 matmul at one config and switch setting, compiled f
 (make_ir, ttir, ttgir, llir, ptx) and the ptxas Triton ships.
 
 Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--block 128x128] [--warps 8] [--stages 3]
+       python tools/codegen_probe.py attention-gluon [--head-dim 128] [--causal] [--block 64x64] [--warps 4] [--stages 2]
        python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
        ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
 Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
@@ -50,6 +51,18 @@ def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int
     return compile_to(mm._matmul_tma_persistent_kernel.fn, signature, constants, warps, stages, last)
 
 
+def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
+                    switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
+    """The Gluon flash kernel (bf16, perftests/kernels/attention_gluon.py) at one tile; `stages` is its K and V
+    rings' slots, LOOKAHEAD=1 a switch (block j's softmax under block j+1's q k^T instead of block j-1's p v)."""
+    from perftests.kernels import attention_gluon as ag
+
+    constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
+                 "LOOKAHEAD": False, "num_warps": warps, **switches}
+    return compile_to(ag._attn_fwd_pipelined,
+                      ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+
+
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
                last: str) -> dict[str, Any]:
     """Compile through Triton's stages up to `last` ("ttgir" or "ptx") for sm_90, on any machine. Returns each
@@ -68,6 +81,8 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
         if name not in signature:
             signature[name] = "constexpr"
             constants.setdefault(name, fn.params[fn.arg_names.index(name)].default)
+    if fn.is_gluon():  # a Gluon kernel states its layouts: its source starts at TTGIR
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
     target = GPUTarget("cuda", 90, 32)
@@ -84,6 +99,9 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
     order = ["ttir", "ttgir", "llir", "ptx"]
     found: dict[str, Any] = {}
     for stage in order[:order.index(last) + 1]:
+        if stage not in stages_:  # Gluon: no TTIR stage, its source is TTGIR already
+            found[stage] = str(module)
+            continue
         module = stages_[stage](module, metadata)
         found[stage] = str(module)
     return {**found, "shared": int(metadata.get("shared", 0))}
@@ -145,14 +163,14 @@ def dot_ops(ttgir: str) -> list[str]:
         elif "ttng.warp_group_dot_wait" in text:
             pendings = re.search(r"pendings = (\d+)", text)
             ops.append(f"wait pendings={pendings.group(1) if pendings else '?'}")
-        elif "ttng.warp_group_dot " in text:
+        elif "ttng.warp_group_dot " in text or "ttng.warp_group_dot\t" in text:
             ops.append("dot async" if "isAsync = true" in text else "dot")
     return ops
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", choices=("attention", "fp8-matmul"))
+    parser.add_argument("kernel", choices=("attention", "attention-gluon", "fp8-matmul"))
     parser.add_argument("--head-dim", type=int, default=128, help="attention")
     parser.add_argument("--causal", action="store_true", help="attention")
     parser.add_argument("--block", default=None, help="attention BLOCK_MxBLOCK_N (128x128); fp8-matmul MxNxK (256x128x128)")
@@ -169,10 +187,11 @@ def main() -> None:
         name, _, value = item.partition("=")
         switches[name] = int(value) if value.isdigit() and value not in ("0", "1") else value not in ("0", "false", "False", "")
     try:
-        if args.kernel == "attention":
+        if args.kernel in ("attention", "attention-gluon"):
             block_m, block_n = (int(v) for v in (args.block or "128x128").lower().split("x"))
-            build = lambda last: attention(args.head_dim, args.causal, block_m, block_n, args.warps, args.stages,  # noqa: E731
-                                           switches, last)
+            kernel = attention if args.kernel == "attention" else attention_gluon
+            build = lambda last: kernel(args.head_dim, args.causal, block_m, block_n, args.warps, args.stages,  # noqa: E731
+                                        switches, last)
         else:
             block_m, block_n, block_k = (int(v) for v in (args.block or "256x128x128").lower().split("x"))
             build = lambda last: fp8_matmul(block_m, block_n, block_k, args.warps, args.stages, switches, last)  # noqa: E731

@@ -6,7 +6,7 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
-       [--shapes 8192-128-full ...] [--residency]
+       [--shapes 8192-128-full ...] [--residency] [--gluon] [--variants default no_softmax ...]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
 persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3); the sides run
 in a new random order every round. --sweep adds the default variant at each candidate config as sides of their own
@@ -20,7 +20,9 @@ them. `no_softmax` (a diagnostic, timed but never checked: wrong by design) is t
 what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
 start, end and SM) and reports the thread blocks an SM held while programs were waiting to launch, beside the number
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
-report. --shapes limits attention to some shapes. What each predicted and what it measured belongs in docs/NOTES.md.
+report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
+kernel (perftests/kernels/attention_gluon.py: each block's softmax under one of the tensor cores' MMAs) at each of its
+tiles with either schedule. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -268,11 +270,29 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
     return rows
 
 
+def gluon_plan(head_dim: int, causal: bool) -> dict[str, tuple[dict[str, int], bool]]:
+    """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each of its candidate tiles with either
+    schedule, `lookahead` (block j's softmax under block j+1's q k^T) and `pv_under` (under block j-1's p v)."""
+    from perftests.kernels import attention_gluon
+
+    plan = {}
+    for bm, bn, warps, stages in attention_gluon.TILES:
+        tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+        for schedule, lookahead in (("lookahead", True), ("pv_under", False)):
+            plan[f"gluon_{schedule} @ {bm}x{bn} w{warps} s{stages}"] = (tile, lookahead)
+    return plan
+
+
 def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool, shapes: Sequence[str] | None = None,
-                    traced: bool = False) -> list[dict[str, Any]]:
+                    traced: bool = False, gluon: bool = False, kept: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every shape of ATTENTION_SHAPES (or those named in `shapes`, as shape_label writes them); with `traced`, each
     side of the kernel also runs once recording its programs (flash_attention(trace=)) and its row carries their
-    residency() beside the theoretical blocks an SM from its registers and shared memory."""
+    residency() beside the theoretical blocks an SM from its registers and shared memory; with `gluon`, the Gluon
+    kernel at each of its tiles and schedules (gluon_plan) is timed beside them. `kept` names the Triton kernel's
+    variants to time (all when None)."""
+    known = {*ATTENTION_VARIANTS, *ATTENTION_DIAGNOSTICS}
+    if kept is not None and set(kept) - known:
+        raise ValueError(f"unknown attention variants {sorted(set(kept) - known)}; known: {', '.join(known)}")
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -312,6 +332,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         add_side(sides, info, "sdpa_flash", sdpa_flash, error, dict)
         variants = {name: v for name, v in ATTENTION_VARIANTS.items() if causal or name != "no_heavy_first"}
         variants.update(ATTENTION_DIAGNOSTICS)
+        variants = {name: v for name, v in variants.items() if kept is None or name in kept}
         shape = {"HEAD_DIM": head_dim, "CAUSAL": causal}
         extra = [c for c in ATTENTION_EXTRA_CONFIGS if c not in choices]
         plan = swept(variants, ("default",), choices + extra, sweep)
@@ -322,6 +343,13 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
             add_side(sides, info, name, run, unchecked if name in ATTENTION_DIAGNOSTICS else error,
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
+        for name, (tile, lookahead) in (gluon_plan(head_dim, causal) if gluon else {}).items():
+            def run_gluon(tile: dict[str, int] = tile, lookahead: bool = lookahead, q: Any = q, k: Any = k,
+                          v: Any = v, causal: bool = causal) -> Any:
+                from perftests.kernels import attention_gluon
+
+                return attention_gluon.flash_attention(q, k, v, causal, config=tile, lookahead=lookahead)
+            add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)
         for name, (variant, config) in plan.items() if traced else ():
@@ -407,6 +435,10 @@ def main() -> None:
                         help="attention shapes only these (e.g. 8192-128-full 2048-64-causal)")
     parser.add_argument("--residency", action="store_true",
                         help="attention: trace each kernel side's programs once, report the blocks an SM achieved")
+    parser.add_argument("--gluon", action="store_true",
+                        help="attention: also the Gluon kernel (softmax under the tensor cores) at each tile and schedule")
+    parser.add_argument("--variants", nargs="+", metavar="NAME",
+                        help="attention: only these of the Triton kernel's variants (e.g. default no_softmax)")
     args = parser.parse_args()
 
     import torch
@@ -420,7 +452,8 @@ def main() -> None:
     if args.only in (None, "fp8"):
         rows += probe_fp8(timer, args.rounds, args.graph, args.sweep)
     if args.only in (None, "attention"):
-        rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep, args.shapes, args.residency)
+        rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep, args.shapes, args.residency,
+                                args.gluon, args.variants)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
     print(summary(rows))
