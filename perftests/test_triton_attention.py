@@ -142,8 +142,9 @@ def test_exp2_on_fma_units_is_within_a_bf16_rounding(device: str) -> None:
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seq", [2048, 8192])
 def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
-    """The Gluon kernel (each key block's softmax under the previous block's p v MMA) against SDPA and against the
-    Triton kernel above, same shapes: the speedup over Triton is what stating the schedule buys."""
+    """The Gluon kernel (each key block's softmax under an MMA: its own schedule and tile for the head dim and mask)
+    against SDPA and against the Triton kernel above, same shapes: the speedup over Triton is what stating the
+    schedule buys."""
     if device != "cuda":
         pytest.skip("Gluon has no interpreter: test_gluon_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
     if torch.cuda.get_device_capability() != (9, 0):
@@ -166,8 +167,8 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
     gluon = lambda q, k, v: attention_gluon.flash_attention(q, k, v, causal)  # noqa: E731
     triton_kernel = lambda q, k, v: attn.flash_attention(q, k, v, causal)  # noqa: E731
     flops = attn.attention_flops(B, H, S, head_dim, causal)
-    config = {"gluon": attention_gluon.tile(head_dim), "schedule": "softmax under the previous block's p v",
-              "sdpa_kernel": sdpa_kernel(lambda: sdpa(q, k, v))}
+    schedule, tile = attention_gluon.choice(head_dim, causal)
+    config = {"gluon": tile, "schedule": schedule, "sdpa_kernel": sdpa_kernel(lambda: sdpa(q, k, v))}
     perf.compare(sdpa, gluon, name="vs_sdpa", **tol, flops=flops, flops_dtype="bf16", config=config, inputs=make)
     perf.compare(triton_kernel, gluon, name="vs_triton", **tol, flops=flops, flops_dtype="bf16", inputs=make)
 
@@ -176,22 +177,42 @@ GLUON_BUILD = """
 import json, sys
 sys.path.insert(0, {root!r})
 from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
-from perftests.kernels.attention_gluon import TILE
+from perftests.kernels.attention_gluon import CHOICE
+SWITCHES = {{"pv_under": {{}}, "lookahead": {{"LOOKAHEAD": True}}, "two_warpgroups": {{"WARP_SPECIALIZED": True}},
+             "pingpong": {{"WARP_SPECIALIZED": True, "PINGPONG": True}}}}
+# The kernel's own choices, and each other schedule at a tile it takes (the experiments must build unserialized too).
+builds = [(d, c, s, t) for (d, c), (s, t) in CHOICE.items()]
+builds += [(128, False, "lookahead", (64, 64, 4, 2)), (64, True, "pingpong", (128, 64, 8, 2)),
+           (128, True, "pv_under", (64, 64, 4, 2))]
 found = {{}}
-for head_dim, (bm, bn, warps, stages) in TILE.items():
-    for causal in (False, True):
-        for lookahead in (False, True):
-            built = attention_gluon(head_dim, causal, bm, bn, warps, stages, {{"LOOKAHEAD": lookahead}}, "ptx")
-            found[f"{{head_dim}} {{causal}} {{lookahead}}"] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
+for head_dim, causal, schedule, (bm, bn, warps, stages) in builds:
+    built = attention_gluon(head_dim, causal, bm, bn, warps, stages, SWITCHES[schedule], "ptx")
+    found[f"{{schedule}} {{head_dim}} {{'causal' if causal else 'full'}}"] = dict(ops=dot_ops(built["ttgir"]),
+                                                                          **ptxas_report(built["ptx"]))
 print(json.dumps(found))
 """
 
 
+def loops(ops: list[str]) -> list[list[str]]:
+    """The MMA ops and waits inside each loop of codegen_probe.dot_ops's list (loops do not nest here)."""
+    found, current = [], None
+    for op in ops:
+        if op == "for {":
+            current = []
+        elif op == "}" and current is not None:
+            found.append(current)
+            current = None
+        elif current is not None:
+            current.append(op)
+    return found
+
+
 def test_gluon_kernel_builds_for_hopper() -> None:
     """The Gluon kernel compiles for sm_90 on any machine (in a subprocess: Gluon does not compile under
-    TRITON_INTERPRET=1), at its own tile for each head dim, causal or not, with either schedule; and ptxas keeps its
-    MMAs asynchronous (no C75xx note: a serialized MMA undoes the overlap the kernel exists for). In the kernel's
-    schedule the loop leaves p v in flight while it waits for the scores (a wait for 1 pending MMA, then for 0)."""
+    TRITON_INTERPRET=1), at its own schedule and tile for each head dim and mask and at each other schedule; and
+    ptxas keeps its MMAs asynchronous (no C75xx note: a serialized MMA undoes the overlap the kernel exists for),
+    spilling nothing. In pv_under's loop (the two-warpgroup schedules run it in each warpgroup) p v stays in flight
+    while the scores are waited for (a wait for 1 pending MMA, then for 0); lookahead waits for both at once."""
     import json
     import os
     import subprocess
@@ -201,15 +222,14 @@ def test_gluon_kernel_builds_for_hopper() -> None:
     root = str(Path(__file__).resolve().parents[1])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", GLUON_BUILD.format(root=root)], capture_output=True, text=True,
-                          env=env, timeout=600)
+                          env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(found) == 8
+    assert len(found) == 7
+    pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
+    expected = {"pv_under": [pv_under], "lookahead": [["dot async", "dot async", "wait pendings=0"]],
+                "two_warpgroups": [pv_under, pv_under], "pingpong": [pv_under, pv_under]}
     for name, built in found.items():
         assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
         assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"
-        loop = built["ops"][built["ops"].index("for {") + 1:built["ops"].index("}")]
-        if name.endswith("False"):  # the kernel's schedule: S[j] and PV[j-1] issued, S[j] waited for alone
-            assert loop == ["dot async", "dot async", "wait pendings=1", "wait pendings=0"], f"{name}: {loop}"
-        else:
-            assert loop == ["dot async", "dot async", "wait pendings=0"], f"{name}: {loop}"
+        assert loops(built["ops"]) == expected[name.split()[0]], f"{name}: {built['ops']}"

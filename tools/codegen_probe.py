@@ -4,6 +4,7 @@ kernel or the persistent fp8 matmul at one config and switch setting, compiled f
 
 Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--block 128x128] [--warps 8] [--stages 3]
        python tools/codegen_probe.py attention-gluon [--head-dim 128] [--causal] [--block 64x64] [--warps 4] [--stages 2]
+           [--switch LOOKAHEAD=1 | --switch WARP_SPECIALIZED=1 [--switch PINGPONG=1]] (--block 128x128 --warps 8)
        python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
        ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
 Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
@@ -54,13 +55,18 @@ def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int
 def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
                     switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
     """The Gluon flash kernel (bf16, perftests/kernels/attention_gluon.py) at one tile; `stages` is its K and V
-    rings' slots, LOOKAHEAD=1 a switch (block j's softmax under block j+1's q k^T instead of block j-1's p v)."""
+    rings' slots. Switches: LOOKAHEAD=1 (block j's softmax under block j+1's q k^T instead of block j-1's p v);
+    WARP_SPECIALIZED=1, the two-consumer-warpgroup kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking."""
     from perftests.kernels import attention_gluon as ag
 
+    switches = dict(switches)
+    if switches.pop("WARP_SPECIALIZED", False):
+        constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
+                     "PINGPONG": False, "num_warps": 4, **switches}
+        return compile_to(ag._attn_fwd_ws, ag.signature(head_dim, 64, block_n), constants, 4, 1, last)
     constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
                  "LOOKAHEAD": False, "num_warps": warps, **switches}
-    return compile_to(ag._attn_fwd_pipelined,
-                      ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+    return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
 
 
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,

@@ -6,7 +6,7 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
-       [--shapes 8192-128-full ...] [--residency] [--gluon] [--variants default no_softmax ...]
+       [--shapes 8192-128-full ...] [--residency] [--gluon [PART ...]] [--variants default no_softmax ...]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
 persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3); the sides run
 in a new random order every round. --sweep adds the default variant at each candidate config as sides of their own
@@ -22,7 +22,7 @@ start, end and SM) and reports the thread blocks an SM held while programs were 
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
 kernel (perftests/kernels/attention_gluon.py: each block's softmax under one of the tensor cores' MMAs) at each of its
-tiles with either schedule. What each predicted and what it measured belongs in docs/NOTES.md.
+tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -270,25 +270,31 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
     return rows
 
 
-def gluon_plan(head_dim: int, causal: bool) -> dict[str, tuple[dict[str, int], bool]]:
-    """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each of its candidate tiles with either
-    schedule, `lookahead` (block j's softmax under block j+1's q k^T) and `pv_under` (under block j-1's p v)."""
-    from perftests.kernels import attention_gluon
+def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[str, tuple[dict[str, int], str]]:
+    """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each candidate tile with each schedule that
+    takes it, `pv_under` and `lookahead` in one warpgroup, `two_warpgroups` and `pingpong` on 128-row blocks; only
+    the sides whose name contains one of `only` when it is not empty."""
+    from perftests.kernels import attention_gluon as ag
 
     plan = {}
-    for bm, bn, warps, stages in attention_gluon.TILES:
-        tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
-        for schedule, lookahead in (("lookahead", True), ("pv_under", False)):
-            plan[f"gluon_{schedule} @ {bm}x{bn} w{warps} s{stages}"] = (tile, lookahead)
+    for tiles, schedules in ((ag.TILES, ("pv_under", "lookahead")), (ag.WARP_SPECIALIZED_TILES, ("two_warpgroups", "pingpong"))):
+        for bm, bn, warps, stages in tiles:
+            tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+            for schedule in schedules:
+                name = f"gluon_{schedule} @ {bm}x{bn} w{warps} s{stages}"
+                if not only or any(part in name for part in only):
+                    plan[name] = (tile, schedule)
     return plan
 
 
 def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool, shapes: Sequence[str] | None = None,
-                    traced: bool = False, gluon: bool = False, kept: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                    traced: bool = False, gluon: Sequence[str] | None = None,
+                    kept: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every shape of ATTENTION_SHAPES (or those named in `shapes`, as shape_label writes them); with `traced`, each
     side of the kernel also runs once recording its programs (flash_attention(trace=)) and its row carries their
-    residency() beside the theoretical blocks an SM from its registers and shared memory; with `gluon`, the Gluon
-    kernel at each of its tiles and schedules (gluon_plan) is timed beside them. `kept` names the Triton kernel's
+    residency() beside the theoretical blocks an SM from its registers and shared memory; with `gluon` (a list,
+    perhaps empty, of name parts), the Gluon kernel at each of its tiles and schedules (gluon_plan) is timed beside
+    them. `kept` names the Triton kernel's
     variants to time (all when None)."""
     known = {*ATTENTION_VARIANTS, *ATTENTION_DIAGNOSTICS}
     if kept is not None and set(kept) - known:
@@ -343,12 +349,12 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
             add_side(sides, info, name, run, unchecked if name in ATTENTION_DIAGNOSTICS else error,
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
-        for name, (tile, lookahead) in (gluon_plan(head_dim, causal) if gluon else {}).items():
-            def run_gluon(tile: dict[str, int] = tile, lookahead: bool = lookahead, q: Any = q, k: Any = k,
-                          v: Any = v, causal: bool = causal) -> Any:
+        for name, (tile, schedule) in (gluon_plan(head_dim, causal, gluon) if gluon is not None else {}).items():
+            def run_gluon(tile: dict[str, int] = tile, schedule: str = schedule, q: Any = q, k: Any = k, v: Any = v,
+                          causal: bool = causal) -> Any:
                 from perftests.kernels import attention_gluon
 
-                return attention_gluon.flash_attention(q, k, v, causal, config=tile, lookahead=lookahead)
+                return attention_gluon.flash_attention(q, k, v, causal, config=tile, schedule=schedule)
             add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)
@@ -435,8 +441,9 @@ def main() -> None:
                         help="attention shapes only these (e.g. 8192-128-full 2048-64-causal)")
     parser.add_argument("--residency", action="store_true",
                         help="attention: trace each kernel side's programs once, report the blocks an SM achieved")
-    parser.add_argument("--gluon", action="store_true",
-                        help="attention: also the Gluon kernel (softmax under the tensor cores) at each tile and schedule")
+    parser.add_argument("--gluon", nargs="*", metavar="PART",
+                        help="attention: also the Gluon kernel (softmax under the tensor cores) at each tile and "
+                             "schedule, or only the sides whose name contains a PART (e.g. pv_under 'two_warpgroups @ 128x128')")
     parser.add_argument("--variants", nargs="+", metavar="NAME",
                         help="attention: only these of the Triton kernel's variants (e.g. default no_softmax)")
     args = parser.parse_args()

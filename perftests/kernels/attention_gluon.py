@@ -32,15 +32,21 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head dim: 16 rows of q a warp (a warpgroup's MMA covers 64 rows);
-# num_stages is the K and V rings' slots. TILES: the candidates tools/vendor_gap_probe.py --gluon times.
-TILE = {64: (64, 128, 4, 2), 128: (64, 64, 4, 2)}
+SCHEDULES = ("pv_under", "lookahead", "two_warpgroups", "pingpong")
+# The kernel's own choice by (head dim, causal): a schedule and its tile (BLOCK_M, BLOCK_N, num_warps, num_stages),
+# 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots. Chosen on the H100
+# (2026-11-24, tools/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
+CHOICE = {(64, False): ("pv_under", (64, 128, 4, 2)), (64, True): ("pv_under", (64, 128, 4, 2)),
+          (128, False): ("two_warpgroups", (128, 128, 8, 2)), (128, True): ("two_warpgroups", (128, 128, 8, 2))}
+# The one-warpgroup schedules' candidate tiles; the two-warpgroup ones take BLOCK_M 128 (tools/vendor_gap_probe.py).
 TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3)]
+WARP_SPECIALIZED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
 
 
-def tile(head_dim: int) -> dict[str, int]:
-    """The kernel's own tile for a head dim, as config= takes it."""
-    return dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), TILE[head_dim]))
+def choice(head_dim: int, causal: bool) -> tuple[str, dict[str, int]]:
+    """The kernel's own schedule and tile for a head dim, as flash_attention's schedule= and config= take them."""
+    schedule, tile = CHOICE[(head_dim, causal)]
+    return schedule, dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), tile))
 
 
 @gluon.jit
@@ -176,15 +182,154 @@ def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
     tma.store_wait(pendings=0)
 
 
+
+@gluon.jit
+def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                 turn, qk_scale, row0, m0_cta, n_all, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+    """One consumer warpgroup of the two-warpgroup kernel: rows [m0 + 64 WG, m0 + 64 WG + 64) of the CTA's 128, the
+    pv_under schedule, K and V slots released through the empty barriers (both warpgroups arrive); warpgroup 0 also
+    issues the TMA loads, refilling a slot once both have released it. PINGPONG: the two take turns issuing their
+    MMAs (a token passed through `turn`), so one's softmax runs while the other's MMAs do."""
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    m0 = m0_cta + 64 * WG
+    if CAUSAL:
+        n_blocks = gl.cdiv(m0 + 64, BLOCK_N)
+    else:
+        n_blocks = n_all
+    q_tile = q_smem.index(WG)
+    q_bar = q_bars.index(WG)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row0 + m0, 0], q_bar, q_tile)
+    if WG == 0:
+        for i in gl.static_range(STAGES):
+            _load_block(k_desc, k_smem, k_ready, row0 + i * BLOCK_N, i, i < n_all)
+            _load_block(v_desc, v_smem, v_ready, row0 + i * BLOCK_N, i, i < n_all)
+
+    m_i = gl.full([64], -float("inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([64], gl.float32, layout=row_s)
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), 0)
+    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    if WG == 0:
+        mbarrier.wait(k_empty.index(0), 0, pred=STAGES < n_all)
+        _load_block(k_desc, k_smem, k_ready, row0 + STAGES * BLOCK_N, 0, STAGES < n_all)
+    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, 0, CAUSAL, 64, BLOCK_N, s_layout)
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        if PINGPONG:
+            mbarrier.wait(turn.index(WG), j & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        pv = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - WG), count=1)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, j * BLOCK_N, CAUSAL, 64, BLOCK_N, s_layout)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        if WG == 0:
+            refill_k = j + STAGES < n_all
+            mbarrier.wait(k_empty.index(slot), (j // STAGES) & 1, pred=refill_k)
+            _load_block(k_desc, k_smem, k_ready, row0 + (j + STAGES) * BLOCK_N, slot, refill_k)
+            refill_v = j - 1 + STAGES < n_all
+            mbarrier.wait(v_empty.index(prev), ((j - 1) // STAGES) & 1, pred=refill_v)
+            _load_block(v_desc, v_smem, v_ready, row0 + (j - 1 + STAGES) * BLOCK_N, prev, refill_v)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+    last = n_blocks - 1
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    acc = warpgroup_mma(p16, v_smem.index(last % STAGES), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if PINGPONG:  # warpgroup 1 has a key block more past warpgroup 0's diagonal (causal): pass it the turn
+        for _ in range(n_blocks, n_all):
+            mbarrier.arrive(turn.index(1 - WG), count=1)
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    q_tile.store(out.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row0 + m0, 0], q_tile)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                 num_warps: gl.constexpr):
+    gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 rows")
+    gl.static_assert(STAGES >= 2, "every K and V block is loaded inside warpgroup 0's loop")
+    dtype: gl.constexpr = q_desc.dtype
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        start_m = gl.program_id(0)
+    row0 = gl.program_id(1) * S
+    m0 = start_m * BLOCK_M
+    if CAUSAL:
+        n_all = gl.cdiv(m0 + BLOCK_M, BLOCK_N)
+    else:
+        n_all = S // BLOCK_N
+    q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    fence_async_shared()
+    if PINGPONG:
+        mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
+    gl.warp_specialize([
+        (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                        v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, 0)),
+        (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                        v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, 1)),
+    ], [4], [240])
+
+
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None,
-                    *, config: dict[str, int] | None = None, lookahead: bool = False) -> torch.Tensor:
+                    *, config: dict[str, int] | None = None, schedule: str | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous 16-bit tensors, on a Hopper GPU.
-    config: BLOCK_M, BLOCK_N, num_warps, num_stages (the K and V ring's slots), as attention.flash_attention takes
-    it; tile(D) when None. lookahead=True: block j's softmax under block j+1's q k^T (an experiment); False, the
-    kernel's schedule: under block j-1's p v."""
+
+    schedule (the kernel's choice() for the head dim and mask when None): "pv_under", each block's softmax under the
+    previous block's p v in one warpgroup; "lookahead", under the next block's q k^T; "two_warpgroups", 128-row
+    blocks on two consumer warpgroups (Gluon's warp_specialize), each running pv_under on its 64 rows, sharing one
+    K and V ring that the first refills once both have released a slot; "pingpong", the same with the two taking
+    turns to issue their MMAs (FlashAttention-3's ping-pong, through an mbarrier token). config: BLOCK_M, BLOCK_N,
+    num_warps, num_stages (the K and V rings' slots), as attention.flash_attention takes it; the two-warpgroup
+    schedules take BLOCK_M 128 and num_warps 8."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
@@ -192,25 +337,37 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if q.dtype not in _GL_DTYPES or not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must be bf16 or fp16, one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     B, H, S, D = q.shape
-    if D not in TILE:
-        raise ValueError(f"head dim {D} not supported ({', '.join(map(str, TILE))})")
-    chosen = config or tile(D)
+    if (D, causal) not in CHOICE:
+        raise ValueError(f"head dim {D} not supported ({', '.join(sorted({str(d) for d, _ in CHOICE}))})")
+    own_schedule, own_tile = choice(D, causal)
+    schedule = schedule or own_schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    warp_specialized = schedule in ("two_warpgroups", "pingpong")
+    chosen = config or own_tile
     block_m, block_n, warps, stages = (chosen.get(key) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
     if (not all(isinstance(x, int) for x in (block_m, block_n, warps, stages)) or block_m != 16 * warps
-            or S % block_m or S % block_n or stages < 2):
+            or S % block_m or S % block_n or stages < 2 or (warp_specialized and block_m != 128)):
         raise ValueError(f"config {chosen}: BLOCK_M must be 16 rows a warp and divide S ({S}), BLOCK_N divide S; "
-                         f"num_stages at least 2")
+                         f"num_stages at least 2; the two-warpgroup schedules take BLOCK_M 128 (8 warps)")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
     o = out if out is not None else torch.empty_like(q)
     dtype = _GL_DTYPES[q.dtype]
     descs = []
-    for t, rows in ((q, block_m), (k, block_n), (v, block_n), (o, block_m)):
+    q_rows = 64 if warp_specialized else block_m  # each consumer warpgroup loads and stores its own 64 rows
+    for t, rows in ((q, q_rows), (k, block_n), (v, block_n), (o, q_rows)):
         layout = gl.NVMMASharedLayout.get_default_for([rows, D], dtype)
         descs.append(TensorDescriptor.from_tensor(t.view(B * H * S, D), [rows, D], layout))
     qk_scale = 1.4426950408889634 / math.sqrt(D)  # log2(e) / sqrt(D): exp2 of scaled scores
+    if warp_specialized:
+        _attn_fwd_ws[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
+                                            BLOCK_N=block_n, STAGES=stages, PINGPONG=schedule == "pingpong",
+                                            num_warps=4)
+        return o
     _attn_fwd_pipelined[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
-                                               BLOCK_N=block_n, STAGES=stages, LOOKAHEAD=lookahead, num_warps=warps)
+                                               BLOCK_N=block_n, STAGES=stages, LOOKAHEAD=schedule == "lookahead",
+                                               num_warps=warps)
     return o
 
 
