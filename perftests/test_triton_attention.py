@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from perftests.kernels import attention as attn
 from perftests.kernels.common import best_config
+from perftests.support import gluon_build
 from perftests.support.compiled import compare_with_compiled
 from perftests.support.inputs import generator
 from perftests.support.tolerance import intermediate_rounding_atol
@@ -174,57 +175,31 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
 
 
 GLUON_BUILD = """
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
 from perftests.kernels.attention_gluon import CHOICE
-SWITCHES = {{"pv_under": {{}}, "lookahead": {{"LOOKAHEAD": True}}, "two_warpgroups": {{"WARP_SPECIALIZED": True}},
-             "pingpong": {{"WARP_SPECIALIZED": True, "PINGPONG": True}}}}
+SWITCHES = {"pv_under": {}, "lookahead": {"LOOKAHEAD": True}, "two_warpgroups": {"WARP_SPECIALIZED": True},
+            "pingpong": {"WARP_SPECIALIZED": True, "PINGPONG": True}}
 # The kernel's own choices, and each other schedule at a tile it takes (the experiments must build unserialized too).
 builds = [(d, c, s, t) for (d, c), (s, t) in CHOICE.items()]
 builds += [(128, False, "lookahead", (64, 64, 4, 2)), (64, True, "pingpong", (128, 64, 8, 2)),
            (128, True, "pv_under", (64, 64, 4, 2))]
-found = {{}}
+found = {}
 for head_dim, causal, schedule, (bm, bn, warps, stages) in builds:
     built = attention_gluon(head_dim, causal, bm, bn, warps, stages, SWITCHES[schedule], "ptx")
-    found[f"{{schedule}} {{head_dim}} {{'causal' if causal else 'full'}}"] = dict(ops=dot_ops(built["ttgir"]),
-                                                                          **ptxas_report(built["ptx"]))
+    found[f"{schedule} {head_dim} {'causal' if causal else 'full'}"] = dict(ops=dot_ops(built["ttgir"]),
+                                                                        **ptxas_report(built["ptx"]))
 print(json.dumps(found))
 """
 
 
-def loops(ops: list[str]) -> list[list[str]]:
-    """The MMA ops and waits inside each loop of codegen_probe.dot_ops's list (loops do not nest here)."""
-    found, current = [], None
-    for op in ops:
-        if op == "for {":
-            current = []
-        elif op == "}" and current is not None:
-            found.append(current)
-            current = None
-        elif current is not None:
-            current.append(op)
-    return found
-
-
 def test_gluon_kernel_builds_for_hopper() -> None:
-    """The Gluon kernel compiles for sm_90 on any machine (in a subprocess: Gluon does not compile under
-    TRITON_INTERPRET=1), at its own schedule and tile for each head dim and mask and at each other schedule; and
-    ptxas keeps its MMAs asynchronous (no C75xx note: a serialized MMA undoes the overlap the kernel exists for),
-    spilling nothing. In pv_under's loop (the two-warpgroup schedules run it in each warpgroup) p v stays in flight
-    while the scores are waited for (a wait for 1 pending MMA, then for 0); lookahead waits for both at once."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", GLUON_BUILD.format(root=root)], capture_output=True, text=True,
-                          env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    """The Gluon kernel compiles for sm_90 on any machine (perftests/support/gluon_build.py), at its own schedule
+    and tile for each head dim and mask and at each other schedule; and ptxas keeps its MMAs asynchronous (no C75xx
+    note: a serialized MMA undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (the
+    two-warpgroup schedules run it in each warpgroup) p v stays in flight while the scores are waited for (a wait
+    for 1 pending MMA, then for 0); lookahead waits for both at once."""
+    found = gluon_build.build(GLUON_BUILD)
     assert len(found) == 7
     pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
     expected = {"pv_under": [pv_under], "lookahead": [["dot async", "dot async", "wait pendings=0"]],
@@ -232,4 +207,4 @@ def test_gluon_kernel_builds_for_hopper() -> None:
     for name, built in found.items():
         assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
         assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"
-        assert loops(built["ops"]) == expected[name.split()[0]], f"{name}: {built['ops']}"
+        assert gluon_build.loops(built["ops"]) == expected[name.split()[0]], f"{name}: {built['ops']}"

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from perftests.kernels import matmul as mm
+from perftests.support import gluon_build
 from perftests.support.compiled import compare_with_compiled
 from perftests.support.inputs import compare_on_inputs, generator
 from perftests.support.matmul import fp8_operands, operands, scaled_mm, scaled_mm_fast
@@ -193,3 +194,19 @@ def test_experiments_compute_the_same_product(device: str) -> None:
     torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=2.0**-7 * float(default.float().abs().max()))
     with pytest.raises(ValueError, match="GROUP_M"):
         mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config={"BLOCK_M": 16, "num_warps": 4, "num_stages": 1})
+
+
+def test_gluon_fp8_kernel_builds_for_hopper() -> None:
+    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py, tools/vendor_gap_probe.py --gluon times it) compiles
+    for sm_90 on any machine (perftests/support/gluon_build.py) with no ptxas note and no spill, two consumer
+    warpgroups each running its own loop of two MMA halves, each waited for before its promotion add."""
+    found = gluon_build.build("""
+import json
+from tools.codegen_probe import dot_ops, fp8_matmul_gluon, ptxas_report
+from perftests.kernels.matmul_gluon import STAGES
+built = fp8_matmul_gluon(STAGES, "ptx")
+print(json.dumps(dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))))
+""")
+    assert found["notes"] == [] and found["spill_stores"] == 0, found
+    half = ["dot async", "wait pendings=0"]
+    assert gluon_build.loops(found["ops"]) == [half * 2, half * 2], found["ops"]

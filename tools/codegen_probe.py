@@ -6,6 +6,7 @@ Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--bl
        python tools/codegen_probe.py attention-gluon [--head-dim 128] [--causal] [--block 64x64] [--warps 4] [--stages 2]
            [--switch LOOKAHEAD=1 | --switch WARP_SPECIALIZED=1 [--switch PINGPONG=1]] (--block 128x128 --warps 8)
        python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
+       python tools/codegen_probe.py fp8-matmul-gluon [--stages 3]
        ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
 Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
 bounds: a dot followed at once by `wait pendings=0` runs synchronously, so what follows it cannot overlap it within
@@ -67,6 +68,14 @@ def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, war
     constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
                  "LOOKAHEAD": False, "num_warps": warps, **switches}
     return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+
+
+def fp8_matmul_gluon(stages: int, last: str = "ttgir") -> dict[str, Any]:
+    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py: 128 x 256 x 128, two consumer warpgroups, precise
+    accumulation) with `stages` ring slots."""
+    from perftests.kernels import matmul_gluon as mg
+
+    return compile_to(mg._fp8_matmul_kernel, mg.signature(), {"STAGES": stages, "GROUP_M": 8}, 4, 1, last)
 
 
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
@@ -176,7 +185,7 @@ def dot_ops(ttgir: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", choices=("attention", "attention-gluon", "fp8-matmul"))
+    parser.add_argument("kernel", choices=("attention", "attention-gluon", "fp8-matmul", "fp8-matmul-gluon"))
     parser.add_argument("--head-dim", type=int, default=128, help="attention")
     parser.add_argument("--causal", action="store_true", help="attention")
     parser.add_argument("--block", default=None, help="attention BLOCK_MxBLOCK_N (128x128); fp8-matmul MxNxK (256x128x128)")
@@ -198,6 +207,8 @@ def main() -> None:
             kernel = attention if args.kernel == "attention" else attention_gluon
             build = lambda last: kernel(args.head_dim, args.causal, block_m, block_n, args.warps, args.stages,  # noqa: E731
                                         switches, last)
+        elif args.kernel == "fp8-matmul-gluon":
+            build = lambda last: fp8_matmul_gluon(args.stages, last)  # noqa: E731
         else:
             block_m, block_n, block_k = (int(v) for v in (args.block or "256x128x128").lower().split("x"))
             build = lambda last: fp8_matmul(block_m, block_n, block_k, args.warps, args.stages, switches, last)  # noqa: E731

@@ -21,8 +21,9 @@ what the MMAs and loads take alone. --residency traces each attention side of th
 start, end and SM) and reports the thread blocks an SM held while programs were waiting to launch, beside the number
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
-kernel (perftests/kernels/attention_gluon.py: each block's softmax under one of the tensor cores' MMAs) at each of its
-tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it measured belongs in docs/NOTES.md.
+kernels: for fp8 perftests/kernels/matmul_gluon.py (one warpgroup's promotion adds under the other's MMAs), for
+attention perftests/kernels/attention_gluon.py (each block's softmax under one of the tensor cores' MMAs) at each of
+its tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -233,14 +234,15 @@ def emit(rows: list[dict[str, Any]], case: str, info: dict[str, dict[str, Any]],
         print(json.dumps(row), flush=True)
 
 
-def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
+def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool, gluon: Sequence[str] | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for n in FP8_SIZES:
-        rows += probe_fp8_shape(timer, rounds, n, graph, sweep)
+        rows += probe_fp8_shape(timer, rounds, n, graph, sweep, gluon)
     return rows
 
 
-def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -> list[dict[str, Any]]:
+def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
+                    gluon: Sequence[str] | None = None) -> list[dict[str, Any]]:
     from perftests.kernels import matmul as mm
     from perftests.kernels.common import plain_config
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
@@ -265,6 +267,12 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool) -
                  lambda variant=variant, config=config: resources(
                      kernel, {**constants_of(variant, FP8_CONSTANTS, kernel), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
                      config))
+    if gluon is not None:  # the Gluon kernel: promotion adds under the other warpgroup's MMAs (matmul_gluon.py)
+        from perftests.kernels import matmul_gluon
+
+        add_side(sides, info, "gluon_two_warpgroups", lambda: matmul_gluon.fp8_matmul(x8, w8, sx, sw), error,
+                 lambda: {"config": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8,
+                                     "num_stages": matmul_gluon.STAGES}})
     rows: list[dict[str, Any]] = []
     emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
     return rows
@@ -442,8 +450,9 @@ def main() -> None:
     parser.add_argument("--residency", action="store_true",
                         help="attention: trace each kernel side's programs once, report the blocks an SM achieved")
     parser.add_argument("--gluon", nargs="*", metavar="PART",
-                        help="attention: also the Gluon kernel (softmax under the tensor cores) at each tile and "
-                             "schedule, or only the sides whose name contains a PART (e.g. pv_under 'two_warpgroups @ 128x128')")
+                        help="also the Gluon kernels: fp8's two-warpgroup precise matmul; attention's (softmax under the "
+                             "tensor cores) at each tile and schedule, or only the sides whose name contains a PART "
+                             "(e.g. pv_under 'two_warpgroups @ 128x128')")
     parser.add_argument("--variants", nargs="+", metavar="NAME",
                         help="attention: only these of the Triton kernel's variants (e.g. default no_softmax)")
     args = parser.parse_args()
@@ -457,7 +466,7 @@ def main() -> None:
     timer = CudaTimer(torch)
     rows: list[dict[str, Any]] = []
     if args.only in (None, "fp8"):
-        rows += probe_fp8(timer, args.rounds, args.graph, args.sweep)
+        rows += probe_fp8(timer, args.rounds, args.graph, args.sweep, args.gluon)
     if args.only in (None, "attention"):
         rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep, args.shapes, args.residency,
                                 args.gluon, args.variants)

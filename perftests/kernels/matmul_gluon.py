@@ -1,0 +1,150 @@
+"""FP8 (e4m3) matmul with precise accumulation for Hopper in Gluon: the promotion adds of one warpgroup run under
+the other warpgroup's MMAs.
+
+Precise accumulation (torch._scaled_mm's default) adds each K tile's MMA result into an fp32 accumulator: the
+tensor cores accumulate fp8 products in reduced precision, so the sum is promoted every BLOCK_K products. The adds
+read the MMA's result registers, so within one warpgroup they wait for it: the Triton kernel (matmul.py) stalls its
+tensor cores for every promotion (ptxas C7517/C7514, docs/NOTES.md, fifth session). cuBLAS hides them with two
+consumer warpgroups; so does this kernel, through Gluon's warp_specialize: each program computes a 128 x 256 tile
+of y as two warpgroups of 64 rows, both reading one ring of K tiles (x's 128 x 128 and w's 256 x 128, by TMA). Per
+K tile each warpgroup issues its MMAs into a zeroed partial sum (two 64 x 128 halves, one at a time: the registers
+hold two 64 x 128 fp32 accumulators and one partial), waits, and adds; meanwhile the other warpgroup's MMAs keep
+the tensor cores busy. Warpgroup 0 also refills the ring, a slot once both have released it.
+
+y = (x @ w^T) * scale_x * scale_w in bf16, x (M, K) and w (N, K) e4m3, K-major, as matmul.matmul_tma_persistent
+takes them. Gluon has no interpreter: tests compile it for sm_90 on the CPU; the GPU runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128  # two warpgroups of 64 rows; 256 columns as two MMA halves of 128
+STAGES = 3  # 48 KiB a stage; the output tiles take 64 KiB more
+
+
+@gluon.jit
+def _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, k_tile, slot, pred):
+    bar = ready.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [off_m, k_tile * 128], bar, x_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [off_n, k_tile * 128], bar, w_smem.index(slot), pred=pred)
+
+
+@gluon.jit
+def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr, off_m, off_n,
+                  k_tiles, STAGES: gl.constexpr, WG: gl.constexpr):
+    """Rows [64 WG, 64 WG + 64) of the program's tile: per K tile two MMA halves into a zeroed partial, each waited
+    for and added into its fp32 accumulator; the slot released (empty: both warpgroups arrive); warpgroup 0 refills
+    the slot the previous K tile used once both released it."""
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 32])
+    acc0 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+    acc1 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+    zero = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+    for i in range(k_tiles):
+        slot = i % STAGES
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        a = x_smem.index(slot).slice(64 * WG, 64)
+        b = w_smem.index(slot)
+        part = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+        acc0 = acc0 + part
+        part = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+        acc1 = acc1 + part
+        mbarrier.arrive(empty.index(slot), count=1)
+        if WG == 0:  # refill the slot of K tile i - 1 (both warpgroups are likely past it by now)
+            prev = (i + STAGES - 1) % STAGES
+            refill = (i > 0) & (i - 1 + STAGES < k_tiles)
+            mbarrier.wait(empty.index(prev), ((i - 1) // STAGES) & 1, pred=refill)
+            _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, i - 1 + STAGES, prev, refill)
+    scale = gl.load(scale_x_ptr) * gl.load(scale_w_ptr)
+    y_smem.index(2 * WG).store((acc0 * scale).to(y_desc.dtype))
+    y_smem.index(2 * WG + 1).store((acc1 * scale).to(y_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [off_m + 64 * WG, off_n], y_smem.index(2 * WG))
+    tma.async_copy_shared_to_global(y_desc, [off_m + 64 * WG, off_n + 128], y_smem.index(2 * WG + 1))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _fp8_matmul_kernel(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K, STAGES: gl.constexpr,
+                       GROUP_M: gl.constexpr):
+    # Grouped launch order: GROUP_M row blocks share each column block of w while it is in L2.
+    pid = gl.program_id(0)
+    num_pid_m = gl.cdiv(M, 128)
+    num_pid_n = gl.cdiv(N, 256)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_size = gl.minimum(num_pid_m - first_m, GROUP_M)
+    off_m = (first_m + (pid % in_group) % group_size) * 128
+    off_n = ((pid % in_group) // group_size) * 256
+    k_tiles = gl.cdiv(K, 128)
+
+    x_smem = gl.allocate_shared_memory(x_desc.dtype, [STAGES, 128, 128], x_desc.layout)
+    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, 256, 128], w_desc.layout)
+    y_smem = gl.allocate_shared_memory(y_desc.dtype, [4, 64, 128], y_desc.layout)  # [2 WG x 2 halves]
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    fence_async_shared()
+    for i in gl.static_range(STAGES):
+        _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, i, i, i < k_tiles)
+    gl.warp_specialize([
+        (_fp8_consumer, (x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr,
+                         off_m, off_n, k_tiles, STAGES, 0)),
+        (_fp8_consumer, (x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr,
+                         off_m, off_n, k_tiles, STAGES, 1)),
+    ], [4], [240])
+
+
+def layouts() -> dict[str, Any]:
+    """The shared-memory layouts of the x, w and y tiles (TMA and the MMAs read them)."""
+    return {"x": gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv),
+            "w": gl.NVMMASharedLayout.get_default_for([256, 128], gl.float8e4nv),
+            "y": gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)}
+
+
+def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w: torch.Tensor,
+               out: torch.Tensor | None = None, *, stages: int = STAGES, group_m: int = 8) -> torch.Tensor:
+    """(x @ w^T) * scale_x * scale_w in bf16 with precise (every K tile) accumulation, on a Hopper GPU. x (M, K)
+    and w (N, K) e4m3 contiguous; scales fp32 scalars on the device; M a multiple of 128, N of 256, K of 128."""
+    if x.dtype != torch.float8_e4m3fn or w.dtype != torch.float8_e4m3fn or x.dim() != 2 or w.dim() != 2:
+        raise ValueError(f"x and w must be 2-d float8_e4m3fn; got {x.dtype} {tuple(x.shape)}, {w.dtype} {tuple(w.shape)}")
+    M, K = x.shape
+    N = w.shape[0]
+    if w.shape[1] != K or not (x.is_contiguous() and w.is_contiguous()):
+        raise ValueError(f"x (M, K) and w (N, K) must be contiguous with one K; got {tuple(x.shape)}, {tuple(w.shape)}")
+    if M % BLOCK_M or N % BLOCK_N or K % BLOCK_K:
+        raise ValueError(f"M, N, K must be multiples of {BLOCK_M}, {BLOCK_N}, {BLOCK_K}; got {M}, {N}, {K}")
+    if scale_x.numel() != 1 or scale_w.numel() != 1 or scale_x.dtype != torch.float32 or scale_w.dtype != torch.float32:
+        raise ValueError("scale_x and scale_w must be fp32 scalars")
+    y = out if out is not None else torch.empty(M, N, device=x.device, dtype=torch.bfloat16)
+    if y.shape != (M, N) or y.dtype != torch.bfloat16 or not y.is_contiguous():
+        raise ValueError(f"out must be a contiguous bf16 ({M}, {N}) tensor")
+    shared = layouts()
+    x_desc = TensorDescriptor.from_tensor(x, [128, 128], shared["x"])
+    w_desc = TensorDescriptor.from_tensor(w, [256, 128], shared["w"])
+    y_desc = TensorDescriptor.from_tensor(y, [64, 128], shared["y"])
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _fp8_matmul_kernel[grid](x_desc, w_desc, y_desc, scale_x, scale_w, M, N, K, STAGES=stages, GROUP_M=group_m,
+                             num_warps=4)
+    return y
+
+
+def signature() -> dict[str, str]:
+    """The kernel's argument types for compiling it without tensors (tests, tools/codegen_probe.py)."""
+    shared = layouts()
+    return {"x_desc": f"tensordesc<fp8e4nv[128,128],{shared['x']!r}>",
+            "w_desc": f"tensordesc<fp8e4nv[256,128],{shared['w']!r}>",
+            "y_desc": f"tensordesc<bf16[64,128],{shared['y']!r}>",
+            "scale_x_ptr": "*fp32", "scale_w_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}

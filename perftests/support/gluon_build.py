@@ -1,0 +1,40 @@
+"""Compiling Gluon kernels for sm_90 on any machine, for the CPU tests: Gluon has no interpreter and does not
+compile under TRITON_INTERPRET=1 (which CI sets for the Triton kernels), so the compile runs in a subprocess
+without it, through tools/codegen_probe.py (Triton's own stages and the ptxas it ships)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build(script: str, timeout: float = 900) -> Any:
+    """Run `script` (Python that prints one JSON line last) in a fresh interpreter with the repository on its path
+    and TRITON_INTERPRET unset; return that JSON. A failure raises AssertionError with the compiler's stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    prelude = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+    done = subprocess.run([sys.executable, "-c", prelude + script], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loops(ops: list[str]) -> list[list[str]]:
+    """The MMA ops and waits inside each loop of tools/codegen_probe.dot_ops's list (loops do not nest here)."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for op in ops:
+        if op == "for {":
+            current = []
+        elif op == "}" and current is not None:
+            found.append(current)
+            current = None
+        elif current is not None:
+            current.append(op)
+    return found
