@@ -199,14 +199,21 @@ def test_experiments_compute_the_same_product(device: str) -> None:
 def test_gluon_fp8_kernel_builds_for_hopper() -> None:
     """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py, tools/vendor_gap_probe.py --gluon times it) compiles
     for sm_90 on any machine (perftests/support/gluon_build.py) with no ptxas note and no spill, two consumer
-    warpgroups each running its own loop of two MMA halves, each waited for before its promotion add."""
+    warpgroups each running its own loop: two MMA halves, each waited for before its promotion add, or (quarters)
+    four quarter MMAs with two in flight, each partial added while the next runs."""
     found = gluon_build.build("""
 import json
 from tools.codegen_probe import dot_ops, fp8_matmul_gluon, ptxas_report
 from perftests.kernels.matmul_gluon import STAGES
-built = fp8_matmul_gluon(STAGES, "ptx")
-print(json.dumps(dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))))
+found = {}
+for quarters in (False, True):
+    built = fp8_matmul_gluon(STAGES, "ptx", quarters)
+    found[str(quarters)] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
+print(json.dumps(found))
 """)
-    assert found["notes"] == [] and found["spill_stores"] == 0, found
     half = ["dot async", "wait pendings=0"]
-    assert gluon_build.loops(found["ops"]) == [half * 2, half * 2], found["ops"]
+    two_in_flight = ["dot async", "dot async"] + ["wait pendings=1", "dot async"] * 2 + ["wait pendings=1", "wait pendings=0"]
+    for quarters, loop in (("False", half * 2), ("True", two_in_flight)):
+        built = found[quarters]
+        assert built["notes"] == [] and built["spill_stores"] == 0, (quarters, built)
+        assert gluon_build.loops(built["ops"]) == [loop, loop], (quarters, built["ops"])

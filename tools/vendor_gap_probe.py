@@ -270,9 +270,10 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
     if gluon is not None:  # the Gluon kernel: promotion adds under the other warpgroup's MMAs (matmul_gluon.py)
         from perftests.kernels import matmul_gluon
 
-        add_side(sides, info, "gluon_two_warpgroups", lambda: matmul_gluon.fp8_matmul(x8, w8, sx, sw), error,
-                 lambda: {"config": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8,
-                                     "num_stages": matmul_gluon.STAGES}})
+        tile = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8, "num_stages": matmul_gluon.STAGES}
+        for name, quarters in (("gluon_halves", False), ("gluon_quarters", True)):
+            add_side(sides, info, name, lambda quarters=quarters: matmul_gluon.fp8_matmul(x8, w8, sx, sw, quarters=quarters),
+                     error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
     return rows

@@ -39,26 +39,62 @@ def _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, k_tile, slo
 
 
 @gluon.jit
+def _promote_quarters(a, b, acc0, acc1, acc2, acc3, s0, s1):
+    """One K tile of a 64 x 256 accumulator as four 64 x 64 MMAs, two in flight: each partial is waited for (the
+    newer one still running) and added while the next MMA runs. s0, s1: two spent partials whose registers the
+    first two MMAs overwrite (use_acc=False ignores their values; a zero tensor would hold 32 registers more)."""
+    p0 = warpgroup_mma(a, b.slice(0, 64).permute((1, 0)), s0, use_acc=False, is_async=True)
+    p1 = warpgroup_mma(a, b.slice(64, 64).permute((1, 0)), s1, use_acc=False, is_async=True)
+    p0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
+    acc0 = acc0 + p0
+    p2 = warpgroup_mma(a, b.slice(128, 64).permute((1, 0)), p0, use_acc=False, is_async=True)
+    p1 = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
+    acc1 = acc1 + p1
+    p3 = warpgroup_mma(a, b.slice(192, 64).permute((1, 0)), p1, use_acc=False, is_async=True)
+    p2 = warpgroup_mma_wait(num_outstanding=1, deps=(p2,))
+    acc2 = acc2 + p2
+    p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p3,))
+    acc3 = acc3 + p3
+    return acc0, acc1, acc2, acc3, p2, p3
+
+
+@gluon.jit
 def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr, off_m, off_n,
-                  k_tiles, STAGES: gl.constexpr, WG: gl.constexpr):
-    """Rows [64 WG, 64 WG + 64) of the program's tile: per K tile two MMA halves into a zeroed partial, each waited
-    for and added into its fp32 accumulator; the slot released (empty: both warpgroups arrive); warpgroup 0 refills
-    the slot the previous K tile used once both released it."""
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 32])
-    acc0 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
-    acc1 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
-    zero = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+                  k_tiles, STAGES: gl.constexpr, QUARTERS: gl.constexpr, WG: gl.constexpr):
+    """Rows [64 WG, 64 WG + 64) of the program's tile. Per K tile, halves: two 64 x 128 MMAs from shared memory
+    into a zeroed partial, each waited for and added into its fp32 accumulator (one MMA in flight); QUARTERS: four
+    64 x 64 MMAs, two in flight (_promote_quarters). Then the slot is
+    released (empty: both warpgroups arrive) and warpgroup 0 refills the slot the previous K tile used once both
+    released it."""
+    if QUARTERS:
+        q_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 32])
+        acc0 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+        acc1 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+        acc2 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+        acc3 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+        s0 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+        s1 = gl.zeros([64, 64], gl.float32, layout=q_layout)
+    else:
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, 128, 32])
+        acc0 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+        acc1 = gl.zeros([64, 128], gl.float32, layout=acc_layout)
+        zero = gl.zeros([64, 128], gl.float32, layout=acc_layout)
     for i in range(k_tiles):
         slot = i % STAGES
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-        a = x_smem.index(slot).slice(64 * WG, 64)
         b = w_smem.index(slot)
-        part = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
-        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-        acc0 = acc0 + part
-        part = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
-        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-        acc1 = acc1 + part
+        if QUARTERS:
+            a = x_smem.index(slot).slice(64 * WG, 64)
+            acc0, acc1, acc2, acc3, s0, s1 = _promote_quarters(a, b, acc0, acc1, acc2, acc3, s0, s1)
+        else:
+            a = x_smem.index(slot).slice(64 * WG, 64)
+            part = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
+            part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+            acc0 = acc0 + part
+            part = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
+            part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+            acc1 = acc1 + part
         mbarrier.arrive(empty.index(slot), count=1)
         if WG == 0:  # refill the slot of K tile i - 1 (both warpgroups are likely past it by now)
             prev = (i + STAGES - 1) % STAGES
@@ -66,8 +102,14 @@ def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, 
             mbarrier.wait(empty.index(prev), ((i - 1) // STAGES) & 1, pred=refill)
             _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, i - 1 + STAGES, prev, refill)
     scale = gl.load(scale_x_ptr) * gl.load(scale_w_ptr)
-    y_smem.index(2 * WG).store((acc0 * scale).to(y_desc.dtype))
-    y_smem.index(2 * WG + 1).store((acc1 * scale).to(y_desc.dtype))
+    if QUARTERS:  # each 64-column quarter into its half of the (64, 128) output buffers
+        y_smem.index(2 * WG).slice(0, 64, dim=1).store((acc0 * scale).to(y_desc.dtype))
+        y_smem.index(2 * WG).slice(64, 64, dim=1).store((acc1 * scale).to(y_desc.dtype))
+        y_smem.index(2 * WG + 1).slice(0, 64, dim=1).store((acc2 * scale).to(y_desc.dtype))
+        y_smem.index(2 * WG + 1).slice(64, 64, dim=1).store((acc3 * scale).to(y_desc.dtype))
+    else:
+        y_smem.index(2 * WG).store((acc0 * scale).to(y_desc.dtype))
+        y_smem.index(2 * WG + 1).store((acc1 * scale).to(y_desc.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(y_desc, [off_m + 64 * WG, off_n], y_smem.index(2 * WG))
     tma.async_copy_shared_to_global(y_desc, [off_m + 64 * WG, off_n + 128], y_smem.index(2 * WG + 1))
@@ -76,7 +118,7 @@ def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, 
 
 @gluon.jit
 def _fp8_matmul_kernel(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K, STAGES: gl.constexpr,
-                       GROUP_M: gl.constexpr):
+                       GROUP_M: gl.constexpr, QUARTERS: gl.constexpr = False):
     # Grouped launch order: GROUP_M row blocks share each column block of w while it is in L2.
     pid = gl.program_id(0)
     num_pid_m = gl.cdiv(M, 128)
@@ -101,9 +143,9 @@ def _fp8_matmul_kernel(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K
         _load_stage(x_desc, w_desc, x_smem, w_smem, ready, off_m, off_n, i, i, i < k_tiles)
     gl.warp_specialize([
         (_fp8_consumer, (x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr,
-                         off_m, off_n, k_tiles, STAGES, 0)),
+                         off_m, off_n, k_tiles, STAGES, QUARTERS, 0)),
         (_fp8_consumer, (x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, scale_x_ptr, scale_w_ptr,
-                         off_m, off_n, k_tiles, STAGES, 1)),
+                         off_m, off_n, k_tiles, STAGES, QUARTERS, 1)),
     ], [4], [240])
 
 
@@ -115,7 +157,8 @@ def layouts() -> dict[str, Any]:
 
 
 def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w: torch.Tensor,
-               out: torch.Tensor | None = None, *, stages: int = STAGES, group_m: int = 8) -> torch.Tensor:
+               out: torch.Tensor | None = None, *, stages: int = STAGES, group_m: int = 8,
+               quarters: bool = False) -> torch.Tensor:
     """(x @ w^T) * scale_x * scale_w in bf16 with precise (every K tile) accumulation, on a Hopper GPU. x (M, K)
     and w (N, K) e4m3 contiguous; scales fp32 scalars on the device; M a multiple of 128, N of 256, K of 128."""
     if x.dtype != torch.float8_e4m3fn or w.dtype != torch.float8_e4m3fn or x.dim() != 2 or w.dim() != 2:
@@ -137,7 +180,7 @@ def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w:
     y_desc = TensorDescriptor.from_tensor(y, [64, 128], shared["y"])
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _fp8_matmul_kernel[grid](x_desc, w_desc, y_desc, scale_x, scale_w, M, N, K, STAGES=stages, GROUP_M=group_m,
-                             num_warps=4)
+                             QUARTERS=quarters, num_warps=4)
     return y
 
 
