@@ -179,11 +179,12 @@ import json
 from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
 from perftests.kernels.attention_gluon import CHOICE
 SWITCHES = {"pv_under": {}, "lookahead": {"LOOKAHEAD": True}, "two_warpgroups": {"WARP_SPECIALIZED": True},
-            "pingpong": {"WARP_SPECIALIZED": True, "PINGPONG": True}}
+            "pingpong": {"WARP_SPECIALIZED": True, "PINGPONG": True},
+            "two_warpgroups_loader": {"WARP_SPECIALIZED": True, "LOADER": True}}
 # The kernel's own choices, and each other schedule at a tile it takes (the experiments must build unserialized too).
 builds = [(d, c, s, t) for (d, c), (s, t) in CHOICE.items()]
 builds += [(128, False, "lookahead", (64, 64, 4, 2)), (64, True, "pingpong", (128, 64, 8, 2)),
-           (128, True, "pv_under", (64, 64, 4, 2))]
+           (128, True, "pv_under", (64, 64, 4, 2)), (128, False, "two_warpgroups", (128, 128, 8, 2))]
 found = {}
 for head_dim, causal, schedule, (bm, bn, warps, stages) in builds:
     built = attention_gluon(head_dim, causal, bm, bn, warps, stages, SWITCHES[schedule], "ptx")
@@ -200,10 +201,11 @@ def test_gluon_kernel_builds_for_hopper() -> None:
     two-warpgroup schedules run it in each warpgroup) p v stays in flight while the scores are waited for (a wait
     for 1 pending MMA, then for 0); lookahead waits for both at once."""
     found = gluon_build.build(GLUON_BUILD)
-    assert len(found) == 7
+    assert len(found) == 8
     pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
     expected = {"pv_under": [pv_under], "lookahead": [["dot async", "dot async", "wait pendings=0"]],
-                "two_warpgroups": [pv_under, pv_under], "pingpong": [pv_under, pv_under]}
+                "two_warpgroups": [pv_under, pv_under], "pingpong": [pv_under, pv_under],
+                "two_warpgroups_loader": [pv_under, pv_under]}
     for name, built in found.items():
         assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
         assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"

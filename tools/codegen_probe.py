@@ -57,13 +57,14 @@ def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, war
                     switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
     """The Gluon flash kernel (bf16, perftests/kernels/attention_gluon.py) at one tile; `stages` is its K and V
     rings' slots. Switches: LOOKAHEAD=1 (block j's softmax under block j+1's q k^T instead of block j-1's p v);
-    WARP_SPECIALIZED=1, the two-consumer-warpgroup kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking."""
+    WARP_SPECIALIZED=1, the two-consumer-warpgroup kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking,
+    LOADER=1 its one-warp loader partition."""
     from perftests.kernels import attention_gluon as ag
 
     switches = dict(switches)
     if switches.pop("WARP_SPECIALIZED", False):
         constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
-                     "PINGPONG": False, "num_warps": 4, **switches}
+                     "PINGPONG": False, "LOADER": False, "num_warps": 4, **switches}
         return compile_to(ag._attn_fwd_ws, ag.signature(head_dim, 64, block_n), constants, 4, 1, last)
     constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
                  "LOOKAHEAD": False, "num_warps": warps, **switches}

@@ -286,7 +286,7 @@ def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[st
     from perftests.kernels import attention_gluon as ag
 
     plan = {}
-    for tiles, schedules in ((ag.TILES, ("pv_under", "lookahead")), (ag.WARP_SPECIALIZED_TILES, ("two_warpgroups", "pingpong"))):
+    for tiles, schedules in ((ag.TILES, ("pv_under", "lookahead")), (ag.WARP_SPECIALIZED_TILES, ("two_warpgroups", "pingpong", "two_warpgroups_loader"))):
         for bm, bn, warps, stages in tiles:
             tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             for schedule in schedules:

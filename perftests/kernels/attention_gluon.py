@@ -32,12 +32,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-SCHEDULES = ("pv_under", "lookahead", "two_warpgroups", "pingpong")
+SCHEDULES = ("pv_under", "lookahead", "two_warpgroups", "pingpong", "two_warpgroups_loader")
 # The kernel's own choice by (head dim, causal): a schedule and its tile (BLOCK_M, BLOCK_N, num_warps, num_stages),
 # 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots. Chosen on the H100
 # (2026-11-24, tools/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
 CHOICE = {(64, False): ("pv_under", (64, 128, 4, 2)), (64, True): ("pv_under", (64, 128, 4, 2)),
-          (128, False): ("two_warpgroups", (128, 128, 8, 2)), (128, True): ("two_warpgroups", (128, 128, 8, 2))}
+          (128, False): ("two_warpgroups_loader", (128, 128, 8, 2)),
+          (128, True): ("two_warpgroups_loader", (128, 128, 8, 2))}
 # The one-warpgroup schedules' candidate tiles; the two-warpgroup ones take BLOCK_M 128 (tools/vendor_gap_probe.py).
 TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3)]
 WARP_SPECIALIZED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
@@ -186,11 +187,14 @@ def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
 @gluon.jit
 def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                  turn, qk_scale, row0, m0_cta, n_all, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER: gl.constexpr,
+                 WG: gl.constexpr):
     """One consumer warpgroup of the two-warpgroup kernel: rows [m0 + 64 WG, m0 + 64 WG + 64) of the CTA's 128, the
     pv_under schedule, K and V slots released through the empty barriers (both warpgroups arrive); warpgroup 0 also
     issues the TMA loads, refilling a slot once both have released it. PINGPONG: the two take turns issuing their
-    MMAs (a token passed through `turn`), so one's softmax runs while the other's MMAs do."""
+    MMAs (a token passed through `turn`), so one's softmax runs while the other's MMAs do. LOADER: a partition of
+    its own issues the loads (_ws_loader) and neither consumer does."""
+    LOADS: gl.constexpr = WG == 0 and not LOADER
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -208,7 +212,7 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
     q_bar = q_bars.index(WG)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [row0 + m0, 0], q_bar, q_tile)
-    if WG == 0:
+    if LOADS:
         for i in gl.static_range(STAGES):
             _load_block(k_desc, k_smem, k_ready, row0 + i * BLOCK_N, i, i < n_all)
             _load_block(v_desc, v_smem, v_ready, row0 + i * BLOCK_N, i, i < n_all)
@@ -227,7 +231,7 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
         mbarrier.arrive(turn.index(1 - WG), count=1)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    if WG == 0:
+    if LOADS:
         mbarrier.wait(k_empty.index(0), 0, pred=STAGES < n_all)
         _load_block(k_desc, k_smem, k_ready, row0 + STAGES * BLOCK_N, 0, STAGES < n_all)
     p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, 0, CAUSAL, 64, BLOCK_N, s_layout)
@@ -248,7 +252,7 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
         p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, j * BLOCK_N, CAUSAL, 64, BLOCK_N, s_layout)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
         mbarrier.arrive(v_empty.index(prev), count=1)
-        if WG == 0:
+        if LOADS:
             refill_k = j + STAGES < n_all
             mbarrier.wait(k_empty.index(slot), (j // STAGES) & 1, pred=refill_k)
             _load_block(k_desc, k_smem, k_ready, row0 + (j + STAGES) * BLOCK_N, slot, refill_k)
@@ -272,9 +276,23 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
 
 
 @gluon.jit
+def _ws_loader(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, row0, n_all,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The loader partition (one warp): every K and V block of the program into the rings, a slot refilled once both
+    consumer warpgroups have released it."""
+    for b in range(n_all):
+        slot = b % STAGES
+        reuse = b >= STAGES
+        mbarrier.wait(k_empty.index(slot), ((b // STAGES) - 1) & 1, pred=reuse)
+        _load_block(k_desc, k_smem, k_ready, row0 + b * BLOCK_N, slot, True)
+        mbarrier.wait(v_empty.index(slot), ((b // STAGES) - 1) & 1, pred=reuse)
+        _load_block(v_desc, v_smem, v_ready, row0 + b * BLOCK_N, slot, True)
+
+
+@gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                 num_warps: gl.constexpr):
+                 num_warps: gl.constexpr, LOADER: gl.constexpr = False):
     gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 rows")
     gl.static_assert(STAGES >= 2, "every K and V block is loaded inside warpgroup 0's loop")
     dtype: gl.constexpr = q_desc.dtype
@@ -308,12 +326,26 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.const
     fence_async_shared()
     if PINGPONG:
         mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
-    gl.warp_specialize([
-        (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                        v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, 0)),
-        (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                        v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, 1)),
-    ], [4], [240])
+    if LOADER:
+        gl.warp_specialize([
+            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
+                            LOADER, 0)),
+            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
+                            LOADER, 1)),
+            (_ws_loader, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, row0, n_all, BLOCK_N,
+                          STAGES)),
+        ], [4, 1], [232, 24])
+    else:
+        gl.warp_specialize([
+            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
+                            LOADER, 0)),
+            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
+                            LOADER, 1)),
+        ], [4], [240])
 
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -327,7 +359,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     previous block's p v in one warpgroup; "lookahead", under the next block's q k^T; "two_warpgroups", 128-row
     blocks on two consumer warpgroups (Gluon's warp_specialize), each running pv_under on its 64 rows, sharing one
     K and V ring that the first refills once both have released a slot; "pingpong", the same with the two taking
-    turns to issue their MMAs (FlashAttention-3's ping-pong, through an mbarrier token). config: BLOCK_M, BLOCK_N,
+    turns to issue their MMAs (FlashAttention-3's ping-pong, through an mbarrier token); "two_warpgroups_loader", the
+    two with a one-warp partition of its own issuing every load (FlashAttention-3's producer). config: BLOCK_M, BLOCK_N,
     num_warps, num_stages (the K and V rings' slots), as attention.flash_attention takes it; the two-warpgroup
     schedules take BLOCK_M 128 and num_warps 8."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
@@ -343,7 +376,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     schedule = schedule or own_schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-    warp_specialized = schedule in ("two_warpgroups", "pingpong")
+    warp_specialized = schedule in ("two_warpgroups", "pingpong", "two_warpgroups_loader")
     chosen = config or own_tile
     block_m, block_n, warps, stages = (chosen.get(key) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
     if (not all(isinstance(x, int) for x in (block_m, block_n, warps, stages)) or block_m != 16 * warps
@@ -363,7 +396,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if warp_specialized:
         _attn_fwd_ws[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
                                             BLOCK_N=block_n, STAGES=stages, PINGPONG=schedule == "pingpong",
-                                            num_warps=4)
+                                            LOADER=schedule == "two_warpgroups_loader", num_warps=4)
         return o
     _attn_fwd_pipelined[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
                                                BLOCK_N=block_n, STAGES=stages, LOOKAHEAD=schedule == "lookahead",
