@@ -271,9 +271,11 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
         from perftests.kernels import matmul_gluon
 
         tile = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8, "num_stages": matmul_gluon.STAGES}
-        for name, quarters in (("gluon_halves", False), ("gluon_quarters", True)):
-            add_side(sides, info, name, lambda quarters=quarters: matmul_gluon.fp8_matmul(x8, w8, sx, sw, quarters=quarters),
-                     error, lambda: {"config": tile})
+        for quarters in (False, True):
+            for loader in (False, True):
+                name = f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
+                add_side(sides, info, name, lambda quarters=quarters, loader=loader: matmul_gluon.fp8_matmul(
+                    x8, w8, sx, sw, quarters=quarters, loader=loader), error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
     return rows
