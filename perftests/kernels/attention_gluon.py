@@ -10,11 +10,17 @@ j, in program order (the MMAs named after "in flight" are running):
     softmax of S[j] -> p[j], alpha[j]     (CUDA cores, under PV[j-1])
     wait for PV[j-1]; acc *= alpha[j]; refill the slots S[j] and PV[j-1] read
 The accumulator is rescaled after PV[j-1] has added into it: acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
-lookahead=True (an experiment) runs block j's softmax under S[j+1] instead, and waits for both MMAs at the end of
-each block. Neither leaves an MMA in flight over the loop's back edge: written that way (FlashAttention-3's full
+Schedule "lookahead" (an experiment) runs block j's softmax under S[j+1] instead, and waits for both MMAs at the end
+of each block. Neither leaves an MMA in flight over the loop's back edge: written that way (FlashAttention-3's full
 schedule, the softmax under both MMAs), ptxas serializes every MMA of the loop (C7514/C7515, tools/codegen_probe.py
 attention-gluon), which undoes the overlap. K and V come by TMA into rings of num_stages slots, each refilled as soon
 as the MMA that read it has retired.
+
+At D = 128 the kernel runs 128-row blocks as two consumer warpgroups (warp_specialize), each the schedule above on
+its 64 rows, both reading one K and V ring that a one-warp loader partition fills ("two_warpgroups_loader",
+FlashAttention-3's producer and consumers); "two_warpgroups" (the first consumer refills) and "pingpong" (the two
+take turns at the tensor cores) are the experiments it was measured against. choice() gives the kernel's own
+schedule and tile per head dim.
 
 Same layout as attention.flash_attention: q, k, v (B, H, S, D) contiguous, seen as (B * H * S, D). Gluon has no
 interpreter (and does not compile under TRITON_INTERPRET=1): on a machine without a GPU the kernel is compiled for
