@@ -161,3 +161,31 @@ def test_residency_counts_the_blocks_each_sm_held_while_programs_waited() -> Non
         except ValueError:
             continue
         raise AssertionError(f"accepted {broken}")
+
+
+def test_gluon_sides_are_every_tile_and_schedule_or_those_named() -> None:
+    """--gluon with no PART times the Gluon kernel at every candidate tile with each schedule that takes it;
+    PARTs keep only the sides whose name contains one; the two-warpgroup schedules get only 128-row tiles. (In a
+    subprocess without TRITON_INTERPRET: Gluon modules do not import under the interpreter.)"""
+    script = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from perftests.kernels import attention_gluon as ag
+from tools.vendor_gap_probe import gluon_plan
+print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TILES), "schedules": ag.SCHEDULES,
+                  "all": gluon_plan(128, False), "some": gluon_plan(128, False, ["loader", "pv_under @ 64x64 w4 s2"]),
+                  "none": gluon_plan(128, False, ["no such side"])}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    everything = found["all"]
+    assert len(everything) == 2 * found["tiles"] + 3 * found["ws_tiles"]
+    for name, (tile, schedule) in everything.items():
+        assert name.startswith(f"gluon_{schedule} @ {tile['BLOCK_M']}x{tile['BLOCK_N']}")
+        assert schedule in found["schedules"]
+        if schedule in ("two_warpgroups", "pingpong", "two_warpgroups_loader"):
+            assert tile["BLOCK_M"] == 128 and tile["num_warps"] == 8
+    assert set(found["some"]) == {n for n in everything if "loader" in n} | {"gluon_pv_under @ 64x64 w4 s2"}
+    assert found["none"] == {}
