@@ -6,6 +6,8 @@ B * H * S^2 scores: 4 GiB in bf16 plus 8 GiB in fp32 for the softmax, so it runs
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,20 +40,26 @@ def sdpa_kernel(sdpa) -> str:
     return names[0][:80] if names else "unknown"
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("seq", [2048, 8192])
-def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
+def inputs(device: str, seq: int, head_dim: int) -> tuple[Any, tuple[int, int, int, torch.dtype]]:
+    """make(seed) -> (q, k, v) of a case, and its (B, H, S, dtype): on the GPU B * S = 16384 tokens and H * D =
+    1024 in bf16; on the CPU small, odd sequence lengths in fp16 (BF16_ON_CPU)."""
     if device == "cuda":
-        dtype, B, S = torch.bfloat16, 16384 // seq, seq
-        H = 1024 // head_dim
+        B, H, S, dtype = 16384 // seq, 1024 // head_dim, seq, torch.bfloat16
     else:
-        dtype, B, S, H = torch.float16, 1, 64 if seq == 2048 else 96, 2
+        B, H, S, dtype = 1, 2, 64 if seq == 2048 else 96, torch.float16
 
     def make(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g = generator(device, seed)
         return tuple(torch.randn(B, H, S, head_dim, generator=g, device=device, dtype=dtype) for _ in range(3))
 
+    return make, (B, H, S, dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq", [2048, 8192])
+def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
+    make, (B, H, S, dtype) = inputs(device, seq, head_dim)
     q, k, v = make(0)
     out = torch.full_like(q, float("nan"))
     attn.flash_attention(q, k, v, causal, out=out)
@@ -152,12 +160,7 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
         pytest.skip(f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
     from perftests.kernels import attention_gluon
 
-    dtype, B, S, H = torch.bfloat16, 16384 // seq, seq, 1024 // head_dim
-
-    def make(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        g = generator(device, seed)
-        return tuple(torch.randn(B, H, S, head_dim, generator=g, device=device, dtype=dtype) for _ in range(3))
-
+    make, (B, H, S, dtype) = inputs(device, seq, head_dim)
     q, k, v = make(0)
     out = torch.full_like(q, float("nan"))
     attention_gluon.flash_attention(q, k, v, causal, out=out)
