@@ -85,12 +85,11 @@ def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, 
     for i in range(k_tiles):
         slot = i % STAGES
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        a = x_smem.index(slot).slice(64 * WG, 64)  # this warpgroup's rows of x's tile
         b = w_smem.index(slot)
         if QUARTERS:
-            a = x_smem.index(slot).slice(64 * WG, 64)
             acc0, acc1, acc2, acc3, s0, s1 = _promote_quarters(a, b, acc0, acc1, acc2, acc3, s0, s1)
         else:
-            a = x_smem.index(slot).slice(64 * WG, 64)
             part = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), zero, use_acc=False, is_async=True)
             part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
             acc0 = acc0 + part
