@@ -45,7 +45,8 @@ SCHEDULES = ("pv_under", "lookahead", "two_warpgroups", "pingpong", "two_warpgro
 CHOICE = {(64, False): ("pv_under", (64, 128, 4, 2)), (64, True): ("pv_under", (64, 128, 4, 2)),
           (128, False): ("two_warpgroups_loader", (128, 128, 8, 2)),
           (128, True): ("two_warpgroups_loader", (128, 128, 8, 2))}
-# The one-warpgroup schedules' candidate tiles; the two-warpgroup ones take BLOCK_M 128 (tools/vendor_gap_probe.py).
+# The single-partition schedules' candidate tiles (8 warps: two warpgroups in lockstep); the warp-specialized ones
+# take BLOCK_M 128 (tools/vendor_gap_probe.py --gluon times both lists).
 TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3)]
 WARP_SPECIALIZED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
 
