@@ -173,6 +173,7 @@ sys.path.insert(0, sys.argv[1])
 from perftests.kernels import attention_gluon as ag
 from tools.vendor_gap_probe import gluon_plan
 print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TILES), "schedules": ag.SCHEDULES,
+                  "ws_schedules": ag.WARP_SPECIALIZED_SCHEDULES,
                   "all": gluon_plan(128, False), "some": gluon_plan(128, False, ["loader", "pv_under @ 64x64 w4 s2"]),
                   "none": gluon_plan(128, False, ["no such side"])}))
 """
@@ -185,7 +186,7 @@ print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TI
     for name, (tile, schedule) in everything.items():
         assert name.startswith(f"gluon_{schedule} @ {tile['BLOCK_M']}x{tile['BLOCK_N']}")
         assert schedule in found["schedules"]
-        if schedule in ("two_warpgroups", "pingpong", "two_warpgroups_loader"):
+        if schedule in found["ws_schedules"]:
             assert tile["BLOCK_M"] == 128 and tile["num_warps"] == 8
     assert set(found["some"]) == {n for n in everything if "loader" in n} | {"gluon_pv_under @ 64x64 w4 s2"}
     assert found["none"] == {}

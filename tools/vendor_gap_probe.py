@@ -23,7 +23,8 @@ its registers and shared memory allow: achieved occupancy in blocks, which the d
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
 kernels: for fp8 perftests/kernels/matmul_gluon.py (one warpgroup's promotion adds under the other's MMAs), for
 attention perftests/kernels/attention_gluon.py (each block's softmax under one of the tensor cores' MMAs) at each of
-its tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it measured belongs in docs/NOTES.md.
+its tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it
+measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -175,8 +176,7 @@ def rel_l2(actual: Any, exact: Any) -> float:
 
 FP8_CONSTANTS = {"promote_every": "PROMOTE_TILES", "warp_specialize": "WARP_SPECIALIZE"}  # blocks_per_sm: NUM_SMS
 ATTENTION_CONSTANTS = {"fold": "FOLD", "heavy_first": "HEAVY_FIRST", "warp_specialize": "WARP_SPECIALIZE",
-                       "softmax": "SOFTMAX", "exp2_split": "EXP2_SPLIT",
-                       "lazy_rescale": "LAZY_RESCALE"}
+                       "softmax": "SOFTMAX", "exp2_split": "EXP2_SPLIT", "lazy_rescale": "LAZY_RESCALE"}
 
 
 def constants_of(variant: dict[str, Any], names: dict[str, str], tuner: Any) -> dict[str, Any]:
@@ -270,7 +270,8 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
     if gluon is not None:  # the Gluon kernel: promotion adds under the other warpgroup's MMAs (matmul_gluon.py)
         from perftests.kernels import matmul_gluon
 
-        tile = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8, "num_stages": matmul_gluon.STAGES}
+        tile = {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N, "BLOCK_K": matmul_gluon.BLOCK_K,
+                "num_warps": 8, "num_stages": matmul_gluon.STAGES}
         for quarters in (False, True):
             for loader in (False, True):
                 name = f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
@@ -283,12 +284,14 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
 
 def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[str, tuple[dict[str, int], str]]:
     """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each candidate tile with each schedule that
-    takes it, `pv_under` and `lookahead` in one warpgroup, `two_warpgroups` and `pingpong` on 128-row blocks; only
-    the sides whose name contains one of `only` when it is not empty."""
+    takes it, the single-partition ones (`pv_under`, `lookahead`) at ag.TILES, the warp-specialized ones
+    (`two_warpgroups`, `pingpong`, `two_warpgroups_loader`) at ag.WARP_SPECIALIZED_TILES; only the sides whose name
+    contains one of `only` when it is not empty."""
     from perftests.kernels import attention_gluon as ag
 
+    single = tuple(s for s in ag.SCHEDULES if s not in ag.WARP_SPECIALIZED_SCHEDULES)
     plan = {}
-    for tiles, schedules in ((ag.TILES, ("pv_under", "lookahead")), (ag.WARP_SPECIALIZED_TILES, ("two_warpgroups", "pingpong", "two_warpgroups_loader"))):
+    for tiles, schedules in ((ag.TILES, single), (ag.WARP_SPECIALIZED_TILES, ag.WARP_SPECIALIZED_SCHEDULES)):
         for bm, bn, warps, stages in tiles:
             tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             for schedule in schedules:
@@ -305,8 +308,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     side of the kernel also runs once recording its programs (flash_attention(trace=)) and its row carries their
     residency() beside the theoretical blocks an SM from its registers and shared memory; with `gluon` (a list,
     perhaps empty, of name parts), the Gluon kernel at each of its tiles and schedules (gluon_plan) is timed beside
-    them. `kept` names the Triton kernel's
-    variants to time (all when None)."""
+    them. `kept` names the Triton kernel's variants to time (all when None)."""
     known = {*ATTENTION_VARIANTS, *ATTENTION_DIAGNOSTICS}
     if kept is not None and set(kept) - known:
         raise ValueError(f"unknown attention variants {sorted(set(kept) - known)}; known: {', '.join(known)}")

@@ -38,7 +38,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-SCHEDULES = ("pv_under", "lookahead", "two_warpgroups", "pingpong", "two_warpgroups_loader")
+# The warp-specialized schedules (two consumer warpgroups on 128-row blocks) and all of them.
+WARP_SPECIALIZED_SCHEDULES = ("two_warpgroups", "pingpong", "two_warpgroups_loader")
+SCHEDULES = ("pv_under", "lookahead", *WARP_SPECIALIZED_SCHEDULES)
 # The kernel's own choice by (head dim, causal): a schedule and its tile (BLOCK_M, BLOCK_N, num_warps, num_stages),
 # 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots. Chosen on the H100
 # (2026-11-24, tools/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
@@ -66,6 +68,43 @@ def _load_block(desc, smem, bars, row, slot, pred):
 
 
 @gluon.jit
+def _row_block(S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's rows: the first row of its (batch, head) in the (B*H*S, D) view, its first query row within
+    the sequence, and how many key blocks it reads (causal: up to the diagonal, the last one maybe past it, masked).
+    Causal row blocks go longest first: the short ones fill the last wave."""
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        start_m = gl.program_id(0)
+    row0 = gl.program_id(1) * S
+    m0 = start_m * BLOCK_M
+    if CAUSAL:
+        n_blocks = gl.cdiv(m0 + BLOCK_M, BLOCK_N)
+    else:
+        n_blocks = S // BLOCK_N
+    return row0, m0, n_blocks
+
+
+@gluon.constexpr_function
+def _mma_layouts(warps, block_n, head_dim):
+    """The warpgroup MMA layouts of the scores (rows, BLOCK_N) and of the output (rows, HEAD_DIM), warps stacked
+    along the rows, and p's operand layout for the p v MMA from registers."""
+    s_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, block_n, 16])
+    o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, head_dim, 16])
+    return s_layout, o_layout, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+
+@gluon.jit
+def _store_rows(acc, l_i, tile, o_desc, row, row_o: gl.constexpr):
+    """acc / l_i in the output's dtype through `tile` (a q tile every MMA reading it has retired) to o's rows."""
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    tile.store(out.to(o_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row, 0], tile)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
 def _softmax(s, m_i, l_i, qk_scale, m0, start_n, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Online softmax of one block of unscaled scores s: p (fp32), the factor alpha for the running sums, the new
@@ -88,26 +127,13 @@ def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
                         STAGES: gl.constexpr, LOOKAHEAD: gl.constexpr, num_warps: gl.constexpr):
     gl.static_assert(STAGES >= 2, "the last block's V is loaded while an earlier block is in the loop")
     dtype: gl.constexpr = q_desc.dtype
-    # The MMA layouts: scores (BLOCK_M, BLOCK_N) and output (BLOCK_M, HEAD_DIM), warps stacked along the rows; p
-    # goes into the p v MMA from registers, in its operand layout.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    layouts: gl.constexpr = _mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
+    s_layout: gl.constexpr = layouts[0]
+    o_layout: gl.constexpr = layouts[1]
+    p_layout: gl.constexpr = layouts[2]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    if CAUSAL:  # the row blocks with the most key blocks first: the short ones fill the last wave
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        start_m = gl.program_id(0)
-    row0 = gl.program_id(1) * S  # first row of this (batch, head) in the (B*H*S, D) view
-    m0 = start_m * BLOCK_M
-    if CAUSAL:  # key blocks up to the diagonal; the last may reach past it (BLOCK_N > BLOCK_M), masked
-        n_blocks = gl.cdiv(m0 + BLOCK_M, BLOCK_N)
-    else:
-        n_blocks = S // BLOCK_N
+    row0, m0, n_blocks = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -183,11 +209,7 @@ def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
-    out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    q_smem.store(out.to(dtype))  # q's tile is free: every MMA that read it has retired
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0 + m0, 0], q_smem)
-    tma.store_wait(pendings=0)
+    _store_rows(acc, l_i, q_smem, o_desc, row0 + m0, row_o)
 
 
 
@@ -203,11 +225,10 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
     its own issues the loads (_ws_loader) and neither consumer does."""
     LOADS: gl.constexpr = WG == 0 and not LOADER
     dtype: gl.constexpr = q_desc.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    layouts: gl.constexpr = _mma_layouts(4, BLOCK_N, HEAD_DIM)
+    s_layout: gl.constexpr = layouts[0]
+    o_layout: gl.constexpr = layouts[1]
+    p_layout: gl.constexpr = layouts[2]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     m0 = m0_cta + 64 * WG
@@ -275,11 +296,7 @@ def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars,
     if PINGPONG:  # warpgroup 1 has a key block more past warpgroup 0's diagonal (causal): pass it the turn
         for _ in range(n_blocks, n_all):
             mbarrier.arrive(turn.index(1 - WG), count=1)
-    out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    q_tile.store(out.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0 + m0, 0], q_tile)
-    tma.store_wait(pendings=0)
+    _store_rows(acc, l_i, q_tile, o_desc, row0 + m0, row_o)
 
 
 @gluon.jit
@@ -303,16 +320,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.const
     gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 rows")
     gl.static_assert(STAGES >= 2, "every K and V block is loaded inside warpgroup 0's loop")
     dtype: gl.constexpr = q_desc.dtype
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        start_m = gl.program_id(0)
-    row0 = gl.program_id(1) * S
-    m0 = start_m * BLOCK_M
-    if CAUSAL:
-        n_all = gl.cdiv(m0 + BLOCK_M, BLOCK_N)
-    else:
-        n_all = S // BLOCK_N
+    row0, m0, n_all = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
     q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
@@ -383,7 +391,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     schedule = schedule or own_schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-    warp_specialized = schedule in ("two_warpgroups", "pingpong", "two_warpgroups_loader")
+    warp_specialized = schedule in WARP_SPECIALIZED_SCHEDULES
     chosen = config or own_tile
     block_m, block_n, warps, stages = (chosen.get(key) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
     if (not all(isinstance(x, int) for x in (block_m, block_n, warps, stages)) or block_m != 16 * warps
