@@ -222,8 +222,7 @@ def flash_attention(
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v, o)]
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)  # noqa: E731
     switches = dict(HEAD_DIM=D, CAUSAL=causal, FOLD=fold, HEAVY_FIRST=heavy_first, WARP_SPECIALIZE=warp_specialize,
-                    SOFTMAX=softmax, EXP2_SPLIT=exp2_split,
-                    LAZY_RESCALE=lazy_rescale, trace=trace)
+                    SOFTMAX=softmax, EXP2_SPLIT=exp2_split, LAZY_RESCALE=lazy_rescale, trace=trace)
     if config is None:
         _attn_fwd_kernel[grid](*descs, 1.0 / math.sqrt(D), S, **switches)
         return o

@@ -64,9 +64,9 @@ def _fp8_consumer(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ready, empty, 
                   k_tiles, STAGES: gl.constexpr, QUARTERS: gl.constexpr, LOADER: gl.constexpr, WG: gl.constexpr):
     """Rows [64 WG, 64 WG + 64) of the program's tile. Per K tile, halves: two 64 x 128 MMAs from shared memory
     into a zeroed partial, each waited for and added into its fp32 accumulator (one MMA in flight); QUARTERS: four
-    64 x 64 MMAs, two in flight (_promote_quarters). Then the slot is
-    released (empty: both warpgroups arrive) and warpgroup 0 refills the slot the previous K tile used once both
-    released it (LOADER: a loader partition does, and neither consumer loads)."""
+    64 x 64 MMAs, two in flight (_promote_quarters). Then the slot is released (empty: both warpgroups arrive) and
+    warpgroup 0 refills the slot the previous K tile used once both released it (LOADER: a loader partition does,
+    and neither consumer loads)."""
     LOADS: gl.constexpr = WG == 0 and not LOADER
     if QUARTERS:
         q_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 32])
@@ -168,11 +168,14 @@ def _fp8_matmul_kernel(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K
         ], [4], [240])
 
 
+# The TMA tiles of x, w and y: block shape and element type (y by quarter tiles: a warpgroup's rows, half the columns).
+TMA_TILES = {"x": ([BLOCK_M, BLOCK_K], gl.float8e4nv), "w": ([BLOCK_N, BLOCK_K], gl.float8e4nv),
+             "y": ([BLOCK_M // 2, BLOCK_N // 2], gl.bfloat16)}
+
+
 def layouts() -> dict[str, Any]:
     """The shared-memory layouts of the x, w and y tiles (TMA and the MMAs read them)."""
-    return {"x": gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv),
-            "w": gl.NVMMASharedLayout.get_default_for([256, 128], gl.float8e4nv),
-            "y": gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)}
+    return {name: gl.NVMMASharedLayout.get_default_for(shape, dtype) for name, (shape, dtype) in TMA_TILES.items()}
 
 
 def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w: torch.Tensor,
@@ -196,9 +199,8 @@ def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w:
     if y.shape != (M, N) or y.dtype != torch.bfloat16 or not y.is_contiguous():
         raise ValueError(f"out must be a contiguous bf16 ({M}, {N}) tensor")
     shared = layouts()
-    x_desc = TensorDescriptor.from_tensor(x, [128, 128], shared["x"])
-    w_desc = TensorDescriptor.from_tensor(w, [256, 128], shared["w"])
-    y_desc = TensorDescriptor.from_tensor(y, [64, 128], shared["y"])
+    x_desc, w_desc, y_desc = (TensorDescriptor.from_tensor(t, TMA_TILES[name][0], shared[name])
+                              for name, t in (("x", x), ("w", w), ("y", y)))
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _fp8_matmul_kernel[grid](x_desc, w_desc, y_desc, scale_x, scale_w, M, N, K, STAGES=stages, GROUP_M=group_m,
                              QUARTERS=quarters, LOADER=loader, num_warps=4)
@@ -208,7 +210,6 @@ def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w:
 def signature() -> dict[str, str]:
     """The kernel's argument types for compiling it without tensors (tests, tools/codegen_probe.py)."""
     shared = layouts()
-    return {"x_desc": f"tensordesc<fp8e4nv[128,128],{shared['x']!r}>",
-            "w_desc": f"tensordesc<fp8e4nv[256,128],{shared['w']!r}>",
-            "y_desc": f"tensordesc<bf16[64,128],{shared['y']!r}>",
-            "scale_x_ptr": "*fp32", "scale_w_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
+    descs = {f"{name}_desc": f"tensordesc<{dtype}[{shape[0]},{shape[1]}],{shared[name]!r}>"
+             for name, (shape, dtype) in TMA_TILES.items()}
+    return {**descs, "scale_x_ptr": "*fp32", "scale_w_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
