@@ -146,31 +146,41 @@ def test_sigint_to_a_running_session(project: pytest.Pytester) -> None:
         assert line in out.splitlines(), out
 
 
-def test_sigint_to_an_xdist_run(project: pytest.Pytester) -> None:
-    """Ctrl-C in a terminal reaches the controller and every worker: the worker that finished test_a still
-    reports it, the one inside test_b blesses nothing."""
-    done, marker = project.path / "a_done", project.path / "compared"
+@pytest.mark.parametrize("first", ["test_a", "test_b"])
+def test_sigint_to_an_xdist_run(project: pytest.Pytester, first: str) -> None:
+    """Ctrl-C in a terminal reaches the controller and every worker: the worker that finished its test still
+    reports it, the one inside the other test blesses nothing. Workers sharing the CPU hold its device lock for a
+    whole test, so the two tests run one after the other in whichever order the workers take the lock: the test
+    that finds the other one finished is the one interrupted (written so in both orders of the file, after the
+    one-sided form deadlocked when test_b's worker took the lock first, waiting for test_a inside its turn)."""
+    finished, marker = project.path / "finished", project.path / "compared"
+    bodies = {"test_a": "perf.compare(ref_2ms, opt_1ms)", "test_b": "perf.compare(ref_2ms, opt_500us)"}
+    tests = "".join(f"""
+def {name}(perf):
+    {bodies[name]}
+    stop_if_second({name!r})
+""" for name in (first, *(n for n in bodies if n != first)))
     project.makepyfile(test_cases=CASES + f"""
 import os, time
 
-def test_a(perf):
-    perf.compare(ref_2ms, opt_1ms)
-    open({str(done)!r}, "w").close()
-
-def test_b(perf):
-    perf.compare(ref_2ms, opt_500us)
-    while not os.path.exists({str(done)!r}):
-        time.sleep(0.05)
-    time.sleep(3.0)  # test_a's worker has reported it by now (1 s was too short once on a loaded 2-core box)
+def stop_if_second(name):
+    if not os.path.exists({str(finished)!r}):  # the first to run: finish, and say who finished
+        with open({str(finished)!r}, "w") as f:
+            f.write(name)
+        return
+    time.sleep(3.0)  # the finished test's worker has reported it by now (1 s was too short once on a loaded box)
     open({str(marker)!r}, "w").close()
     time.sleep(30)
-""")
+""" + tests)
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     ret, out = sigint_when(project, marker, "-n", "2", group=True)  # two tests, two workers: one each
     assert ret == pytest.ExitCode.INTERRUPTED, out
-    assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}, out
+    done = finished.read_text()
+    blessed = {"test_a": 2.0, "test_b": 4.0}[done]
+    assert speedups(project.path) == {"test_cases.py::test_b": 1.0, f"test_cases.py::{done}": blessed}, out
     assert "the run was interrupted: only tests that finished and passed were blessed" in out.splitlines(), out
-    assert "  added: test_cases.py::test_a: 2x" in out.splitlines(), out
+    line = {"test_a": "  added: test_cases.py::test_a: 2x", "test_b": "  updated: test_cases.py::test_b: 1x -> 4x"}[done]
+    assert line in out.splitlines(), out
 
 
 def test_a_crashed_xdist_worker_blesses_nothing_it_ran(project: pytest.Pytester) -> None:
