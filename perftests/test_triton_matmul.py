@@ -137,6 +137,35 @@ def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
                       flops_dtype="fp8", **on_inputs)
 
 
+@pytest.mark.parametrize("shape_id", ["4096", "8192"])
+def test_fp8_matmul_gluon(perf, device: str, shape_id: str) -> None:
+    """The Gluon fp8 matmul with precise accumulation (perftests/kernels/matmul_gluon.py: one warpgroup's promotion
+    adds under the other's MMAs, a loader partition feeding both) against _scaled_mm and against the Triton
+    persistent kernel above, same operands and tolerance as test_fp8_matmul."""
+    if device != "cuda":
+        pytest.skip("Gluon has no interpreter: test_gluon_fp8_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+    from perftests.kernels import matmul_gluon
+
+    M, N, K = dims(device, shape_id)
+    make = lambda seed: fp8_operands(device, M, N, K, seed)  # noqa: E731
+    x8, w8, sx, sw = make(0)
+    out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
+    matmul_gluon.fp8_matmul(x8, w8, sx, sw, out=out)
+    expected = scaled_mm(x8, w8, sx, sw)
+    tol = dict(rtol=1.6e-2, atol=reduction_atol(expected, K))
+    perf.assert_close(out, expected, **tol)
+    gluon = lambda x8, w8, sx, sw: matmul_gluon.fp8_matmul(x8, w8, sx, sw)  # noqa: E731
+    triton_fp8 = lambda x8, w8, sx, sw: mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
+    work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", graph=shape_id in GRAPHED_SHAPES)
+    config = {"gluon": {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N,
+                        "BLOCK_K": matmul_gluon.BLOCK_K, "num_stages": matmul_gluon.STAGES},
+              "form": "halves, loader partition"}
+    compare_on_inputs(perf, scaled_mm, gluon, make, name="vs_scaled_mm", **tol, **work, config=config)
+    compare_on_inputs(perf, triton_fp8, gluon, make, name="vs_triton", **tol, **work)
+
+
 def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
     return float((actual.float() - exact).norm() / exact.norm())
 
