@@ -77,3 +77,22 @@ def test_throttled_fractions() -> None:
     assert after == {"power": 5_000_000_000, "thermal": 7}
     assert throttled_fractions(before, after, 2.0) == {"power": 0.5, "thermal": 0.0}
     assert throttled_fractions(before, after, 0.0) == {}
+
+
+def test_the_monitor_reads_energy_and_clock_or_none_where_the_card_has_no_counter() -> None:
+    from speedgate.gpu_state import Monitor
+
+    class Counting(FakeNVML):
+        def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+            return 123_456
+
+    monitor = object.__new__(Monitor)
+    monitor._pynvml, monitor._handle = Counting(0, [], clock=1290), None
+    assert monitor.energy_mj() == 123_456 and monitor.sm_clock_mhz() == 1290
+
+    class NoCounter(FakeNVML):
+        def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    monitor._pynvml = NoCounter(0, [])
+    assert monitor.energy_mj() is None

@@ -7,6 +7,7 @@ difference from SDPA). A variant that fails to compile or to match is reported a
 
 Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
        [--shapes 8192-128-full ...] [--residency] [--gluon [PART ...]] [--variants default no_softmax ...]
+       [--sustained SECONDS]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
 persistent kernel's host launch, three TMA descriptors, is as long as its 0.13 ms kernel at 4096^3); the sides run
 in a new random order every round. --sweep adds the default variant at each candidate config as sides of their own
@@ -23,8 +24,11 @@ its registers and shared memory allow: achieved occupancy in blocks, which the d
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
 kernels: for fp8 perftests/kernels/matmul_gluon.py (one warpgroup's promotion adds under the other's MMAs), for
 attention perftests/kernels/attention_gluon.py (each block's softmax under one of the tensor cores' MMAs) at each of
-its tiles and schedules, or those whose side name contains one of the PARTs given. What each predicted and what it
-measured belongs in docs/NOTES.md.
+its tiles and schedules, or those whose side name contains one of the PARTs given. --sustained also runs each side
+alone, back to back for SECONDS as a training loop would (CUDA graphs of a batch of calls, no L2 flush), and reports
+its time a call there, its energy a call (NVML's counter), the SM clock and the share of the time the power cap held
+the clocks: on a card at its power cap the faster kernel is the one that spends less energy a call. What each
+predicted and what it measured belongs in docs/NOTES.md.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import random
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,6 +156,79 @@ def interleaved_ms(timer: Any, sides: dict[str, Callable[[], Any]], rounds: int,
     return batches
 
 
+SUSTAIN_BATCH_MS = 20.0  # device time of one graph replay in --sustained
+SUSTAIN_SETTLE_S = 1.0  # run each side this long before the window opens: time to settle at the power cap
+
+
+def sustained(sides: dict[str, Callable[[], Any]], per_call_ms: dict[str, float], seconds: float) -> dict[str, dict[str, Any]]:
+    """Each side alone, back to back: a CUDA graph of enough calls for SUSTAIN_BATCH_MS replayed for SUSTAIN_SETTLE_S,
+    then for `seconds` with NVML's energy counter, power-cap time and SM clock read across the window (energy_row)."""
+    import torch
+
+    from speedgate.gpu_state import open_monitor
+    from speedgate.hardware import visible_gpu_tokens
+    from speedgate.timers import CudaTimer
+
+    tokens = visible_gpu_tokens()
+    monitor = open_monitor(tokens[0] if tokens else "0")
+    if monitor is None:
+        sys.exit("vendor_gap_probe --sustained: needs NVML (pynvml) to read the card's energy")
+    timer = CudaTimer(torch)
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in sides.items():
+        calls = max(1, min(500, round(SUSTAIN_BATCH_MS / max(per_call_ms.get(name, 1.0), 1e-3))))
+        try:
+            replay = timer.graphed(lambda fn=fn, calls=calls: [fn() for _ in range(calls)])
+        except Exception as exc:  # reported, not timed: a side out of a graph would time its launches too
+            out[name] = {"sustained": f"not captured: {type(exc).__name__}: {exc}"[:300]}
+            continue
+        out[name] = sustain_one(torch, monitor, replay, calls, seconds)
+        del replay
+        torch.cuda.empty_cache()
+    return out
+
+
+def sustain_one(torch: Any, monitor: Any, replay: Callable[[], Any], calls: int, seconds: float) -> dict[str, Any]:
+    """One side's window: replay (a graph of `calls` calls) timed by events, batch after batch, for `seconds`."""
+    from speedgate.gpu_state import throttled_fractions
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def batch() -> float:
+        start.record()
+        replay()
+        end.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(end))
+
+    began = time.monotonic()
+    while time.monotonic() - began < SUSTAIN_SETTLE_S:
+        batch()
+    energy, violations, began = monitor.energy_mj(), monitor.violations(), time.monotonic()
+    batches, clocks = [], []
+    while time.monotonic() - began < seconds:
+        batches.append(batch())
+        clocks.append(monitor.sm_clock_mhz())
+    wall = time.monotonic() - began
+    after = monitor.energy_mj()
+    joules = (after - energy) / 1000 if after is not None and energy is not None else None
+    return energy_row(calls, batches, joules, wall, clocks, throttled_fractions(violations, monitor.violations(), wall))
+
+
+def energy_row(calls: int, batches_ms: Sequence[float], joules: float | None, wall_s: float,
+               clocks: Sequence[int | None], throttled: dict[str, float]) -> dict[str, Any]:
+    """What sustained() reports of one side: its median time a call, its energy a call (the window's joules over
+    its calls: the host's gaps between batches are in it, and `busy` says how small they were), the median SM
+    clock, the share of the window the power cap held the clocks."""
+    total = calls * len(batches_ms)
+    known = [c for c in clocks if c is not None]
+    return {"sustained_ms": statistics.median(batches_ms) / calls if batches_ms else None,
+            "joules": joules / total if joules is not None and total else None,
+            "sm_mhz": statistics.median(known) if known else None,
+            "power_capped": throttled.get("power"),
+            "busy": sum(batches_ms) / 1000 / wall_s if wall_s > 0 else None}
+
+
 def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config a side ran (the autotuner's last choice, or the one it was given) and what its compiled kernel
     holds (tools/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
@@ -234,15 +312,16 @@ def emit(rows: list[dict[str, Any]], case: str, info: dict[str, dict[str, Any]],
         print(json.dumps(row), flush=True)
 
 
-def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool, gluon: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool, gluon: Sequence[str] | None = None,
+              sustain: float = 0.0) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for n in FP8_SIZES:
-        rows += probe_fp8_shape(timer, rounds, n, graph, sweep, gluon)
+        rows += probe_fp8_shape(timer, rounds, n, graph, sweep, gluon, sustain)
     return rows
 
 
 def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
-                    gluon: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                    gluon: Sequence[str] | None = None, sustain: float = 0.0) -> list[dict[str, Any]]:
     from perftests.kernels import matmul as mm
     from perftests.kernels.common import plain_config
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
@@ -278,8 +357,19 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
                 add_side(sides, info, name, lambda quarters=quarters, loader=loader: matmul_gluon.fp8_matmul(
                     x8, w8, sx, sw, quarters=quarters, loader=loader), error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
-    emit(rows, f"fp8 {n}^3", info, interleaved_ms(timer, sides, rounds, graph), "_scaled_mm", 2.0 * n**3)
+    timed = interleaved_ms(timer, sides, rounds, graph)
+    add_sustained(info, sides, timed, sustain)
+    emit(rows, f"fp8 {n}^3", info, timed, "_scaled_mm", 2.0 * n**3)
     return rows
+
+
+def add_sustained(info: dict[str, dict[str, Any]], sides: dict[str, Callable[[], Any]],
+                  timed: dict[str, list[float]], sustain: float) -> None:
+    """With --sustained: each timed side's sustained() row into its info (the rounds' median sizes its batches)."""
+    if sustain > 0:
+        per_call = {name: statistics.median(times) for name, times in timed.items() if times}
+        for name, data in sustained({n: sides[n] for n in per_call}, per_call, sustain).items():
+            info[name].update(data)
 
 
 def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[str, tuple[dict[str, int], str]]:
@@ -303,7 +393,7 @@ def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[st
 
 def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: bool, shapes: Sequence[str] | None = None,
                     traced: bool = False, gluon: Sequence[str] | None = None,
-                    kept: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                    kept: Sequence[str] | None = None, sustain: float = 0.0) -> list[dict[str, Any]]:
     """Every shape of ATTENTION_SHAPES (or those named in `shapes`, as shape_label writes them); with `traced`, each
     side of the kernel also runs once recording its programs (flash_attention(trace=)) and its row carries their
     residency() beside the theoretical blocks an SM from its registers and shared memory; with `gluon` (a list,
@@ -371,6 +461,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
             add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)
+        add_sustained(info, sides, timed, sustain)
         for name, (variant, config) in plan.items() if traced else ():
             if name in sides:  # built and right: where its programs ran
                 info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))
@@ -438,9 +529,27 @@ def summary(rows: list[dict[str, Any]]) -> str:
             elif traced:
                 line += " - | - | - |"
             out.append(line)
+        out += sustained_table(mine, vs)
         failed = [r for r in mine if r.get("ms") is None]
         out += [""] + [f"- {r['side']}: {r.get('failed', 'not timed')}" for r in failed] + ([""] if failed else [])
     return "\n".join(out)
+
+
+def sustained_table(mine: list[dict[str, Any]], vs: str) -> list[str]:
+    """The --sustained rows of one case, fastest first, each against the vendor's side at steady state too."""
+    held = sorted((r for r in mine if r.get("sustained_ms") is not None), key=lambda r: r["sustained_ms"])
+    vendor = next((r for r in held if f"vs_{r['side'].strip('_')}" == vs), None)
+    if not held:
+        return []
+    out = ["", "Sustained, each side alone back to back:", "", f"| side | ms | {vs}, sustained | J a call | SM MHz | power capped | busy |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in held:
+        ratio = f"{vendor['sustained_ms'] / r['sustained_ms']:.3f}x" if vendor else "-"
+        joules = f"{r['joules']:.4g}" if r.get("joules") is not None else "-"
+        capped = f"{r['power_capped']:.0%}" if r.get("power_capped") is not None else "-"
+        busy = f"{r['busy']:.0%}" if r.get("busy") is not None else "-"
+        out.append(f"| {r['side']} | {r['sustained_ms']:.4g} | {ratio} | {joules} | {r.get('sm_mhz') or '-'} | {capped} | {busy} |")
+    return out
 
 
 def main() -> None:
@@ -460,6 +569,9 @@ def main() -> None:
                              "(e.g. pv_under 'two_warpgroups @ 128x128')")
     parser.add_argument("--variants", nargs="+", metavar="NAME",
                         help="attention: only these of the Triton kernel's variants (e.g. default no_softmax)")
+    parser.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                        help="also run each side alone back to back this long: its time, energy a call, SM clock and "
+                             "power-cap share at steady state")
     args = parser.parse_args()
 
     import torch
@@ -471,10 +583,10 @@ def main() -> None:
     timer = CudaTimer(torch)
     rows: list[dict[str, Any]] = []
     if args.only in (None, "fp8"):
-        rows += probe_fp8(timer, args.rounds, args.graph, args.sweep, args.gluon)
+        rows += probe_fp8(timer, args.rounds, args.graph, args.sweep, args.gluon, args.sustained)
     if args.only in (None, "attention"):
         rows += probe_attention(torch, timer, args.rounds, args.graph, args.sweep, args.shapes, args.residency,
-                                args.gluon, args.variants)
+                                args.gluon, args.variants, args.sustained)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
     print(summary(rows))

@@ -129,6 +129,13 @@ class Monitor:
     def violations(self) -> dict[str, int]:
         return violation_ns(self._pynvml, self._handle)
 
+    def energy_mj(self) -> int | None:
+        """The card's energy counter (millijoules since the driver loaded); None where the device has none."""
+        return _try(self._pynvml.nvmlDeviceGetTotalEnergyConsumption, self._handle)
+
+    def sm_clock_mhz(self) -> int | None:
+        return _try(self._pynvml.nvmlDeviceGetClockInfo, self._handle, self._pynvml.NVML_CLOCK_SM)
+
 
 def open_monitor(token: str) -> Monitor | None:
     try:
