@@ -548,7 +548,8 @@ def sustained_table(mine: list[dict[str, Any]], vs: str) -> list[str]:
         joules = f"{r['joules']:.4g}" if r.get("joules") is not None else "-"
         capped = f"{r['power_capped']:.0%}" if r.get("power_capped") is not None else "-"
         busy = f"{r['busy']:.0%}" if r.get("busy") is not None else "-"
-        out.append(f"| {r['side']} | {r['sustained_ms']:.4g} | {ratio} | {joules} | {r.get('sm_mhz') or '-'} | {capped} | {busy} |")
+        clock = f"{r['sm_mhz']:.0f}" if r.get("sm_mhz") is not None else "-"
+        out.append(f"| {r['side']} | {r['sustained_ms']:.4g} | {ratio} | {joules} | {clock} | {capped} | {busy} |")
     return out
 
 
