@@ -186,6 +186,9 @@ def matmul(
 ) -> torch.Tensor:
     """y = act((x @ w.T) * scale_x * scale_w * row_scale[:, None] + bias), accumulated in fp32, rounded once.
 
+    The tiled kernel: the teaching baseline (the Triton tutorial's form, loads by cp.async, one program a tile),
+    gated against its own blessed speed, not held to cuBLAS; matmul_tma_persistent is the one that matches cuBLAS
+    (README, "Matmul"), and for precise fp8 perftests/kernels/matmul_gluon.py.
     scale_x and scale_w are scalar fp32 tensors (per-tensor fp8 scaling); row_scale an fp32 (M,) vector.
     fp8_fast_accum=True leaves Hopper's fp8 MMAs in their reduced-precision accumulation for the whole K loop
     (torch._scaled_mm's use_fast_accum=True); by default the accumulator is promoted to fp32 every K tile.
