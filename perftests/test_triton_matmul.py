@@ -140,8 +140,8 @@ def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
 def test_fp8_matmul_gluon(perf, device: str, shape_id: str) -> None:
     """The Gluon fp8 matmul with precise accumulation (perftests/kernels/matmul_gluon.py: one warpgroup's promotion
-    adds under the other's MMAs, a loader partition feeding both) against _scaled_mm and against the Triton
-    persistent kernel above, same operands and tolerance as test_fp8_matmul."""
+    adds under the other's MMAs, a loader partition feeding both, one program an SM) against _scaled_mm and against
+    the Triton persistent kernel above, same operands and tolerance as test_fp8_matmul."""
     if device != "cuda":
         pytest.skip("Gluon has no interpreter: test_gluon_fp8_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
     if torch.cuda.get_device_capability() != (9, 0):
@@ -161,7 +161,7 @@ def test_fp8_matmul_gluon(perf, device: str, shape_id: str) -> None:
     work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", graph=shape_id in GRAPHED_SHAPES)
     config = {"gluon": {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N,
                         "BLOCK_K": matmul_gluon.BLOCK_K, "num_stages": matmul_gluon.STAGES},
-              "form": "halves, loader partition"}
+              "form": "halves, loader partition, persistent"}
     compare_on_inputs(perf, scaled_mm, gluon, make, name="vs_scaled_mm", **tol, **work, config=config)
     compare_on_inputs(perf, triton_fp8, gluon, make, name="vs_triton", **tol, **work)
 
@@ -230,21 +230,21 @@ def test_gluon_fp8_kernel_builds_for_hopper() -> None:
     for sm_90 on any machine (perftests/support/gluon_build.py) with no ptxas note and no spill, two consumer
     warpgroups each running its own loop: two MMA halves, each waited for before its promotion add, or (quarters)
     four quarter MMAs with two in flight, each partial added while the next runs; with or without the loader
-    partition."""
+    partition, one output tile a program or (persistent, with the loader) a loop over output tiles."""
     found = gluon_build.build("""
 import json
 from tools.codegen_probe import dot_ops, fp8_matmul_gluon, ptxas_report
 from perftests.kernels.matmul_gluon import STAGES
 found = {}
 for quarters in (False, True):
-    for loader in (False, True):
-        built = fp8_matmul_gluon(STAGES, "ptx", quarters, loader)
-        found[f"{quarters} {loader}"] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
+    for loader, persistent in ((False, False), (True, False), (True, True)):
+        built = fp8_matmul_gluon(STAGES, "ptx", quarters, loader, persistent)
+        found[f"{quarters} {loader} {persistent}"] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
 print(json.dumps(found))
 """)
     half = ["dot async", "wait pendings=0"]
     two_in_flight = ["dot async", "dot async"] + ["wait pendings=1", "dot async"] * 2 + ["wait pendings=1", "wait pendings=0"]
-    assert len(found) == 4
+    assert len(found) == 6
     for name, built in found.items():
         loop = two_in_flight if name.startswith("True") else half * 2
         assert built["notes"] == [] and built["spill_stores"] == 0, (name, built)

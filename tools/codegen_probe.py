@@ -7,6 +7,7 @@ Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--bl
            [--switch LOOKAHEAD=1 | --switch WARP_SPECIALIZED=1 [--switch PINGPONG=1]] (--block 128x128 --warps 8)
        python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
        python tools/codegen_probe.py fp8-matmul-gluon [--stages 3] [--switch QUARTERS=1] [--switch LOADER=1]
+       [--switch PERSISTENT=1]
        ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
 Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
 bounds: a dot followed at once by `wait pendings=0` runs synchronously, so what follows it cannot overlap it within
@@ -71,14 +72,15 @@ def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, war
     return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
 
 
-def fp8_matmul_gluon(stages: int, last: str = "ttgir", quarters: bool = False, loader: bool = False) -> dict[str, Any]:
+def fp8_matmul_gluon(stages: int, last: str = "ttgir", quarters: bool = False, loader: bool = False,
+                     persistent: bool = False) -> dict[str, Any]:
     """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py: 128 x 256 x 128, two consumer warpgroups, precise
     accumulation) with `stages` ring slots, its K tiles as two MMA halves or (quarters) four quarters, with or
-    without its loader partition."""
+    without its loader partition, one output tile a program or (persistent, with the loader) a loop over tiles."""
     from perftests.kernels import matmul_gluon as mg
 
-    return compile_to(mg._fp8_matmul_kernel, mg.signature(),
-                      {"STAGES": stages, "GROUP_M": 8, "QUARTERS": quarters, "LOADER": loader}, 4, 1, last)
+    return compile_to(mg._fp8_matmul_kernel, mg.signature(), {"STAGES": stages, "GROUP_M": 8, "QUARTERS": quarters,
+                      "LOADER": loader, "PERSISTENT": persistent}, 4, 1, last)
 
 
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
@@ -212,7 +214,7 @@ def main() -> None:
                                         switches, last)
         elif args.kernel == "fp8-matmul-gluon":
             build = lambda last: fp8_matmul_gluon(args.stages, last, bool(switches.get("QUARTERS")),  # noqa: E731
-                                                  bool(switches.get("LOADER")))
+                                                  bool(switches.get("LOADER")), bool(switches.get("PERSISTENT")))
         else:
             block_m, block_n, block_k = (int(v) for v in (args.block or "256x128x128").lower().split("x"))
             build = lambda last: fp8_matmul(block_m, block_n, block_k, args.warps, args.stages, switches, last)  # noqa: E731

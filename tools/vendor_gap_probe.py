@@ -352,10 +352,12 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
         tile = {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N, "BLOCK_K": matmul_gluon.BLOCK_K,
                 "num_warps": 8, "num_stages": matmul_gluon.STAGES}
         for quarters in (False, True):
-            for loader in (False, True):
-                name = f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
-                add_side(sides, info, name, lambda quarters=quarters, loader=loader: matmul_gluon.fp8_matmul(
-                    x8, w8, sx, sw, quarters=quarters, loader=loader), error, lambda: {"config": tile})
+            for loader, persistent in ((False, False), (True, False), (True, True)):
+                name = (f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
+                        f"{'_persistent' if persistent else ''}")
+                add_side(sides, info, name, lambda quarters=quarters, loader=loader, persistent=persistent:
+                         matmul_gluon.fp8_matmul(x8, w8, sx, sw, quarters=quarters, loader=loader, persistent=persistent),
+                         error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     timed = interleaved_ms(timer, sides, rounds, graph)
     add_sustained(info, sides, timed, sustain)

@@ -26,15 +26,19 @@ def build(script: str, timeout: float = 900) -> Any:
 
 
 def loops(ops: list[str]) -> list[list[str]]:
-    """The MMA ops and waits inside each loop of tools/codegen_probe.dot_ops's list (loops do not nest here)."""
+    """The MMA ops and waits of each innermost loop that has any, from tools/codegen_probe.dot_ops's list (a
+    persistent kernel's K loops sit inside its loop over output tiles)."""
     found: list[list[str]] = []
-    current: list[str] | None = None
+    stack: list[tuple[list[str], bool]] = []  # (the loop's own ops, whether a loop is nested in it)
     for op in ops:
         if op == "for {":
-            current = []
-        elif op == "}" and current is not None:
-            found.append(current)
-            current = None
-        elif current is not None:
-            current.append(op)
+            if stack:
+                stack[-1] = (stack[-1][0], True)
+            stack.append(([], False))
+        elif op == "}" and stack:
+            own, nested = stack.pop()
+            if own and not nested:
+                found.append(own)
+        elif stack:
+            stack[-1][0].append(op)
     return found
