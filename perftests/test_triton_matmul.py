@@ -166,6 +166,27 @@ def test_fp8_matmul_gluon(perf, device: str, shape_id: str) -> None:
     compare_on_inputs(perf, triton_fp8, gluon, make, name="vs_triton", **tol, **work)
 
 
+# Shapes the timed cases never reach: one tile and one K tile; fewer K tiles than ring slots; fewer tiles than SMs;
+# a tile count no multiple of the SMs (the persistent loop's last round uneven); a non-square grouping remainder.
+GLUON_EDGE_SHAPES = [(128, 256, 128), (256, 512, 256), (1152, 2304, 640), (4224, 8448, 384), (1280, 768, 1024)]
+
+
+@pytest.mark.parametrize("M, N, K", GLUON_EDGE_SHAPES, ids=lambda v: str(v))
+def test_fp8_matmul_gluon_edge_shapes(device: str, M: int, N: int, K: int) -> None:
+    """The Gluon fp8 matmul's every form computes _scaled_mm's product at shapes that test the tile loop and the
+    ring's phases, each output element written (the output starts as NaN)."""
+    if device != "cuda" or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon kernel runs on Hopper (sm_90) only; test_gluon_fp8_kernel_builds_for_hopper compiles it on the CPU")
+    from perftests.kernels import matmul_gluon
+
+    x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
+    expected = scaled_mm(x8, w8, sx, sw)
+    for form in ({}, {"persistent": False}, {"quarters": True}, {"loader": False}, {"quarters": True, "loader": False}):
+        out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
+        matmul_gluon.fp8_matmul(x8, w8, sx, sw, out=out, **form)
+        torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=reduction_atol(expected, K), msg=lambda m, form=form: f"{form}: {m}")
+
+
 def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
     return float((actual.float() - exact).norm() / exact.norm())
 
