@@ -6,6 +6,7 @@ B * H * S^2 scores: 4 GiB in bf16 plus 8 GiB in fp32 for the softmax, so it runs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -55,21 +56,30 @@ def inputs(device: str, seq: int, head_dim: int) -> tuple[Any, tuple[int, int, i
     return make, (B, H, S, dtype)
 
 
+def checked_against_sdpa(perf, kernel: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         causal: bool) -> tuple[Callable[..., torch.Tensor], torch.Tensor, dict[str, float]]:
+    """kernel(q, k, v, causal, out=) into a NaN-filled output (an element it never writes fails), held to SDPA's
+    output: returns (sdpa, its output, the tolerance the case's comparisons use).
+
+    Outputs are convex combinations of v's rows. The flash kernels round P to 16 bits before the PV product (as
+    SDPA's fused kernels do, in their own order): outputs near zero need an absolute bound of a few 16-bit
+    roundoffs at the output's scale; the dtype's rtol covers the rest."""
+    out = torch.full_like(q, float("nan"))
+    kernel(q, k, v, causal, out=out)
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    expected = sdpa(q, k, v)
+    tol = dict(rtol=1.6e-2 if q.dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(expected, q.dtype))
+    perf.assert_close(out, expected, **tol)
+    return sdpa, expected, tol
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seq", [2048, 8192])
 def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
     make, (B, H, S, dtype) = inputs(device, seq, head_dim)
     q, k, v = make(0)
-    out = torch.full_like(q, float("nan"))
-    attn.flash_attention(q, k, v, causal, out=out)
-    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    expected = sdpa(q, k, v)
-    # Outputs are convex combinations of v's rows. The flash kernel rounds P to 16 bits before the PV product
-    # (as SDPA's fused kernels do, in their own order): outputs near zero need an absolute bound of a few
-    # 16-bit roundoffs at the output's scale; the dtype's rtol covers the rest.
-    tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=intermediate_rounding_atol(expected, dtype))
-    perf.assert_close(out, expected, **tol)
+    sdpa, expected, tol = checked_against_sdpa(perf, attn.flash_attention, q, k, v, causal)
     flash = lambda q, k, v: attn.flash_attention(q, k, v, causal)  # noqa: E731
     flops = attn.attention_flops(B, H, S, head_dim, causal)
     config = None
@@ -154,20 +164,13 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
     """The Gluon kernel (each key block's softmax under an MMA: its own schedule and tile for the head dim and mask)
     against SDPA and against the Triton kernel above, same shapes: the speedup over Triton is what stating the
     schedule buys."""
-    if device != "cuda":
-        pytest.skip("Gluon has no interpreter: test_gluon_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+    if reason := gluon_build.not_on_hopper(device, "test_gluon_kernel_builds_for_hopper"):
+        pytest.skip(reason)
     from perftests.kernels import attention_gluon
 
-    make, (B, H, S, dtype) = inputs(device, seq, head_dim)
+    make, (B, H, S, _) = inputs(device, seq, head_dim)
     q, k, v = make(0)
-    out = torch.full_like(q, float("nan"))
-    attention_gluon.flash_attention(q, k, v, causal, out=out)
-    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    expected = sdpa(q, k, v)
-    tol = dict(rtol=1.6e-2, atol=intermediate_rounding_atol(expected, dtype))  # as test_flash_attention's
-    perf.assert_close(out, expected, **tol)
+    sdpa, _, tol = checked_against_sdpa(perf, attention_gluon.flash_attention, q, k, v, causal)
     gluon = lambda q, k, v: attention_gluon.flash_attention(q, k, v, causal)  # noqa: E731
     triton_kernel = lambda q, k, v: attn.flash_attention(q, k, v, causal)  # noqa: E731
     flops = attn.attention_flops(B, H, S, head_dim, causal)

@@ -142,10 +142,8 @@ def test_fp8_matmul_gluon(perf, device: str, shape_id: str) -> None:
     """The Gluon fp8 matmul with precise accumulation (perftests/kernels/matmul_gluon.py: one warpgroup's promotion
     adds under the other's MMAs, a loader partition feeding both, one program an SM) against _scaled_mm and against
     the Triton persistent kernel above, same operands and tolerance as test_fp8_matmul."""
-    if device != "cuda":
-        pytest.skip("Gluon has no interpreter: test_gluon_fp8_kernel_builds_for_hopper compiles it for sm_90 on the CPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+    if reason := gluon_build.not_on_hopper(device, "test_gluon_fp8_kernel_builds_for_hopper"):
+        pytest.skip(reason)
     from perftests.kernels import matmul_gluon
 
     M, N, K = dims(device, shape_id)
@@ -175,8 +173,8 @@ GLUON_EDGE_SHAPES = [(128, 256, 128), (256, 512, 256), (1152, 2304, 640), (4224,
 def test_fp8_matmul_gluon_edge_shapes(device: str, M: int, N: int, K: int) -> None:
     """The Gluon fp8 matmul's every form computes _scaled_mm's product at shapes that test the tile loop and the
     ring's phases, each output element written (the output starts as NaN)."""
-    if device != "cuda" or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon kernel runs on Hopper (sm_90) only; test_gluon_fp8_kernel_builds_for_hopper compiles it on the CPU")
+    if reason := gluon_build.not_on_hopper(device, "test_gluon_fp8_kernel_builds_for_hopper"):
+        pytest.skip(reason)
     from perftests.kernels import matmul_gluon
 
     x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)

@@ -160,20 +160,19 @@ SUSTAIN_BATCH_MS = 20.0  # device time of one graph replay in --sustained
 SUSTAIN_SETTLE_S = 1.0  # run each side this long before the window opens: time to settle at the power cap
 
 
-def sustained(sides: dict[str, Callable[[], Any]], per_call_ms: dict[str, float], seconds: float) -> dict[str, dict[str, Any]]:
+def sustained(timer: Any, sides: dict[str, Callable[[], Any]], per_call_ms: dict[str, float],
+              seconds: float) -> dict[str, dict[str, Any]]:
     """Each side alone, back to back: a CUDA graph of enough calls for SUSTAIN_BATCH_MS replayed for SUSTAIN_SETTLE_S,
     then for `seconds` with NVML's energy counter, power-cap time and SM clock read across the window (energy_row)."""
     import torch
 
     from speedgate.gpu_state import open_monitor
     from speedgate.hardware import visible_gpu_tokens
-    from speedgate.timers import CudaTimer
 
     tokens = visible_gpu_tokens()
     monitor = open_monitor(tokens[0] if tokens else "0")
     if monitor is None:
         sys.exit("vendor_gap_probe --sustained: needs NVML (pynvml) to read the card's energy")
-    timer = CudaTimer(torch)
     out: dict[str, dict[str, Any]] = {}
     for name, fn in sides.items():
         calls = max(1, min(500, round(SUSTAIN_BATCH_MS / max(per_call_ms.get(name, 1.0), 1e-3))))
@@ -360,17 +359,17 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
                          error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     timed = interleaved_ms(timer, sides, rounds, graph)
-    add_sustained(info, sides, timed, sustain)
+    add_sustained(timer, info, sides, timed, sustain)
     emit(rows, f"fp8 {n}^3", info, timed, "_scaled_mm", 2.0 * n**3)
     return rows
 
 
-def add_sustained(info: dict[str, dict[str, Any]], sides: dict[str, Callable[[], Any]],
+def add_sustained(timer: Any, info: dict[str, dict[str, Any]], sides: dict[str, Callable[[], Any]],
                   timed: dict[str, list[float]], sustain: float) -> None:
     """With --sustained: each timed side's sustained() row into its info (the rounds' median sizes its batches)."""
     if sustain > 0:
         per_call = {name: statistics.median(times) for name, times in timed.items() if times}
-        for name, data in sustained({n: sides[n] for n in per_call}, per_call, sustain).items():
+        for name, data in sustained(timer, {n: sides[n] for n in per_call}, per_call, sustain).items():
             info[name].update(data)
 
 
@@ -463,7 +462,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
             add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)
-        add_sustained(info, sides, timed, sustain)
+        add_sustained(timer, info, sides, timed, sustain)
         for name, (variant, config) in plan.items() if traced else ():
             if name in sides:  # built and right: where its programs ran
                 info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))

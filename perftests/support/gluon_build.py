@@ -14,6 +14,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def not_on_hopper(device: str, cpu_test: str) -> str | None:
+    """Why a Gluon case cannot run its kernel here, or None on Hopper: Gluon has no interpreter (`cpu_test`
+    compiles the kernel for sm_90 on the CPU instead), and the kernels are written for sm_90. The case skips
+    with it itself, so that pytest reports the skip at the case."""
+    if device != "cuda":
+        return f"Gluon has no interpreter: {cpu_test} compiles it for sm_90 on the CPU"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"the Gluon kernel is written for Hopper (sm_90); this GPU is sm_{major}{minor}"
+    return None
+
+
 def build(script: str, timeout: float = 900) -> Any:
     """Run `script` (Python that prints one JSON line last) in a fresh interpreter with the repository on its path
     and TRITON_INTERPRET unset; return that JSON. A failure raises AssertionError with the compiler's stderr."""
