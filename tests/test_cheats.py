@@ -203,7 +203,7 @@ def test_gpu_cheats_fail_and_are_never_blessed(pytester: pytest.Pytester) -> Non
 def test_same_bits_catches_writes_in_any_dtype() -> None:
     import torch
 
-    from speedgate.comparison import same_bits
+    from speedgate.sides import same_bits
 
     x = torch.randn(64)
     assert same_bits((x, 3), (x.clone(), 3))

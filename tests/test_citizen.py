@@ -142,7 +142,8 @@ def pytest_unconfigure(config):
     print("MODULES", sorted(sys.modules))
 """
 
-NOT_AT_COLLECTION = ("speedgate.session", "speedgate.fixture", "speedgate.measure", "speedgate.gate",
+NOT_AT_COLLECTION = ("speedgate.session", "speedgate.fixture", "speedgate.measure", "speedgate.judging",
+                     "speedgate.pipeline", "speedgate.checks", "speedgate.sides",
                      "speedgate.finish", "speedgate.report", "speedgate.export", "speedgate.baseline",
                      "speedgate.devices", "numpy", "jsonschema", "filelock", "torch", "triton", "pynvml")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedgate.measure import Policy, measure_pair
+from speedgate.measure import Policy, measure_pair, time_pair
 from speedgate.testing import ScriptedTimer
 
 
@@ -53,9 +53,17 @@ def test_rounds_interleave_and_alternate_order() -> None:
     assert timed == ["a", "b", "b", "a", "a", "b", "b", "a"]
 
 
-def test_first_outputs_are_handed_to_the_check() -> None:
+def test_first_outputs_are_handed_to_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check stage: each side's first call (timed by the timer) returns what is compared, reference's first."""
+    from speedgate import checks
+    from speedgate.sides import Side
+
     seen = []
-    measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), on_first_outputs=lambda r, o: seen.append((r, o)))
+    monkeypatch.setattr(checks, "assert_close", lambda actual, expected, *a: seen.append((expected, actual)))
+    timer = ScriptedTimer({"ref": 1.0, "opt": 1.0})
+    sides = Side(ref, "reference", "c", None, None, True), Side(opt, "optimized", "c", None, None, False)
+    checker = checks.Checker("c", "returns", None, None, *sides, None)
+    checker.first(lambda: timer.first_call(sides[0])[1], lambda: timer.first_call(sides[1])[1])
     assert seen == [(1, 2)]
 
 
@@ -82,7 +90,15 @@ def test_before_rounds_check_runs_after_the_rounds() -> None:
         events.append("armed")
         return lambda: events.append("checked")
 
-    measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), before_rounds=arm)
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        check = arm()
+        yield
+        check()
+
+    time_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": 1.0}), Policy(warmup_s=0), guard=guard)
     assert events == ["armed", "checked"]
 
 

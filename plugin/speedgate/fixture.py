@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import gate
-from .blessing import between_run_spread
-from .ceilings import MATMUL_DTYPES
+from . import judging
 from .closeness import Closeness, assert_close
-from .comparison import (
-    CaseError,
-    Checker,
-    Dishonest,
-    Fn,
-    InputSets,
-    Side,
-    check_streams,
-    compiled_frames,
-    graph_capture,
-    recompile_check,
-)
-from .gpu_state import throttled_fractions
-from .measure import Measurement, Policy, Rounds, measure_pair, measurement_from_samples
+from .measure import Measurement, Policy, measurement_from_samples
+from .pipeline import CALLER, CaseSpec, Comparison, case_spec, compiled_frames, judge_case
 from .results import CompareResult, MetricResult
+from .sides import CaseError
+from .timers import as_timer
 from .verdict import fails
 
 __all__ = ["CaseError", "Perf", "SpeedRegression", "compiled_frames"]
 
 if TYPE_CHECKING:
     from .session import SpeedgateSession
-    from .timers import Timer
 
 
 class SpeedRegression(AssertionError):
@@ -49,9 +33,9 @@ def interpreter_active() -> bool:
 class Perf:
     """What a test gets from the `perf` fixture."""
 
-    def __init__(self, session: SpeedgateSession, nodeid: str, timer: Timer | None = None) -> None:
+    def __init__(self, session: SpeedgateSession, nodeid: str, timer: Any = None) -> None:
         self._session = session
-        self._timer = timer
+        self._timer = None if timer is None else as_timer(timer)
         self.nodeid = nodeid
         self.results: list[CompareResult] = []
         self.failures: list[str] = []
@@ -83,6 +67,7 @@ class Perf:
         outputs: Callable[[], Any] | None = None,
         inputs: Callable[[int], Sequence[Any]] | None = None,
         latency: bool = False,
+        waive: Mapping[str, str] | None = None,
     ) -> CompareResult:
         """Check that optimized matches reference, time both side by side, and gate the speedup.
 
@@ -106,65 +91,28 @@ class Perf:
         the device while the host queues each batch of calls, so a slow launch does not leak into the times.
         latency=True (GPU) times each call from an idle device instead, its host work included: for cases about
         launch overhead (a graph break, Python between kernels); a side that synchronizes inside is timed that way
-        anyway, and the report's timer says so. A regression does not raise here: the test fails after its body, so
-        every comparison in it is measured and reported.
+        anyway, and the report's timer says so. waive={check: reason} waives a check whose condition can be the
+        optimization itself ('no-device-work'; 'fixed-inputs' under --speedgate-strict), with the reason in words;
+        the reports show it. A regression does not raise here: the test fails after its body, so every comparison in
+        it is measured and reported. The stages: speedgate.pipeline.
         """
-        common = self._case(name, tolerance, flops, bytes, flops_dtype, config, self._session.hardware_key)
-        case_id = common["case_id"]
-        mode = common["check"] = gate.check_mode(check, outputs, case_id)
+        from .checks import check_mode
+
+        case_id = self._case_id(name)
         if graph and inputs is not None:
             raise ValueError(f"speedgate: {case_id}: graph=True replays the inputs it captured; it cannot rotate inputs=")
         if graph and latency:
             raise ValueError(f"speedgate: {case_id}: graph=True times the device's work only, latency=True the host's "
                              "work too: choose one")
-        sets = InputSets(inputs, case_id) if inputs is not None else None
-        # The reference's first call runs first (measure_pair): only its outputs= must be copied.
-        ref = Side(reference, "reference", case_id, sets, outputs, copy=True)
-        opt = Side(optimized, "optimized", case_id, sets, outputs, copy=False)
-        checker = Checker(case_id, mode, rtol, atol, ref, opt, sets)
-
-        untimed = self._untimed_reason()
-        if untimed:
-            checker.first(ref(), opt())
-            checker.again()
-            result = gate.untimed(common, untimed, checker.closeness)
-            self._record(result)
-            return result
-
-        timer = self._timer or self._session.timer()
-        policy = self.policy
-        monitor = self._session.monitor
-        started = time.monotonic()
-        violations_before = monitor.violations() if monitor else {}
-        arm = functools.partial(recompile_check, case_id)
-        prepare = graph_capture(timer, case_id) if graph else None
-        busy: dict[str, float] = {}
-
-        def after_rounds(reference_fn: Fn, optimized_fn: Fn, _rounds: Rounds) -> None:
-            # Where the work ran first (a side-stream race also spoils the outputs), then the outputs again.
-            busy.update(check_streams(case_id, timer, reference_fn, optimized_fn))
-            checker.again(reference_fn, optimized_fn)
-
-        measurement = measure_pair(ref, opt, timer, policy, on_first_outputs=checker.first, before_rounds=arm,
-                                   prepare_rounds=prepare, after_rounds=after_rounds, latency=latency)
-        _check_measurable(case_id, measurement)
-        throttled = (
-            throttled_fractions(violations_before, monitor.violations(), time.monotonic() - started) if monitor else {}
-        )
-
-        def again() -> Measurement:
-            m = measure_pair(ref, opt, timer, policy, prepare_rounds=prepare, latency=latency)
-            _check_measurable(case_id, m)
-            return m
-
-        result = self._judge_and_record(
-            measurement, again, {**common, **busy}, graphed=prepare is not None, throttled=throttled,
-            roofline=lambda m: self._session.roofline(timer, m.optimized_ms, flops, bytes, flops_dtype),
-            closeness=checker.closeness,
-        )
-        reason = self._session.implausible(result)
-        if reason:
-            raise Dishonest(reason)
+        spec = case_spec(case_id, self.nodeid, self._session.hardware_key, name=name, tolerance=tolerance, flops=flops,
+                         bytes=bytes, flops_dtype=flops_dtype, config=config, check=check_mode(check, outputs, case_id),
+                         rtol=rtol, atol=atol, graph=graph, latency=latency, waive=waive)
+        comparison = Comparison(spec, reference, optimized, services=self._session, timer=self._timer,
+                                outputs=outputs, inputs=inputs)
+        result, samples = comparison.run(self._untimed_reason())
+        if samples is not None:
+            self.samples[result.case_id] = samples
+        self._record(result)
         return result
 
     def compare_samples(
@@ -192,12 +140,12 @@ class Perf:
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
         key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
-        common = self._case(name, tolerance, flops, bytes, flops_dtype, config, key)
-        common["check"] = "caller"  # the outputs live in the other processes
-        case_id = common["case_id"]
+        case_id = self._case_id(name)
+        spec = case_spec(case_id, self.nodeid, key, name=name, tolerance=tolerance, flops=flops, bytes=bytes,
+                         flops_dtype=flops_dtype, config=config, check=CALLER)  # the outputs live in other processes
         untimed = self._untimed_reason()
         if untimed:
-            result = gate.untimed(common, untimed)
+            result = judging.untimed(spec.fields(_default(self._session, spec)), untimed, established=CALLER)
             self._record(result)
             return result
 
@@ -214,11 +162,16 @@ class Perf:
                 )
             except (KeyError, TypeError, ValueError) as exc:
                 raise CaseError(f"speedgate: {case_id}: measure() returned unusable samples: {exc}") from exc
-            _check_measurable(case_id, m)
+            if not (m.reference_ms > 0 and m.optimized_ms > 0):
+                raise CaseError(f"speedgate: {case_id}: a median time is zero (reference {m.reference_ms} ms, "
+                                f"optimized {m.optimized_ms} ms): the work is below the clock's resolution")
             return m
 
-        return self._judge_and_record(take(), take, common, graphed=False, throttled={}, roofline=lambda m: {},
-                                      closeness=[])
+        result, samples = judge_case(self._session, spec, take(), take, {"established": CALLER}, graphed=False,
+                                     throttled={}, closeness=[])
+        self.samples[result.case_id] = samples
+        self._record(result)
+        return result
 
     @property
     def policy(self) -> Policy:
@@ -231,57 +184,12 @@ class Perf:
         """Whether comparisons in this run are timed (not in correctness-only mode, not under the interpreter)."""
         return not self._untimed_reason()
 
-    def _case(
-        self, name: str | None, tolerance: float | None, flops: float | None, bytes: float | None,  # noqa: A002
-        flops_dtype: str | None, config: Mapping[str, Any] | None, hardware_key: str,
-    ) -> dict[str, Any]:
-        """The fields every CompareResult of this comparison shares, after checking its arguments."""
+    def _case_id(self, name: str | None) -> str:
+        """This test's id for a comparison named name; ValueError when the test already compared one of that name."""
         case_id = self._session.case_id(self.nodeid, name)
-        if name is not None and (not name or any(c in name for c in "\n\r\t")):
-            raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
         if any(r.case_id == case_id for r in self.results):
             raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
-        tol = self._session.settings.default_tolerance(hardware_key) if tolerance is None else float(tolerance)
-        if not (math.isfinite(tol) and 0.0 <= tol < 1.0):
-            raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
-        for label, value in (("flops", flops), ("bytes", bytes)):
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
-        if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
-            raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
-        return dict(case_id=case_id, nodeid=self.nodeid, name=name, hardware_key=hardware_key, tolerance=tol,
-                    tolerance_pinned=tolerance is not None, flops=flops, bytes=bytes, flops_dtype=flops_dtype, config=_plain_config(case_id, config))
-
-    def _judge_and_record(
-        self,
-        measurement: Measurement,
-        again: Callable[[], Measurement],
-        fields: dict[str, Any],
-        *,
-        graphed: bool,
-        throttled: Mapping[str, float],
-        roofline: Callable[[Measurement], dict[str, Any]],
-        closeness: list[Closeness],
-    ) -> CompareResult:
-        """Judge against the baseline of the case's hardware key, keep the samples for artifacts, record the result
-        and queue the failure (raised after the test body)."""
-        settings = self._session.settings
-        key = fields["hardware_key"]
-        entry = self._session.baseline_entry(fields["case_id"], key)
-        if entry and "calibration" in entry and not fields["tolerance_pinned"]:
-            # A measured tolerance beats the default; a case's own tolerance= beats both.
-            fields = {**fields, "tolerance": float(entry["tolerance"])}
-        if settings.calibrate_runs:
-            fields = {**fields, **_calibration(measurement, again, settings.calibrate_runs)}
-        result, first, final = gate.judge_measurement(
-            measurement, again, fields, entry=entry,
-            file_found=self._session.baseline_found_for(key), remeasure=not settings.update_baselines,
-            graphed=graphed, throttled=throttled, roofline=roofline, closeness=closeness,
-            software=self._session.fingerprint.software,
-        )
-        self.samples[result.case_id] = gate.samples_record(first, final)
-        self._record(result)
-        return result
+        return case_id
 
     def metric(
         self,
@@ -308,7 +216,7 @@ class Perf:
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"speedgate: metric tolerance must be finite and non-negative, got {tolerance!r}")
         key = self._session.hardware_key
-        result = gate.judge_metric_value(
+        result = judging.judge_metric_value(
             metric_id, self.nodeid, name, key, float(value), tolerance=float(tolerance), direction=direction,
             unit=unit, entry=self._session.baseline_metric(metric_id), file_found=self._session.baseline_found,
         )
@@ -332,40 +240,17 @@ class Perf:
     def _queue_failure(self, result: CompareResult | MetricResult) -> None:
         settings = self._session.settings
         if not settings.update_baselines and fails(result.verdict, settings.strict):
-            self.failures.append(gate.failure_text(
+            self.failures.append(judging.failure_text(
                 result, baseline_path=self._session.baseline_path_for(result.hardware_key),
                 artifacts_dir=settings.artifacts_dir))
 
 
-def _calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> dict[str, Any]:
-    """--speedgate-calibrate: measure runs - 1 more times; the spread of the runs' speedups (the first is the one
-    judged and blessed). Each run is a whole measurement (first call excluded, warm-up, its own rounds), in this
-    process: fresh rounds see the clocks, thermals and other load drift between measurements, which one run's
-    interval does not. What differs between processes (a torch.compile'd reference picking another kernel, a Triton
-    kernel running 55-75% slower in some processes on the H100) only calibrated blesses in several processes see:
-    blessing.py keeps each process's speedup and widens the tolerance to their spread."""
-    speedups = [first.speedup, *(again().speedup for _ in range(runs - 1))]
-    return {"calibration_runs": runs, "calibration_spread": between_run_spread(speedups)}
+def _default(session: SpeedgateSession, spec: CaseSpec) -> Any:
+    from .tolerance import resolve
 
-
-def _check_measurable(case_id: str, m: Measurement) -> None:
-    if not (m.reference_ms > 0 and m.optimized_ms > 0):
-        raise CaseError(
-            f"speedgate: {case_id}: a median time is zero (reference {m.reference_ms} ms, optimized {m.optimized_ms} ms): "
-            "the work is below the clock's resolution; make the case larger"
-        )
+    return resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=None, configured=session.settings.tolerance)
 
 
 def _optional_ms(value: Any) -> float | None:
     """A first-call time from measure(): None when it was not measured (never NaN: a baseline refuses NaN)."""
     return None if value is None else float(value)
-
-
-def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The config as plain JSON values (it travels to xdist's controller and into the baseline file)."""
-    if config is None:
-        return None
-    try:
-        return json.loads(json.dumps(dict(config), sort_keys=True))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"speedgate: {case_id}: config= must hold plain JSON values: {exc}") from None

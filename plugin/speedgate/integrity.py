@@ -1,16 +1,17 @@
-"""What a measured time must satisfy to be believed: above the roofline floor, and not beaten by device work that ran
-outside the timed interval (another stream). Pure: the numbers in, a reason to fail (or None) out."""
+"""The audits of a measured comparison: what its numbers must satisfy to be believed. Each audit is a pure function
+of the comparison's Evidence that returns why the result cannot be believed, or None; AUDITS lists them, in the
+order they run, and a new one is a function added there. Also the profiler arithmetic the evidence comes from."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # A time may beat the roofline floor computed from this run's measured ceilings by at most this factor before it is
-# implausible. The ceilings are measured (a device-to-device copy, a large matmul), so a good kernel can land a few
-# percent above them (the best honest case blessed on the H100 reached 0.994 of the copy ceiling; one gate run showed
-# 1.00); the cheats this guards against read 16x and 209x.
+# implausible: the ceilings are measured, so a good kernel can land a little above them (the margin's measurement:
+# docs/results/gate-runs.md, "integrity checks").
 PLAUSIBLE_PEAK_FRACTION = 1.15
 
 # The device was busy for longer than the events measured by more than this factor (plus a small absolute slack for
@@ -94,3 +95,75 @@ def outside_stream(case_id: str, side: str, event_ms: float, device_busy_ms: flo
             f"{event_ms:.4g} ms per call, but the device was busy {device_busy_ms:.4g} ms per call (profiler, all "
             f"streams). Likely cause: work queued on another stream that the timed stream never waits for (a missing "
             f"stream sync); make the current stream wait for it (torch.cuda.current_stream().wait_stream(s))")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one comparison measured that the audits read. Times in milliseconds; None where it was not measured
+    (no profiler on the CPU, no flops=/bytes= declared)."""
+
+    case_id: str
+    optimized_ms: float
+    # The profiled calls of each side (timers.CudaTimer.profile_calls): the events' median, the device's busy time
+    # per call between flushes, and all the work's busy time over the calls.
+    profiled: Mapping[str, Mapping[str, float]] | None = None
+    # The roofline floor of the optimized side's declared work on this run's measured ceilings.
+    floor_ms: float | None = None
+    bound: str | None = None
+    ceiling: str = ""
+    flops: float | None = None
+    nbytes: float | None = None
+
+
+def outside_stream_audit(ev: Evidence) -> str | None:
+    """Each side's work fits in its timed interval."""
+    for side, traced in (ev.profiled or {}).items():
+        reason = outside_stream(ev.case_id, side, traced["events_ms"], traced["all_streams_ms"])
+        if reason:
+            return reason
+    return None
+
+
+def no_device_work(ev: Evidence) -> str | None:
+    """The optimized side did device work in its profiled calls whenever the reference did."""
+    traced = ev.profiled or {}
+    if "reference" not in traced or "optimized" not in traced:
+        return None
+    ref_busy, opt_busy = traced["reference"]["all_streams_ms"], traced["optimized"]["all_streams_ms"]
+    if opt_busy > 0 or ref_busy <= 0:
+        return None
+    return (f"speedgate: {ev.case_id}: the optimized side launched no device work in its profiled calls (busy 0 ms "
+            f"a call, against the reference's {ref_busy:.4g} ms): it hands back a result it did not compute on that "
+            "call (a cached or reused result). If doing no device work is the optimization, say so: "
+            "perf.compare(..., waive={'no-device-work': 'why'})")
+
+
+def roofline_audit(ev: Evidence) -> str | None:
+    """The optimized side is not faster than its declared work allows on this GPU."""
+    if ev.floor_ms is None:
+        return None
+    return implausible(ev.case_id, ev.optimized_ms, ev.floor_ms, ev.bound or "memory", flops=ev.flops,
+                       nbytes=ev.nbytes, ceiling=ev.ceiling)
+
+
+Audit = Callable[[Evidence], "str | None"]
+
+# Every audit, by the name a case uses to waive it (perf.compare(..., waive={name: reason})) and reports show.
+AUDITS: dict[str, Audit] = {
+    "outside-stream": outside_stream_audit,
+    "no-device-work": no_device_work,
+    "roofline": roofline_audit,
+}
+# The audits a case may waive, with a stated reason: those whose condition can be the optimization itself.
+WAIVABLE = ("no-device-work",)
+
+
+def first_failure(ev: Evidence, waived: Mapping[str, str]) -> str | None:
+    """The reason of the first audit the evidence fails, skipping those the case waived; None when all hold."""
+    for name, audit in AUDITS.items():
+        if name in waived:
+            continue
+        reason = audit(ev)
+        if reason:
+            return reason
+    return None

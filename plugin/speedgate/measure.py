@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -11,7 +12,7 @@ from typing import Any
 
 from .options import DEFAULT_BUDGET_S, DEFAULT_TARGET_NOISE
 from .stats import RatioEstimate, bootstrap_ratio, robust_cv
-from .timers import Fn, Timer
+from .timers import Fn, Timer, as_timer
 
 # The stopping checks' statistics may take at most this share of the timed work (the samples' sum, which is the
 # device's busy time on the GPU): when they have used more, the next check is skipped and timing goes on. A
@@ -106,6 +107,7 @@ def run_rounds(
     per_pair_ms: float,
     decides: bool = True,
     agree: Callable[[str | None], str | None] | None = None,
+    between: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Rounds:
     """Take rounds in batches until the interval is narrow (converged), the budget is spent, or max_rounds.
@@ -119,7 +121,9 @@ def run_rounds(
     stats_s = last_check_s = 0.0
     timed_s = 0.0
     start = clock()
+    paused = 0.0  # seconds spent in between(): not the rounds' budget
     stopped_by = "max-rounds"
+    batch = 0
     while len(ref) < policy.max_rounds:
         count = max(1, min(batch_size(per_pair_ms), policy.max_rounds - len(ref)))
         r, o = take(len(ref), count)
@@ -139,14 +143,19 @@ def run_rounds(
                 stats_s += last_check_s
                 if estimate.rel_halfwidth <= policy.target_rel_halfwidth:
                     decision = "converged"
-            if decision is None and clock() - start >= policy.budget_s:
+            if decision is None and clock() - start - paused >= policy.budget_s:
                 decision = "budget"
         if agree is not None:
             decision = agree(decision)
         if decision:
             stopped_by = decision
             break
-    return Rounds(ref, opt, stopped_by, clock() - start, stats_s)
+        if between is not None:
+            t0 = clock()
+            between(batch)
+            paused += clock() - t0
+        batch += 1
+    return Rounds(ref, opt, stopped_by, clock() - start - paused, stats_s)
 
 
 def warm_statistics() -> None:
@@ -162,71 +171,98 @@ def _batch_size(per_pair_ms: float) -> int:
     return int(max(1, min(50, 50.0 / per_pair_ms)))
 
 
+@dataclass
+class Timed:
+    """One comparison's rounds: the measurement, and the callables that were timed (graph replays when a prepare
+    step captured the sides), for the checks after the rounds."""
+
+    measurement: Measurement
+    reference: Fn
+    optimized: Fn
+
+
+def warm_up(timer: Timer, fns: list[Fn], policy: Policy, clock: Callable[[], float] = time.monotonic) -> list[float]:
+    """Call fns in turn until each ran policy.warmup_calls times and policy.warmup_s passed; their times."""
+    start = clock()
+    calls = 0
+    warm: list[float] = []
+    while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
+        warm.extend(timer.time_each(fns))
+        calls += 1
+        if calls >= 1000:
+            break
+    return warm
+
+
+def paired_take(reference: Fn, optimized: Fn, timer: Timer) -> TakeRounds:
+    """take(first, count) for run_rounds: count rounds of both sides, reference first in even rounds (AB, BA, AB...)
+    so that neither side always runs on a cache or clock state the other one left behind."""
+
+    def take(first: int, count: int) -> tuple[list[float], list[float]]:
+        order: list[Fn] = []
+        for i in range(first, first + count):
+            order.extend([reference, optimized] if i % 2 == 0 else [optimized, reference])
+        times = timer.time_each(order)
+        pairs = [(times[2 * k], times[2 * k + 1]) for k in range(count)]
+        return ([a if (first + k) % 2 == 0 else b for k, (a, b) in enumerate(pairs)],
+                [b if (first + k) % 2 == 0 else a for k, (a, b) in enumerate(pairs)])
+
+    return take
+
+
+def time_pair(
+    reference: Fn,
+    optimized: Fn,
+    timer: Timer,
+    policy: Policy = Policy(),
+    *,
+    first_ms: tuple[float | None, float | None] = (None, None),
+    latency: bool = False,
+    prepare: Callable[[Fn], Fn] | None = None,
+    guard: Callable[[], Any] | None = None,
+    between: Callable[[int], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Timed:
+    """Warm both sides up, then time them in interleaved rounds until the interval is narrow or time runs out.
+
+    The first calls are the caller's (their times come in as first_ms). The rounds run on the timer the sides need
+    (Timer.for_sides: a CUDA timer may start every call from an idle device). prepare, when given, turns each side
+    into what the rounds time (a CUDA graph replay) after warm-up; guard() is a context manager around the rounds
+    (the gate's check that nothing recompiled); between(batch) runs after each batch of rounds, outside the timed
+    intervals (the gate's checkpoints).
+    """
+    rounds_timer = as_timer(timer).for_sides(reference, optimized, latency=latency)
+    warm = warm_up(rounds_timer, [reference, optimized], policy, clock)
+    if prepare is not None:
+        reference, optimized = prepare(reference), prepare(optimized)
+        warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
+    with guard() if guard is not None else contextlib.nullcontext():
+        rounds = run_rounds(paired_take(reference, optimized, rounds_timer), policy, batch_size=_batch_size,
+                            per_pair_ms=sum(warm[-2:]), between=between, clock=clock)
+    measurement = measurement_from_samples(
+        rounds.reference, rounds.optimized, reference_first_ms=first_ms[0], optimized_first_ms=first_ms[1],
+        seconds=rounds.seconds, stopped_by=rounds.stopped_by, timer=rounds_timer.name, confidence=policy.confidence,
+        stats_seconds=rounds.stats_seconds,
+    )
+    return Timed(measurement, reference, optimized)
+
+
 def measure_pair(
     reference: Fn,
     optimized: Fn,
     timer: Timer,
     policy: Policy = Policy(),
     *,
-    on_first_outputs: Callable[[Any, Any], None] | None = None,
-    before_rounds: Callable[[], Callable[[], None]] | None = None,
-    prepare_rounds: Callable[[Fn], Fn] | None = None,
-    after_rounds: Callable[[Fn, Fn, Rounds], None] | None = None,
     latency: bool = False,
+    prepare_rounds: Callable[[Fn], Fn] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measurement:
-    """Time reference against optimized in interleaved rounds until the interval is narrow or time runs out.
-
-    Each round times both callables once, back to back; the order alternates (AB, BA, AB, ...) so that
-    neither side always runs on a cache or clock state the other one left behind. One-time costs stay
-    out of the samples: the first call of each side is timed separately and warm-up runs before any round.
-    """
-    reference_first_ms, ref_out = timer.first_call(reference)
-    optimized_first_ms, opt_out = timer.first_call(optimized)
-    if on_first_outputs is not None:
-        on_first_outputs(ref_out, opt_out)
-    del ref_out, opt_out
-
-    # The timer for these sides, warm-up included (CudaTimer: its device hold, learnt anew for them, or each call
-    # from an idle device when latency is asked for or a side synchronizes; see timers.IdleStart).
-    for_sides = getattr(timer, "for_sides", None)
-    rounds_timer: Timer = for_sides(reference, optimized, latency=latency) if for_sides is not None else timer
-
-    start = clock()
-    calls = 0
-    warm: list[float] = []
-    while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
-        warm.extend(rounds_timer.time_each([reference, optimized]))
-        calls += 1
-        if calls >= 1000:
-            break
-    if prepare_rounds is not None:
-        # e.g. capture each side into a CUDA graph: the rounds then time replays, without host launch overhead.
-        reference, optimized = prepare_rounds(reference), prepare_rounds(optimized)
-        warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
-
-    def take(first: int, count: int) -> tuple[list[float], list[float]]:
-        order: list[Fn] = []
-        for i in range(first, first + count):
-            order.extend([reference, optimized] if i % 2 == 0 else [optimized, reference])
-        times = rounds_timer.time_each(order)
-        pairs = [(times[2 * k], times[2 * k + 1]) for k in range(count)]
-        return ([a if (first + k) % 2 == 0 else b for k, (a, b) in enumerate(pairs)],
-                [b if (first + k) % 2 == 0 else a for k, (a, b) in enumerate(pairs)])
-
-    # A check armed after warm-up and run after the rounds (the gate uses it to fail on a recompilation).
-    recompiled = before_rounds() if before_rounds is not None else None
-    rounds = run_rounds(take, policy, batch_size=_batch_size, per_pair_ms=sum(warm[-2:]), clock=clock)
-    if recompiled is not None:
-        recompiled()
-    if after_rounds is not None:
-        # e.g. re-check the outputs of what was timed (graph replays too) and where its device work ran.
-        after_rounds(reference, optimized, rounds)
-    return measurement_from_samples(
-        rounds.reference, rounds.optimized, reference_first_ms=reference_first_ms,
-        optimized_first_ms=optimized_first_ms, seconds=rounds.seconds, stopped_by=rounds.stopped_by,
-        timer=rounds_timer.name, confidence=policy.confidence, stats_seconds=rounds.stats_seconds,
-    )
+    """Each side's first call (timed alone: one-time costs stay out of the samples), then time_pair: for tools and
+    tests that time two callables without the gate's checks."""
+    timer = as_timer(timer)
+    first = timer.first_call(reference)[0], timer.first_call(optimized)[0]
+    return time_pair(reference, optimized, timer, policy, first_ms=first, latency=latency, prepare=prepare_rounds,
+                     clock=clock).measurement
 
 
 def measurement_from_samples(

@@ -12,24 +12,16 @@ from typing import TYPE_CHECKING, TypeVar
 
 from . import hardware
 from .timers import TIMER_CHOICES
+from .tolerance import DEFAULT_CPU_TOLERANCE, DEFAULT_TOLERANCE, default_for, is_cpu_key
 
 if TYPE_CHECKING:  # pytest only for annotations: the pure modules import the defaults below from here
     import pytest
 
 T = TypeVar("T")
 
-# The only definitions of these defaults: other modules import them from here.
-DEFAULT_TOLERANCE = 0.10
-# The default on CPU hardware keys (named "cpu-...", as hardware.hardware_key names every detected CPU). Measured with
-# tools/cpu_spread.py on the shared CPU dev box (2 cores, other test runs beside it), 2026-11: 61 CPU cases (torch,
-# numpy, plain Python; 0.001-20 ms) blessed once, then 5 gate runs, single-threaded (torch.set_num_threads(1),
-# OMP_NUM_THREADS=1). Within a run the 95% interval was +-1% (median); between runs a speedup moved 2-3% (median),
-# up to 27% down, and only a quarter of the intervals held the blessed speedup. The smallest tolerance that flagged
-# nothing was 22.8% and 23.3% (two sets), x1.5 for margin: 35%. With it, 5 reruns flagged 0 of 61 (10% flagged 1-4
-# per run), 5 more under extra bursty load 0 (26.4% needed), and a 2x slowdown in 3 cases flagged exactly those 3.
-# Multi-threaded CPU work on a shared box is not gateable by a tolerance: with torch's default 2 threads, times jumped
-# in steps of the scheduler's slice (8 ms) and 79-82% would have been needed.
-DEFAULT_CPU_TOLERANCE = 0.35
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_CPU_TOLERANCE", "DEFAULT_TARGET_NOISE", "DEFAULT_TOLERANCE", "Settings",
+           "SettingsError", "add_options", "is_cpu_key", "read_settings"]
+
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
 
@@ -167,11 +159,8 @@ class Settings:
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
 
     def default_tolerance(self, hardware_key: str) -> float:
-        """The tolerance of a case that names none: --speedup-tolerance or ini speedgate_tolerance when set, else
-        DEFAULT_CPU_TOLERANCE on a CPU hardware key and DEFAULT_TOLERANCE on any other."""
-        if self.tolerance is not None:
-            return self.tolerance
-        return DEFAULT_CPU_TOLERANCE if is_cpu_key(hardware_key) else DEFAULT_TOLERANCE
+        """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
+        return default_for(hardware_key, self.tolerance).value
 
     def tolerance_words(self, hardware_keys: Iterable[str]) -> str:
         """'default tolerance 10%' for the summary: the one in effect for these keys, or both defaults."""
@@ -179,12 +168,6 @@ class Settings:
         if self.tolerance is not None or len(effective) == 1:
             return f"default tolerance {self.tolerance if self.tolerance is not None else effective.pop():.0%}"
         return f"default tolerance {DEFAULT_TOLERANCE:.0%} ({DEFAULT_CPU_TOLERANCE:.0%} on cpu- hardware keys)"
-
-
-def is_cpu_key(hardware_key: str) -> bool:
-    """Whether results under this hardware key were measured on a CPU: the key is named 'cpu-...'. The name, not the
-    detected hardware, decides, so a case's default is the same wherever its baseline file is gated."""
-    return hardware_key.startswith("cpu-")
 
 
 class SettingsError(ValueError):

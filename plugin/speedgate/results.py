@@ -60,10 +60,10 @@ class CompareResult:
     optimized_profiled_ms: float | None = None
     reference_busy_ms: float | None = None
     optimized_busy_ms: float | None = None
-    budget: dict[str, float] | None = None
+    budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
     # A regressed or improved case: each side's median against the blessed entry's (now / blessed - 1).
     reference_change: float | None = None
-    optimized_change: float | None = None  # how the comparison's wall time was spent (see measure.Measurement)
+    optimized_change: float | None = None
     # What the correctness check compared: "returns" (the two return values), "outputs" (outputs= after each
     # side), "off" (check=False: unchecked), "caller" (compare_samples: the caller's to check); "" when unknown
     # (a record written before the field existed).
@@ -74,6 +74,13 @@ class CompareResult:
     # (blessing.between_run_spread); None when not calibrating.
     calibration_runs: int | None = None
     calibration_spread: float | None = None
+    # Where the tolerance came from (speedgate.tolerance.SOURCES); "" in a record written before the field existed.
+    tolerance_source: str = ""
+    # How the verdict's correctness was established (speedgate.checks: "fresh inputs", "fixed inputs", "unchecked",
+    # "caller"); "" in a record written before the field existed.
+    established: str = ""
+    # The checks the case waived, with its reasons (perf.compare(..., waive=...)).
+    waived: dict[str, str] | None = None
 
     @property
     def unchecked(self) -> bool:

@@ -220,19 +220,24 @@ class SpeedgateSession:
                 if self.monitor is not None:
                     self.gpu_state_at_start[self.hardware_key] = self.monitor.read().describe()
             # What NVML does not report (SM count, L2) the CUDA timer read off the device: keep it.
-            for name, value in getattr(self._timer, "properties", {}).items():
+            for name, value in self._timer.properties.items():
                 self.fingerprint.hardware.setdefault(name, value)
         return self._timer
 
+    def software(self) -> dict[str, Any]:
+        """The software versions of this run's fingerprint."""
+        return dict(self.fingerprint.software)
+
     def roofline(
-        self, timer: Timer, optimized_ms: float, flops: float | None, nbytes: float | None, flops_dtype: str | None
-    ) -> dict[str, Any]:
-        """peak_fraction (roofline floor / measured time) and the bound, on the GPU; empty elsewhere."""
+        self, timer: Timer, flops: float | None, nbytes: float | None, flops_dtype: str | None
+    ) -> tuple[float, str, str] | None:
+        """(floor ms, bound, the ceiling in words) of the declared work on this run's measured ceilings, on the GPU;
+        None elsewhere or with no work declared."""
         from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
         from .timers import CudaTimer
 
         if timer.name != CudaTimer.name or not (flops or nbytes):
-            return {}
+            return None
         import torch
 
         if self._ceilings is None:
@@ -241,24 +246,14 @@ class SpeedgateSession:
             self._ceilings.matmul_tflops[flops_dtype] = measure_matmul_tflops(torch, flops_dtype)
         floor = self._ceilings.floor_ms(flops, nbytes, flops_dtype)
         if floor is None:
-            return {}
-        self.ceilings_seen[self.hardware_key] = self._ceilings.to_json()
-        return {"peak_fraction": floor[0] / optimized_ms, "bound": floor[1]}
-
-    def implausible(self, result: CompareResult) -> str | None:
-        """Why the result's optimized time cannot be true on this GPU (under the roofline floor of its declared work
-        on this run's measured ceilings), or None."""
-        if result.peak_fraction is None or self._ceilings is None or not result.optimized_ms:
             return None
-        from .integrity import implausible
-
-        bound = result.bound or "memory"
-        if bound == "compute" and result.flops_dtype:
-            ceiling = f"{result.flops_dtype} matmul {self._ceilings.matmul_tflops.get(result.flops_dtype, 0):.0f} TFLOP/s"
+        self.ceilings_seen[self.hardware_key] = self._ceilings.to_json()
+        floor_ms, bound = floor
+        if bound == "compute" and flops_dtype:
+            ceiling = f"{flops_dtype} matmul {self._ceilings.matmul_tflops.get(flops_dtype, 0):.0f} TFLOP/s"
         else:
             ceiling = f"copy {self._ceilings.copy_gbps:.0f} GB/s"
-        return implausible(result.case_id, result.optimized_ms, result.peak_fraction * result.optimized_ms, bound,
-                           flops=result.flops, nbytes=result.bytes, ceiling=ceiling)
+        return floor_ms, bound, ceiling
 
     @contextlib.contextmanager
     def device_turn(self) -> Iterator[None]:

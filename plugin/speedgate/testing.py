@@ -6,10 +6,10 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .timers import Fn
+from .timers import Fn, Timer
 
 
-class ScriptedTimer:
+class ScriptedTimer(Timer):
     """Times by the callable's __name__: a number (always that), or a list of numbers taken in turn.
 
     The callables still run (so outputs and errors are real); only the clock is replaced. Override the

@@ -1,20 +1,25 @@
-"""Timing back ends: a monotonic host clock for CPU work, CUDA events with an L2 flush for GPU work."""
+"""The GPU clock: CUDA events around each call, the L2 flushed before it, the device held while the host queues a
+batch; and the same clock with every call started on an idle device (IdleStart)."""
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-Fn = Callable[[], Any]
+from .base import PROFILED_CALLS, Fn, Timer, median_event_ms, spin_cycles_per_ms
+from .holds import (
+    HOLD_CAP_MS,
+    HOLD_MARGIN_MS,
+    SYNC_PROBE_CAP_MS,
+    SYNC_PROBE_MS,
+    device_floor_ms,
+    hold_ms,
+    learn_hold,
+    wanted_hold_ms,
+)
 
-TIMER_CHOICES = ("auto", "cpu", "cuda")
-
-# Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
-# clock step in one call does not move. The first trace in a process costs about 4.5 s, later ones milliseconds.
-PROFILED_CALLS = 10
 # The spin kernel that holds the device while the host queues the profiled calls: 30 ms first, several times what
 # queueing 10 calls of a single-kernel side takes under the profiler. When the host still fell behind (a
 # launch-bound model: 10 calls took longer), the calls are traced again behind twice the host's queueing time, up
@@ -22,97 +27,9 @@ PROFILED_CALLS = 10
 PROFILE_HOLD_MS = 30.0
 PROFILE_HOLD_CAP_MS = 2000.0
 PROFILE_TRIES = 3
-# The rounds' hold before each batch covers what the host fell behind in the last one, and this much more: the
-# first launches of a batch (H100: one call of the persistent TMA matmul takes 0.14-0.22 ms to launch).
-HOLD_MARGIN_MS = 1.0
-# And a quarter more than that shortfall, since the host's pace changes from batch to batch.
-HOLD_SLACK = 1.25
-# Never longer than this: a batch is about 50 ms of work, and a side the hold cannot put behind the host (one that
-# synchronizes unnoticed) must not grow it without end.
-HOLD_CAP_MS = 100.0
-# The shortest and longest hold behind which a call is watched for making the host wait (CudaTimer.synchronizes).
-# A call whose host work alone lasts half the longest reads as waiting: it is launch-bound, timed from idle anyway.
-SYNC_PROBE_MS = 20.0
-SYNC_PROBE_CAP_MS = 1000.0
 
 
-def wanted_hold_ms(behind_per_call: float, calls: int) -> float:
-    """How long to hold the device before queueing `calls` calls, so that the host is never behind the device:
-    what the host fell behind per call in the last batch, for each call, a quarter more, and the margin."""
-    return HOLD_MARGIN_MS + HOLD_SLACK * behind_per_call * calls
-
-
-def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> float:
-    """wanted_hold_ms, at most `limit` (see learn_hold) and HOLD_CAP_MS."""
-    return min(limit, HOLD_CAP_MS, wanted_hold_ms(behind_per_call, calls))
-
-
-def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float) -> tuple[float | None, float | None]:
-    """What a held batch teaches: (host ms behind per call, or None to keep the last figure; a new limit, or None).
-
-    marks_ms: host time since the batch started queueing, after each call; device_ms: the least device time the
-    batch needed (device_floor_ms). A call that took the host half the hold or more waited for it: the launch queue
-    was full (a call of many kernels) or the call synchronizes. The host was then ahead anyway, and a longer hold
-    only leaves the device idle: the batch teaches no shortfall, and the hold is limited to what the host took to
-    queue the calls before that one (at least the margin).
-    """
-    if not marks_ms:
-        return None, None
-    steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
-    longest = max(range(len(steps)), key=steps.__getitem__)
-    if hold > HOLD_MARGIN_MS and steps[longest] >= hold / 2:
-        before = marks_ms[longest - 1] if longest else 0.0
-        return None, max(HOLD_MARGIN_MS, before)
-    return max(0.0, marks_ms[-1] - device_ms) / len(marks_ms), None
-
-
-def device_floor_ms(fns: Sequence[Fn], times: Sequence[float], flush_ms: float) -> float:
-    """The least device time a batch needed: each call at its callable's fastest in the batch, plus the flushes."""
-    fastest: dict[int, float] = {}
-    for fn, t in zip(fns, times):
-        fastest[id(fn)] = min(t, fastest.get(id(fn), t))
-    return sum(fastest[id(fn)] for fn in fns) + flush_ms * len(fns)
-
-
-class Timer(Protocol):
-    """What the measurement loop needs from a clock."""
-
-    name: str
-
-    def first_call(self, fn: Fn) -> tuple[float, Any]:
-        """Run fn once, synchronised, and return (milliseconds, its result)."""
-
-    def time_each(self, fns: Sequence[Fn]) -> list[float]:
-        """Run each fn once, in order, and return each one's milliseconds."""
-
-    def describe(self) -> str:
-        """One line for reports: what is timed and how."""
-
-
-class CpuTimer:
-    """time.perf_counter_ns around each call; for plain Python and CPU torch work (which is synchronous)."""
-
-    name = "cpu-monotonic"
-
-    def first_call(self, fn: Fn) -> tuple[float, Any]:
-        start = time.perf_counter_ns()
-        out = fn()
-        return (time.perf_counter_ns() - start) / 1e6, out
-
-    def time_each(self, fns: Sequence[Fn]) -> list[float]:
-        times = []
-        clock = time.perf_counter_ns
-        for fn in fns:
-            start = clock()
-            fn()
-            times.append((clock() - start) / 1e6)
-        return times
-
-    def describe(self) -> str:
-        return "host monotonic clock (perf_counter_ns), one call per sample"
-
-
-class CudaTimer:
+class CudaTimer(Timer):
     """CUDA events around each call on the current stream, with the L2 cache flushed before every call.
 
     The flush writes a buffer twice the size of the device's L2 so that no input of the timed call is
@@ -128,6 +45,8 @@ class CudaTimer:
     """
 
     name = "cuda-events-held"
+    can_graph = True
+    can_profile = True
 
     def __init__(self, torch: Any) -> None:
         if not torch.cuda.is_available():
@@ -326,7 +245,7 @@ class CudaTimer:
 
         from torch.profiler import ProfilerActivity, profile
 
-        from .integrity import profiled_busy
+        from ..integrity import profiled_busy
 
         torch = self._torch
         torch.cuda.synchronize()
@@ -348,7 +267,7 @@ class CudaTimer:
         )
 
 
-class IdleStart:
+class IdleStart(Timer):
     """CudaTimer with every call started on an idle device: the host waits for the device (after the flush) before
     each call, so the events time the call's host work (launches, Python, a graph break) together with its device work
     that does not overlap it. What one call costs from a standing start; used for cases about launch overhead
@@ -368,45 +287,3 @@ class IdleStart:
 
     def describe(self) -> str:
         return f"{self._timer.describe()}; each call started on an idle device ({self.why})"
-
-
-def median_event_ms(torch: Any, fn: Fn, calls: int = 7) -> float:
-    """The median of `calls` calls of fn, each between two CUDA events on the current stream and waited for."""
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def spin_cycles_per_ms(torch: Any) -> float:
-    """Clock cycles torch.cuda._sleep spins per millisecond on this GPU, measured now (median of 5 spins of ~1 ms)."""
-    cycles = 2_000_000
-    torch.cuda._sleep(cycles)  # a first launch, not timed
-    return cycles / median_event_ms(torch, lambda: torch.cuda._sleep(cycles), calls=5)
-
-
-def cuda_usable() -> bool:
-    """True when torch is already imported and sees a GPU. Never imports torch itself."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # a broken driver reads as "no GPU" here; an explicit --speedgate-timer=cuda says why
-        return False
-
-
-def make_timer(kind: str) -> Timer:
-    """Build the timer named by --speedgate-timer; 'auto' picks CUDA events when torch sees a GPU."""
-    if kind not in TIMER_CHOICES:
-        raise ValueError(f"unknown timer {kind!r}; choose one of {', '.join(TIMER_CHOICES)}")
-    if kind == "cpu" or (kind == "auto" and not cuda_usable()):
-        return CpuTimer()
-    import torch
-
-    return CudaTimer(torch)

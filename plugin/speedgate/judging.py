@@ -1,5 +1,5 @@
-"""Judging one comparison or metric: what its correctness check compares, its measurement against its baseline
-entry, the result, its note and its failure text."""
+"""Judging one comparison or metric: its measurement against its baseline entry, the result, its note and its
+failure text."""
 
 from __future__ import annotations
 
@@ -18,46 +18,6 @@ from .verdict import Judgement, Verdict, judge, judge_metric
 # A case is reported as measured on an unstable GPU when thermal policy held its clocks down for more than this
 # fraction of its comparison (NVML violation counters, read before and after).
 THROTTLE_NOTE_FRACTION = 0.05
-
-
-def check_mode(check: bool, outputs: Any, case_id: str) -> str:
-    """What compare() checks, as CompareResult.check: the two return values ('returns'), outputs= after each side
-    ('outputs'), or nothing ('off': check=False, marked unchecked in the reports)."""
-    if outputs is None:
-        return "returns" if check else "off"
-    if not callable(outputs):
-        raise TypeError(f"speedgate: {case_id}: outputs= must be a zero-argument callable, got {type(outputs).__name__}")
-    if not check:
-        raise ValueError(f"speedgate: {case_id}: outputs= names what to check, check=False turns the check off; "
-                         "pass one of them")
-    return "outputs"
-
-
-def returned_none(case_id: str, ref_out: Any, opt_out: Any) -> str | None:
-    """Why the two return values cannot be compared, when a side returned None: a forgotten `return` once let a
-    side that skipped its work pass unchecked, and bless a fake speedup."""
-    if ref_out is None and opt_out is None:
-        return (f"speedgate: {case_id}: both sides returned None, so there is nothing to compare. For in-place "
-                "kernels pass outputs= (a zero-argument callable returning the tensors to compare, called after "
-                "each side's first call), or say check=False to time the case unchecked.")
-    for side, out, other, other_out in (("optimized", opt_out, "reference", ref_out),
-                                        ("reference", ref_out, "optimized", opt_out)):
-        if out is None:
-            return (f"speedgate: {case_id}: the {side} callable returned None but the {other} returned "
-                    f"{type(other_out).__name__}: a forgotten `return`? Return the result from both sides, or for an "
-                    "in-place kernel return None from both and pass outputs=, or pass check=False.")
-    return None
-
-
-def snapshot(value: Any) -> Any:
-    """A copy of outputs()'s tensors (in lists, tuples and dicts), so the other side's call cannot overwrite them."""
-    if hasattr(value, "detach") and hasattr(value, "clone"):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(snapshot(v) for v in value)
-    if isinstance(value, dict):
-        return {k: snapshot(v) for k, v in value.items()}
-    return value
 
 
 def judge_measurement(
@@ -114,9 +74,10 @@ def judge_measurement(
     return result, first, measurement
 
 
-def untimed(fields: Mapping[str, Any], reason: str, closeness: list[Closeness] | None = None) -> CompareResult:
+def untimed(fields: Mapping[str, Any], reason: str, closeness: list[Closeness] | None = None, *,
+            established: str = "") -> CompareResult:
     return CompareResult(timed=False, verdict=Verdict.UNTIMED, note=f"timing skipped: {reason}", **fields,
-                         **error_fields(closeness or []))
+                         established=established, **error_fields(closeness or []))
 
 
 def judge_metric_value(

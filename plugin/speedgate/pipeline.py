@@ -1,0 +1,346 @@
+"""One path through perf.compare(): the case's arguments checked once (CaseSpec), then named stages that each take
+what the last one produced: check (the first calls, outputs compared), measure (warm-up and interleaved rounds),
+audit (outputs again after timing, the Evidence and every integrity audit), judge (the tolerance, the verdict, a
+re-measure before a regression stands) and record (the caller's)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import integrity, judging
+from . import tolerance as tolerances
+from .blessing import between_run_spread
+from .ceilings import MATMUL_DTYPES
+from .checks import CALLER, Checker
+from .measure import Measurement, Policy, Timed, time_pair
+from .results import CompareResult
+from .sides import CaseError, InputSets, Side
+from .timers import Fn, Timer
+
+# What a case may waive, with a stated reason (perf.compare(..., waive={name: reason})): an audit whose condition can
+# be the optimization itself, and strict mode's demand for fresh inputs.
+FIXED_INPUTS_WAIVER = "fixed-inputs"
+WAIVERS = (*integrity.WAIVABLE, FIXED_INPUTS_WAIVER)
+
+
+class RecompiledInRounds(AssertionError):
+    """torch.compile compiled again while a comparison was being timed: the samples hold compile time."""
+
+
+class Dishonest(AssertionError):
+    """A measured time that cannot be true: under the roofline floor, work outside the timed stream, or no device
+    work at all."""
+
+
+class Services(Protocol):
+    """What the stages need from the run (speedgate.session.SpeedgateSession provides it)."""
+
+    @property
+    def settings(self) -> Any: ...
+
+    @property
+    def monitor(self) -> Any: ...
+
+    def timer(self) -> Timer: ...
+
+    def baseline_entry(self, case_id: str, key: str | None = None) -> dict[str, Any] | None: ...
+
+    def baseline_found_for(self, key: str) -> bool: ...
+
+    def roofline(self, timer: Timer, flops: float | None, nbytes: float | None,
+                 flops_dtype: str | None) -> tuple[float, str, str] | None: ...
+
+    def software(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One comparison's arguments, checked: what every stage reads and every result of it carries."""
+
+    case_id: str
+    nodeid: str
+    name: str | None
+    hardware_key: str
+    pinned_tolerance: float | None
+    flops: float | None = None
+    bytes: float | None = None
+    flops_dtype: str | None = None
+    config: dict[str, Any] | None = None
+    check: str = "returns"
+    rtol: float | None = None
+    atol: float | None = None
+    graph: bool = False
+    latency: bool = False
+    waived: Mapping[str, str] | None = None
+
+    def fields(self, tolerance: tolerances.Tolerance) -> dict[str, Any]:
+        """The fields every CompareResult of this comparison shares."""
+        return dict(case_id=self.case_id, nodeid=self.nodeid, name=self.name, hardware_key=self.hardware_key,
+                    tolerance=tolerance.value, tolerance_source=tolerance.source,
+                    tolerance_pinned=self.pinned_tolerance is not None, flops=self.flops, bytes=self.bytes,
+                    flops_dtype=self.flops_dtype, config=self.config, check=self.check,
+                    waived=dict(self.waived) if self.waived else None)
+
+
+def case_spec(case_id: str, nodeid: str, hardware_key: str, *, name: str | None, tolerance: float | None,
+              flops: float | None, bytes: float | None, flops_dtype: str | None,  # noqa: A002
+              config: Mapping[str, Any] | None, **rest: Any) -> CaseSpec:
+    """A CaseSpec from compare()'s (or compare_samples()') arguments; ValueError naming the one that is wrong."""
+    if name is not None and (not name or any(c in name for c in "\n\r\t")):
+        raise ValueError(f"speedgate: case name {name!r} must be non-empty and on one line")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance)
+                                      and 0.0 <= tolerance < 1.0):
+        raise ValueError(f"speedgate: tolerance must be a fraction in [0, 1), got {tolerance!r}")
+    for label, value in (("flops", flops), ("bytes", bytes)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"speedgate: {label}= must be a finite non-negative number, got {value!r}")
+    if flops_dtype is not None and flops_dtype not in MATMUL_DTYPES:
+        raise ValueError(f"speedgate: flops_dtype={flops_dtype!r} is not one of {', '.join(MATMUL_DTYPES)}")
+    waived = rest.pop("waive", None)
+    if waived is not None:
+        waived = _waivers(case_id, waived)
+    return CaseSpec(case_id, nodeid, name, hardware_key, None if tolerance is None else float(tolerance), flops, bytes,
+                    flops_dtype, _plain_config(case_id, config), waived=waived, **rest)
+
+
+def _waivers(case_id: str, waive: Any) -> dict[str, str]:
+    if not isinstance(waive, Mapping):
+        raise TypeError(f"speedgate: {case_id}: waive= must be a dict of {{check: reason}}, got {type(waive).__name__}")
+    for key, reason in waive.items():
+        if key not in WAIVERS:
+            raise ValueError(f"speedgate: {case_id}: waive={{{key!r}: ...}}: not a check a case can waive; choose from "
+                             f"{', '.join(WAIVERS)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"speedgate: {case_id}: waive={{{key!r}: ...}} needs the reason, in words")
+    return {str(k): str(v).strip() for k, v in waive.items()}
+
+
+def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The config as plain JSON values (it travels to xdist's controller and into the baseline file)."""
+    if config is None:
+        return None
+    try:
+        return json.loads(json.dumps(dict(config), sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"speedgate: {case_id}: config= must hold plain JSON values: {exc}") from None
+
+
+def compiled_frames() -> int:
+    """Frames torch.compile (dynamo) has compiled in this process, a recompilation counting again; 0 when dynamo
+    was never imported. Never imports torch."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return 0 if utils is None else int(utils.counters["frames"]["total"])
+
+
+@contextlib.contextmanager
+def no_recompile(case_id: str) -> Iterator[None]:
+    """Around the timed rounds: fails the case if torch.compile compiled anything meanwhile."""
+    before = compiled_frames()
+    yield
+    compiled = compiled_frames() - before
+    if compiled:
+        raise RecompiledInRounds(
+            f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (a "
+            "recompilation: a guard failed, e.g. a new shape, dtype or Python value); the samples include "
+            "compile time. Make the inputs static across calls, or mark dimensions dynamic.")
+
+
+def graph_capture(timer: Timer, case_id: str) -> Callable[[Fn], Fn] | None:
+    """graph=True: each side captured into a CUDA graph after warm-up (the rounds time replays); None where the
+    timer captures nothing (CPU work, a scripted clock)."""
+    if not timer.can_graph:
+        return None
+
+    def prepare(fn: Fn) -> Fn:
+        try:
+            return timer.graphed(fn)
+        except Exception as exc:
+            raise CaseError(f"speedgate: {case_id}: graph=True, but a side could not be captured in a CUDA graph "
+                            f"({type(exc).__name__}: {exc}); time it without graph=True") from exc
+
+    return prepare
+
+
+class Comparison:
+    """One perf.compare() call, run stage by stage (run() in order, or the stages one at a time)."""
+
+    def __init__(self, spec: CaseSpec, reference: Callable[..., Any], optimized: Callable[..., Any], *,
+                 services: Services, timer: Timer | None, outputs: Fn | None = None,
+                 inputs: Callable[[int], Sequence[Any]] | None = None) -> None:
+        self.spec, self.services = spec, services
+        self._timer = timer
+        sets = InputSets(inputs, spec.case_id) if inputs is not None else None
+        # The reference's first call runs first: only its outputs= must be copied.
+        self.ref = Side(reference, "reference", spec.case_id, sets, outputs, copy=True)
+        self.opt = Side(optimized, "optimized", spec.case_id, sets, outputs, copy=False)
+        self.checker = Checker(spec.case_id, spec.check, spec.rtol, spec.atol, self.ref, self.opt, sets)
+        self.first_ms: tuple[float | None, float | None] = (None, None)
+
+    @property
+    def timer(self) -> Timer:
+        if self._timer is None:
+            self._timer = self.services.timer()
+        return self._timer
+
+    def run(self, untimed: str = "") -> tuple[CompareResult, dict[str, Any] | None]:
+        """Every stage but recording: (the result, its raw samples); untimed (a reason): only the checks, and no
+        samples."""
+        try:
+            if untimed:
+                self.checker.first(self.ref, self.opt)
+                self.checker.again()
+                return judging.untimed(self.spec.fields(self.tolerance(None)), untimed, self.checker.closeness,
+                                       established=self.checker.established), None
+            self.check()
+            started, violations = time.monotonic(), self._violations()
+            timed = self.measure()
+            evidence = self.audit(timed)
+            return self.judge(timed, evidence, throttled=self._throttled(violations, started))
+        finally:
+            self.ref.forget()
+            self.opt.forget()
+
+    # -- the stages ----------------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """The first call of each side, timed alone (compilation, autotuning), poisoned before and checked."""
+        first: dict[str, float] = {}
+
+        def call(side: Side) -> Callable[[], Any]:
+            def once() -> Any:
+                first[side.name], out = self.timer.first_call(side)
+                return out
+            return once
+
+        self.checker.first(call(self.ref), call(self.opt))
+        self.first_ms = (first.get("reference"), first.get("optimized"))
+
+    def measure(self) -> Timed:
+        """Warm-up and interleaved rounds (graph replays with graph=True); with inputs=, the sets refilled in place
+        after warm-up and at the rounds' checkpoints, the timed outputs checked there and after the last round."""
+        policy = Policy.from_settings(self.services.settings)
+        prepare = graph_capture(self.timer, self.spec.case_id) if self.spec.graph else None
+        checker = self.checker
+
+        @contextlib.contextmanager
+        def rounds() -> Iterator[None]:
+            checker.start_rounds()
+            with no_recompile(self.spec.case_id):
+                yield
+            checker.end_rounds()
+
+        timed = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=self.spec.latency,
+                          prepare=prepare, guard=rounds, between=checker.at_checkpoint)
+        _check_measurable(self.spec.case_id, timed.measurement)
+        return timed
+
+    def audit(self, timed: Timed) -> integrity.Evidence:
+        """What was timed (graph replays too) checked again on fresh inputs; the evidence gathered (the profiled
+        calls, the roofline floor) and every audit run on it, before anything is judged or recorded."""
+        self.checker.again(timed.reference, timed.optimized)
+        spec = self.spec
+        profiled = {side: self.timer.profile_calls(fn) for side, fn in
+                    (("reference", timed.reference), ("optimized", timed.optimized))} if self.timer.can_profile else None
+        roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
+        floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
+        evidence = integrity.Evidence(spec.case_id, timed.measurement.optimized_ms, profiled, floor_ms, bound, ceiling,
+                                      spec.flops, spec.bytes)
+        reason = integrity.first_failure(evidence, spec.waived or {})
+        if reason:
+            raise Dishonest(reason)
+        return evidence
+
+    def tolerance(self, entry: Mapping[str, Any] | None) -> tolerances.Tolerance:
+        spec = self.spec
+        return tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry,
+                                  configured=self.services.settings.tolerance)
+
+    def judge(self, timed: Timed, evidence: integrity.Evidence, *,
+              throttled: Mapping[str, float]) -> tuple[CompareResult, dict[str, Any]]:
+        """The verdict against the baseline entry, with the tolerance speedgate.tolerance resolves."""
+        spec = self.spec
+        policy = Policy.from_settings(self.services.settings)
+        prepare = graph_capture(self.timer, spec.case_id) if spec.graph else None
+
+        def again() -> Measurement:
+            # A measurement of its own: each side called once, synchronised, before warm-up (the first calls' times
+            # stay those of the real first calls).
+            self.timer.first_call(self.ref)
+            self.timer.first_call(self.opt)
+            m = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=spec.latency,
+                          prepare=prepare).measurement
+            _check_measurable(spec.case_id, m)
+            return m
+
+        extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence)}
+        return judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
+                          throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
+                          bound=evidence.bound)
+
+    def _violations(self) -> dict[str, int]:
+        monitor = self.services.monitor
+        return monitor.violations() if monitor else {}
+
+    def _throttled(self, before: dict[str, int], started: float) -> dict[str, float]:
+        from .gpu_state import throttled_fractions
+
+        monitor = self.services.monitor
+        return throttled_fractions(before, monitor.violations(), time.monotonic() - started) if monitor else {}
+
+
+def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, again: Callable[[], Measurement],
+               extra: Mapping[str, Any], *, graphed: bool, throttled: Mapping[str, float], closeness: list[Any],
+               floor_ms: float | None = None, bound: str | None = None) -> tuple[CompareResult, dict[str, Any]]:
+    """The judge stage, shared by compare() and compare_samples(): the tolerance resolved, calibration runs when
+    blessing with --speedgate-calibrate, then the verdict (re-measured once before a regression stands). Returns the
+    result and its raw samples (for the artifacts of a failing test)."""
+    settings = services.settings
+    entry = services.baseline_entry(spec.case_id, spec.hardware_key)
+    tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
+    fields = {**spec.fields(tol), **extra}
+    if settings.calibrate_runs:
+        fields.update(calibration(measurement, again, settings.calibrate_runs))
+
+    def roofline(m: Measurement) -> dict[str, Any]:
+        return {"peak_fraction": floor_ms / m.optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
+
+    result, first, final = judging.judge_measurement(
+        measurement, again, fields, entry=entry, file_found=services.baseline_found_for(spec.hardware_key),
+        remeasure=not settings.update_baselines, graphed=graphed, throttled=throttled, roofline=roofline,
+        closeness=closeness, software=services.software(),
+    )
+    return result, judging.samples_record(first, final)
+
+
+def calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> dict[str, Any]:
+    """--speedgate-calibrate: measure runs - 1 more times in this process; the spread of the runs' speedups (the first
+    is the one judged and blessed). Fresh rounds see drift within a process; what differs between processes and cards
+    only calibrating blesses in several processes and on several cards see (blessing.py keeps that evidence)."""
+    speedups = [first.speedup, *(again().speedup for _ in range(runs - 1))]
+    return {"calibration_runs": runs, "calibration_spread": between_run_spread(speedups)}
+
+
+def _profiled_fields(evidence: integrity.Evidence) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for side, traced in (evidence.profiled or {}).items():
+        found[f"{side}_profiled_ms"] = float(traced["events_ms"])
+        found[f"{side}_busy_ms"] = float(traced["busy_ms"])
+    return found
+
+
+def _check_measurable(case_id: str, m: Measurement) -> None:
+    if not (m.reference_ms > 0 and m.optimized_ms > 0):
+        raise CaseError(
+            f"speedgate: {case_id}: a median time is zero (reference {m.reference_ms} ms, optimized {m.optimized_ms} ms): "
+            "the work is below the clock's resolution; make the case larger"
+        )
+
+
+__all__ = ["CALLER", "CaseSpec", "Comparison", "Dishonest", "RecompiledInRounds", "Services", "WAIVERS", "case_spec",
+           "compiled_frames", "judge_case"]
