@@ -26,12 +26,6 @@ def create_file_hint() -> str:
     return f"create it with {bless_command()} on this hardware"
 
 
-def rerun_then_bless(nodeid: str) -> str:
-    """For a failing test's artifacts: confirm alone first, then re-bless if the change is intended."""
-    return (f"re-run the test alone to confirm (`pytest '{nodeid}'`); if the change is intended, re-bless with "
-            f"{bless_command(nodeid, quoted=True)}")
-
-
 def next_step(
     verdict: Verdict,
     *,

@@ -9,9 +9,8 @@ from typing import Any
 
 from .hardware import software_drift
 
-# A side's median counts as moved when it differs from the blessed one by more than this fraction. Medians of the
-# same build on the same GPU repeat within about 1% run to run on the H100 (most Triton cases moved 0.33% from their
-# blessed speedup, 2026-11-23); 3% keeps that noise out of the story.
+# A side's median counts as moved when it differs from the blessed one by more than this fraction: several times
+# how far medians of one build on one GPU move run to run (docs/results/plugin-constants.md).
 MOVED = 0.03
 
 

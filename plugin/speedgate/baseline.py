@@ -18,8 +18,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 SCHEMA_RESOURCE = "baseline-v1.schema.json"
 # How long update() waits for another process blessing into the same file. A bless holds the lock for a read,
-# a merge and a write (0.2-0.27 s for the 162-entry H100 file on a loaded 2-core dev box), so running out means
-# a stuck holder.
+# a merge and a write (fractions of a second: docs/results/plugin-constants.md), so running out means a stuck holder.
 LOCK_TIMEOUT_S = 300.0
 
 

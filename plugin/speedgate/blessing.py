@@ -30,26 +30,12 @@ REWRITE_SHARE_OF_TOLERANCE = 1.0 / 3.0
 
 
 # --speedgate-calibrate: an entry's tolerance is max(CALIBRATION_FLOOR, CALIBRATION_K x spread), the spread being
-# the between-run standard deviation of the case's speedup, relative (between_run_spread). K = 3: the gate compares
-# one run's speedup with one blessed speedup, whose difference has sqrt(2) x that deviation, so 3 sigma is 2.1 sigma
-# of the difference (a case's point estimate falls outside about 2% of the time), and a regression must also have
-# its whole 95% interval below the line and survive the gate's re-measure. The floor covers what fresh rounds in
-# one process cannot see: the spread between processes (a torch.compile'd reference picking another kernel per
-# process was bimodal on the H100; tools/cpu_spread.py measures it across processes), and a spread underestimated
-# from a handful of runs. 2%: GPU medians moved 0.33% (median |change|) between runs of the H100 suite, so 2% is
-# about 6x that, and still catches a 5% regression that a 10% default lets through. Checked on the shared 2-core
-# CPU dev box (20 of tools/cpu_spread.py's cases, 1 thread, calibrated with N=5, then 4 gate runs, each a fresh
-# process): median spread 2.8%, median tolerance 8.8%; between processes the median |change| was 3.6%, about the
-# in-process spread, but bursts of other load moved some cases 40-70%, and 2 of the 80 case-runs failed (1 at
-# the 35% CPU default). So a shared CPU box is no place to calibrate (keep the CPU default); on a quiet GPU, K and the
-# floor above are the starting point.
-#
-# Measured on the H100 (2026-11-23, tools/gate_study.py): fresh rounds in one process are not enough. A Triton matmul
-# against its torch.compile'd reference ran 0.186/0.178 ms in five gate processes and 0.332/0.277 ms in the
-# calibrating one (both sides of that pair, in that process only: a per-process mode), so a 3.6% in-process spread gave
-# 10.9% and 5 of 5 clean runs failed. So each calibrated bless also records its judged speedup per process
-# (`process_speedups`, same software, the last PROCESSES_KEPT), and the tolerance covers the wider of the in-process
-# and the between-process spread: calibrate by running the calibrated bless in 2 or more fresh processes.
+# the widest relative between-run standard deviation of the case's speedup that its evidence shows (within a
+# process, between processes; between_run_spread). K = 3: the gate compares one run's speedup with one blessed
+# speedup, whose difference has sqrt(2) x that deviation, so 3 sigma is 2.1 sigma of the difference, and a regression
+# must also have its whole 95% interval below the line and survive the gate's re-measure. The floor covers what the
+# evidence cannot see and a spread underestimated from a handful of runs. The measurements that chose K and the
+# floor: docs/results/calibration.md.
 CALIBRATION_K = 3.0
 PROCESSES_KEPT = 8
 CALIBRATION_FLOOR = 0.02
@@ -115,9 +101,8 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
     spread of them all and, with 2 or more processes, the between-process spread too.
 
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
-    differs between processes, and that is the between-process spread the gate must tolerate (H100, 2026-11-23:
-    flash attention 8192-128-causal picked 128x128 tiles in one calibrating process and 64x64 in the next, 0.758x
-    and 0.805x against SDPA; when a config change reset the list, its tolerance came from one process, 2.3%)."""
+    differs between processes, and that is the between-process spread the gate must tolerate (an example:
+    docs/results/calibration.md)."""
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry
@@ -132,8 +117,7 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
     run_spreads = [*prior_spreads, float(calibration["spread"])][-PROCESSES_KEPT:]
     calibration = {**calibration, "process_speedups": speedups, "process_run_spreads": run_spreads}
     # Every kept process's in-process spread counts, not only the newest's: a run that jumped in an earlier process
-    # is evidence of what the gate will meet (H100, 2026-11-23: compile mode "default" against eager spread 9.3% in
-    # one calibrating process and 0.08% in the next; the newest alone gave 2%).
+    # is evidence of what the gate will meet.
     spread = max(run_spreads)
     if len(speedups) >= 2:
         calibration["process_spread"] = round_value(between_run_spread(speedups))

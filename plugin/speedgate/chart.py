@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .reporting import ReportError, RunView
 from .results import CompareResult, MetricResult
 from .verdict import Verdict, by_severity
 
@@ -96,3 +97,19 @@ def render(records: Sequence[CompareResult], path: Path, title: str, metrics: Se
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return labels
+
+
+class ChartReport:
+    """--speedgate-chart: the run as a PNG (needs matplotlib), when it has results."""
+
+    name = "chart"
+
+    def path(self, run: RunView) -> Path | None:
+        return run.settings.chart_path if run.has_results else None
+
+    def write(self, run: RunView, path: Path) -> None:
+        title = f"speedgate: {', '.join(run.result_keys)}, {len(run.records)} cases, {len(run.metrics)} metrics"
+        try:
+            render(run.records, path, title, run.metrics)
+        except RuntimeError as exc:
+            raise ReportError(str(exc)) from None

@@ -12,9 +12,9 @@ from typing import Any
 
 from .attribution import detectable_drop, detection_summary, which_side_moved
 from .hardware import software_drift
-from .options import DEFAULT_TOLERANCE
 from .report import align
 from .stats import RatioEstimate
+from .tolerance import CALIBRATED, DEFAULT_CPU_TOLERANCE, DEFAULT_TOLERANCE, Tolerance, resolve
 from .verdict import Verdict, by_severity, judge, judge_metric
 
 
@@ -23,8 +23,9 @@ class CompareInputError(ValueError):
 
 
 @dataclass(frozen=True)
-class Side:
-    """What one file holds: cases and metrics by id, and the software they were measured with."""
+class RunFile:
+    """What one file holds: cases and metrics by id (each with its hardware key), and the software they were
+    measured with."""
 
     cases: dict[str, dict[str, Any]]
     metrics: dict[str, dict[str, Any]]
@@ -46,7 +47,7 @@ class Row:
     detects: float | None = None  # the smallest drop NEW's interval would have flagged at this tolerance
 
 
-def load(path: Path) -> Side:
+def load(path: Path) -> RunFile:
     """A baseline file or a --speedgate-json report, validated."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -60,21 +61,17 @@ def load(path: Path) -> Side:
             validate(doc, path)
         except BaselineError as exc:
             raise CompareInputError(str(exc)) from None
-        return Side(cases, dict(doc.get("metrics", {})), doc["fingerprint"].get("software", {}))
+        key = doc["hardware_key"]
+        return RunFile({k: {**v, "hardware_key": key} for k, v in cases.items()}, dict(doc.get("metrics", {})),
+                       doc["fingerprint"].get("software", {}))
     if isinstance(cases, list) and "speedgate_report_version" in doc:
         timed = {c["case_id"]: c for c in cases if c.get("timed") and c.get("speedup")}
         metrics = {m["metric_id"]: m for m in doc.get("metrics", [])}
         software: dict[str, Any] = {}
         for fp in doc.get("fingerprints", {}).values():
             software = fp.get("software", {})
-        return Side(timed, metrics, software)
+        return RunFile(timed, metrics, software)
     raise CompareInputError(f"{path}: neither a speedgate baseline file nor a --speedgate-json report")
-
-
-def load_cases(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """({case_id: entry}, software versions) of a file (see load)."""
-    side = load(path)
-    return side.cases, side.software
 
 
 def _absent(ident: str, o: Mapping[str, Any] | None, n: Mapping[str, Any] | None, key: str) -> Row | None:
@@ -83,6 +80,18 @@ def _absent(ident: str, o: Mapping[str, Any] | None, n: Mapping[str, Any] | None
     if o is None and n is not None:
         return Row(ident, None, n[key], Verdict.NEW)
     return None
+
+
+def case_tolerance(old: Mapping[str, Any], new: Mapping[str, Any], override: float | None) -> Tolerance:
+    """The tolerance NEW is judged with against OLD: the gate's rule (speedgate.tolerance.resolve), with --tolerance as
+    the configured default. The case's own tolerance= is known when NEW is a report (tolerance_pinned); a calibrated
+    tolerance comes from OLD's baseline entry, or from NEW's report when the gate used one there."""
+    pinned = new.get("tolerance") if new.get("tolerance_pinned") else None
+    entry: Mapping[str, Any] | None = old if "calibration" in old else None
+    if entry is None and new.get("tolerance_source") == CALIBRATED:
+        entry = {"calibration": "from the report", "tolerance": new.get("tolerance")}
+    key = str(new.get("hardware_key") or old.get("hardware_key") or "")
+    return resolve(key, pinned=pinned, entry=entry, configured=override)
 
 
 def compare(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]], tolerance: float | None) -> list[Row]:
@@ -94,7 +103,7 @@ def compare(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str,
         if absent is not None or o is None or n is None:
             rows.append(absent or Row(case_id, None, None, Verdict.MISSING))
             continue
-        tol = tolerance if tolerance is not None else float(n.get("tolerance") or o.get("tolerance") or DEFAULT_TOLERANCE)
+        tol = case_tolerance(o, n, tolerance).value
         estimate = RatioEstimate(n["speedup"], n.get("ci_low", n["speedup"]), n.get("ci_high", n["speedup"]), 0.95,
                                  int(n.get("rounds") or 0))
         j = judge(estimate, o["speedup"], tol, file_found=True)
@@ -156,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_parser.add_argument("old", type=Path)
     cmp_parser.add_argument("new", type=Path)
     cmp_parser.add_argument("--tolerance", type=float, default=None,
-                            help=f"override every case's tolerance (default: the case's own, else {DEFAULT_TOLERANCE})")
+                            help="the default tolerance of cases that name none and have no calibrated entry, a fraction "
+                                 f"(default: {DEFAULT_TOLERANCE}, {DEFAULT_CPU_TOLERANCE} on cpu- hardware keys: the gate's "
+                                 "rule)")
     args = parser.parse_args(argv)
     if args.tolerance is not None and not 0.0 <= args.tolerance < 1.0:
         parser.error(f"--tolerance {args.tolerance} must be a fraction in [0, 1)")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from .reporting import ReportError, RunView, dump_json, write_text
 from .results import CompareResult, MetricResult
 
 REPORT_VERSION = 1
@@ -102,7 +105,42 @@ def pytest_benchmark_report(records: Sequence[CompareResult], fingerprints: Mapp
         from pytest_benchmark import __version__ as benchmark_version
         from pytest_benchmark.utils import get_commit_info
     except ImportError:
-        raise RuntimeError(
+        raise ReportError(
             "--speedgate-benchmark-json needs pytest-benchmark: pip install 'pytest-speedgate[benchmark]'"
         ) from None
     return benchmark_json(records, fingerprints, benchmark_machine_info(), get_commit_info(), benchmark_version, now)
+
+
+class JsonReport:
+    """--speedgate-json: speedgate's own report, every case and metric (written even when no test used perf)."""
+
+    name = "json"
+
+    def path(self, run: RunView) -> Path | None:
+        return run.settings.json_path
+
+    def write(self, run: RunView, path: Path) -> None:
+        s = run.settings
+        settings = {"tolerance": s.tolerance, "strict": s.strict,
+                    "default_tolerance": {key: s.default_tolerance(key) for key in run.result_keys},
+                    "update_baselines": s.update_baselines, "correctness_only": s.correctness_only,
+                    "baseline_dir": str(s.baseline_dir)}
+        doc = json_report(run.records, run.metrics, run.failed_nodeids, settings=settings,
+                          fingerprints=run.fingerprints, ceilings=run.ceilings, gpu_state=run.gpu_state,
+                          workers=run.workers)
+        if run.unmatched is not None:
+            doc["unmatched_baseline_entries"] = dict(run.unmatched)
+        write_text(path, dump_json(doc))
+
+
+class BenchmarkReport:
+    """--speedgate-benchmark-json: the timed cases in pytest-benchmark's JSON layout."""
+
+    name = "benchmark-json"
+
+    def path(self, run: RunView) -> Path | None:
+        return run.settings.benchmark_json_path
+
+    def write(self, run: RunView, path: Path) -> None:
+        doc = pytest_benchmark_report(run.records, run.fingerprints, run.now)
+        write_text(path, json.dumps(doc, indent=2) + "\n")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from . import export, report
+from . import report
 from .blessing import bless_into
 from .session import SpeedgateSession
 
@@ -93,53 +90,17 @@ def header_lines(state: SpeedgateSession) -> list[str]:
     )
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-def _dump(doc: Any) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
 def write_reports(state: SpeedgateSession, done: Finish) -> None:
-    """Every report file asked for, and the GitHub step summary; a report that cannot be made is an error."""
-    s = state.settings
-    if s.json_path is not None:
-        settings = {"tolerance": s.tolerance, "strict": s.strict,
-                    "default_tolerance": {key: s.default_tolerance(key) for key in state.result_keys()}, "update_baselines": s.update_baselines,
-                    "correctness_only": s.correctness_only, "baseline_dir": str(s.baseline_dir)}
-        doc = export.json_report(
-            state.records, state.metric_records, state.failed_nodeids, settings=settings,
-            fingerprints=state.fingerprints, ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start,
-            workers=state.workers)
-        if done.unmatched is not None:
-            doc["unmatched_baseline_entries"] = done.unmatched
-        _write(s.json_path, _dump(doc))
-    if s.benchmark_json_path is not None:
-        try:
-            doc = export.pytest_benchmark_report(state.records, state.fingerprints, baseline_file.now_iso())
-            _write(s.benchmark_json_path, json.dumps(doc, indent=2) + "\n")
-        except RuntimeError as exc:
-            done.errors.append(str(exc))
-    if s.chart_path is not None and (state.records or state.metric_records):
-        from .chart import render
+    """Every report file the run asked for (speedgate.reporting); a report that cannot be made is an error."""
+    from .reporting import RunView, write_all
 
-        keys = ", ".join(state.result_keys())
-        title = f"speedgate: {keys}, {len(state.records)} cases, {len(state.metric_records)} metrics"
-        try:
-            render(state.records, s.chart_path, title, state.metric_records)
-        except RuntimeError as exc:
-            done.errors.append(str(exc))
-    if state.records or state.metric_records:
-        notes = [*done.header, *(f"warning: {w}" for w in done.warnings), *(f"error: {e}" for e in done.errors)]
-        text = report.markdown(state.records, state.metric_records, state.failed_nodeids, notes)
-        if s.markdown_path is not None:
-            _write(s.markdown_path, text)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(text)
+    run = RunView(
+        records=state.records, metrics=state.metric_records, failed_nodeids=state.failed_nodeids,
+        settings=state.settings, result_keys=state.result_keys(), fingerprints=state.fingerprints,
+        ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start, workers=state.workers, header=done.header,
+        warnings=done.warnings, errors=list(done.errors), unmatched=done.unmatched, now=baseline_file.now_iso(),
+    )
+    done.errors.extend(write_all(run))
 
 
 def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, bool]]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .advice import create_file_hint
 from .hardware import software_drift
+from .reporting import RunView, write_text
 from .results import CompareResult, MetricResult
 from .verdict import Verdict, by_severity
 
@@ -250,3 +253,33 @@ def budget_line(records: Sequence[CompareResult]) -> str | None:
              (("timed work", "timed_s"), ("statistics", "stats_s"), ("host overhead", "other_s"))}
     return (f"rounds of {len(budgets)} comparisons took {total:.1f} s: "
             + ", ".join(f"{share:.0%} {name}" for name, share in parts.items()))
+
+
+def _summary_markdown(run: RunView) -> str:
+    notes_ = [*run.header, *(f"warning: {w}" for w in run.warnings), *(f"error: {e}" for e in run.errors)]
+    return markdown(run.records, run.metrics, run.failed_nodeids, notes_)
+
+
+class MarkdownReport:
+    """--speedgate-markdown: the summary table as Markdown, when the run has results."""
+
+    name = "markdown"
+
+    def path(self, run: RunView) -> Path | None:
+        return run.settings.markdown_path if run.has_results else None
+
+    def write(self, run: RunView, path: Path) -> None:
+        write_text(path, _summary_markdown(run))
+
+
+class StepSummary:
+    """The same Markdown appended to $GITHUB_STEP_SUMMARY whenever that is set (GitHub Actions)."""
+
+    name = "github-step-summary"
+
+    def path(self, run: RunView) -> Path | None:
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        return Path(summary) if summary and run.has_results else None
+
+    def write(self, run: RunView, path: Path) -> None:
+        write_text(path, _summary_markdown(run), append=True)

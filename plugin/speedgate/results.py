@@ -114,8 +114,8 @@ class CompareResult:
         exactly its work; above 1: launch latency and gaps between its kernels, which the events rightly count).
 
         The same calls, not the rounds' median: after the profiler's hold the device runs the calls from a cool
-        start, and a power-bound kernel (a large matmul) runs them up to 15-20% faster than in the rounds' steady
-        state (H100, 2026-11-23), which is the device's speed, not the events' error."""
+        start, and a power-bound kernel (a large matmul) runs them faster than in the rounds' steady state, which is
+        the device's speed, not the events' error (docs/results/plugin-constants.md)."""
         if not self.optimized_busy_ms or not self.optimized_profiled_ms:
             return None
         return self.optimized_profiled_ms / self.optimized_busy_ms

@@ -39,9 +39,9 @@ class CudaTimer(Timer):
     between calls.
 
     Before each batch a spin kernel holds the device while the host queues the batch's calls, long enough that
-    the host stays ahead of the device: the events then time the device's work, never the host's launches. Without
-    it a side whose launch costs as much as its kernel (the persistent TMA matmul: 0.14-0.22 ms to launch a
-    0.185 ms kernel on the H100) read 0.27-0.36 ms in some processes and 0.19 ms in others.
+    the host stays ahead of the device: the events then time the device's work, never the host's launches, which
+    for a side whose launch costs as much as its kernel would differ from process to process
+    (docs/results/plugin-constants.md).
     """
 
     name = "cuda-events-held"

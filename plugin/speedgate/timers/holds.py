@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from .base import Fn
 
 # The rounds' hold before each batch covers what the host fell behind in the last one, and this much more: the
-# first launches of a batch (H100: one call of the persistent TMA matmul takes 0.14-0.22 ms to launch).
+# first launches of a batch (a slow launch's measured cost: docs/results/plugin-constants.md).
 HOLD_MARGIN_MS = 1.0
 # And a quarter more than that shortfall, since the host's pace changes from batch to batch.
 HOLD_SLACK = 1.25
