@@ -1,5 +1,7 @@
-"""README.md runs as written: its Python blocks as test files of a fresh project, its shell blocks in this repository,
-and every option, ini key, environment variable and path it names exists.
+"""README.md and the reference pages beside it (docs/*.md) run as written: their Python blocks as test files of a fresh
+project, their shell blocks in this repository, and every option, ini key, environment variable, path and link they
+name exists. The README stays a reference: short, no dated measurement, no count that goes stale, and no example
+pytest.ini that quietly replaces the CPU's default tolerance.
 
 How a fenced block is taken, from the HTML comment on the line before its fence (if any):
 - ```python: a test file of a fresh pytester project, run with --correctness-only on the CPU (no GPU visible,
@@ -14,6 +16,7 @@ How a fenced block is taken, from the HTML comment on the line before its fence 
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import subprocess
@@ -23,8 +26,17 @@ from pathlib import Path
 
 import pytest
 
+from speedgate.options import DEFAULT_CPU_TOLERANCE
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# The reference pages: the README and the pages beside docs/index.md. The pages under docs/results/ are records of
+# measurements (paths in them are as they were then) and are not run.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+# Pages that only point to measurements, by date and machine; every other reference page names no date.
+POINTER_PAGES = {"docs/index.md", "docs/NOTES.md"}
+LAYOUT = ROOT / "docs" / "layout.md"
+README_MAX_LINES = 400
 RUN_LANGUAGES = ("python", "bash", "ini")
 NOT_RUN = re.compile(r"not run: (?P<reason>\S.*)")
 INI_FOR_NEXT = "pytest.ini of the next python block"
@@ -34,23 +46,28 @@ SUBPROCESS_TIMEOUT_S = 300
 OTHER_TOOLS = {"--stat": "git diff --stat", "--strict": "twine check --strict"}
 
 
+def name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
 @dataclass(frozen=True)
 class Block:
     language: str
     code: str
     line: int  # of the opening fence, 1-based
     marker: str  # the HTML comment on the line before the fence, without <!-- -->; "" when none
+    page: str = "README.md"
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.page}:{self.line}"
 
     @property
     def run(self) -> bool:
         return not NOT_RUN.fullmatch(self.marker)
 
 
-def fenced_blocks(text: str) -> list[Block]:
+def fenced_blocks(text: str, page: str = "README.md") -> list[Block]:
     """Every fenced block of a Markdown text, with the comment that marks it."""
     blocks: list[Block] = []
     lines = text.splitlines()
@@ -65,15 +82,17 @@ def fenced_blocks(text: str) -> list[Block]:
         while i < len(lines) and lines[i].rstrip() != "```":
             i += 1
         if i == len(lines):
-            raise AssertionError(f"README.md:{start + 1}: a fence that is never closed")
+            raise AssertionError(f"{page}:{start + 1}: a fence that is never closed")
         previous = lines[start - 1].strip() if start > 0 else ""
         comment = re.fullmatch(r"<!--\s*(.*?)\s*-->", previous)
-        blocks.append(Block(fence.group(1), "\n".join(lines[start + 1:i]) + "\n", start + 1, comment.group(1) if comment else ""))
+        blocks.append(Block(fence.group(1), "\n".join(lines[start + 1:i]) + "\n", start + 1, comment.group(1) if comment else "",
+                            page))
         i += 1
     return blocks
 
 
-BLOCKS = fenced_blocks(README.read_text())
+BLOCKS = [b for page in PAGES for b in fenced_blocks(page.read_text(), name(page))]
+TEXT = "\n".join(page.read_text() for page in PAGES)
 
 
 def of(language: str) -> list[Block]:
@@ -88,7 +107,7 @@ def skip_unless_run(block: Block) -> None:
 def ini_for(block: Block) -> str | None:
     """The ini block marked as this python block's pytest.ini: the last one before it, with no python block between."""
     ini = None
-    for b in BLOCKS:
+    for b in (b for b in BLOCKS if b.page == block.page):
         if b.line >= block.line:
             return ini
         if b.language == "ini" and b.marker == INI_FOR_NEXT:
@@ -99,14 +118,14 @@ def ini_for(block: Block) -> str | None:
 
 
 def test_every_block_says_what_it_is_and_is_run_or_says_why_not() -> None:
-    assert BLOCKS, "README.md has no fenced blocks: is this the right file?"
+    assert any(b.page == "README.md" for b in BLOCKS), "README.md has no fenced blocks: is this the right file?"
     for b in BLOCKS:
         assert b.language, f"{b.where}: name the fence's language (python, bash, ini to run it; text or console if not)"
         if b.language not in RUN_LANGUAGES or not b.run:
             continue
         if b.language == "ini":
             assert b.marker == INI_FOR_NEXT, f"{b.where}: an ini block must say what it is for: <!-- {INI_FOR_NEXT} -->"
-            following = [p for p in BLOCKS if p.line > b.line and p.language in ("python", "ini")]
+            following = [p for p in BLOCKS if p.page == b.page and p.line > b.line and p.language in ("python", "ini")]
             assert following and following[0].language == "python" and following[0].run, (
                 f"{b.where}: the next block after this pytest.ini must be a python block that runs")
         else:
@@ -186,13 +205,13 @@ def accepted_by_pytest(option: str, cwd: Path) -> bool:
 
 
 def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) -> None:
-    text = README.read_text()
+    text = TEXT
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", text))
     known = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", help_text))
     assert "--update-baselines" in known, "pytest --help lists no speedgate option: is the plugin installed?"
     for option, usage in OTHER_TOOLS.items():
         if option in named:
-            assert usage in text, f"README.md names {option}, which is not pytest's; only as `{usage}`"
+            assert usage in text, f"the README or a docs page names {option}, which is not pytest's; only as `{usage}`"
     # Options of the repository's tools (python tools/X.py --flag): X.py's parser must define them, and the README
     # names them only on a line that runs a tool.
     tool_lines = "\n".join(line for line in text.splitlines() if "tools/" in line)
@@ -202,26 +221,90 @@ def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) ->
                 known.add(option)
     # --help shows one name per option (--junit-xml, not its alias --junitxml): ask the parser about the rest.
     unknown = sorted(o for o in named - known - set(OTHER_TOOLS) if not accepted_by_pytest(o, help_dir))
-    assert not unknown, f"README.md names options that neither pytest (with its plugins) nor speedgate compare has: {unknown}"
+    assert not unknown, (
+        f"the README or a docs page names options that neither pytest (with its plugins) nor speedgate compare has: {unknown}")
 
 
 def test_every_ini_key_and_variable_the_readme_names_exists(help_text: str) -> None:
-    text = README.read_text()
+    text = TEXT
     for key in sorted(set(re.findall(r"\bspeedgate_[a-z_]*[a-z]\b", text))):
-        assert re.search(rf"^\s+{key} \(", help_text, re.MULTILINE), f"README.md names ini key {key}; pytest --help lists no such key"
+        assert re.search(rf"^\s+{key} \(", help_text, re.MULTILINE), f"the docs name ini key {key}; pytest --help lists no such key"
     sources = "\n".join(p.read_text() for p in [*ROOT.glob("plugin/speedgate/*.py"), ROOT / "conftest.py"])
     for variable in sorted(set(re.findall(r"\bSPEEDGATE_[A-Z_]*[A-Z]\b", text))):
-        assert variable in sources, f"README.md names {variable}; neither the plugin nor conftest.py reads it"
+        assert variable in sources, f"the docs name {variable}; neither the plugin nor conftest.py reads it"
 
 
-def test_every_path_the_readme_names_exists_and_every_module_is_named() -> None:
-    text = README.read_text()
-    for path in sorted(set(re.findall(r"(?<![\w/.-])((?:plugin|perftests|tools|tests|baselines|docs|\.ci|\.github)/[\w./-]*)", text))):
-        assert (ROOT / path.rstrip(".")).exists(), f"README.md names {path}, which does not exist"
-    layout = text[text.index("## Layout"):]
-    modules = [*ROOT.glob("plugin/speedgate/*.py"), *ROOT.glob("perftests/*/*.py"), *ROOT.glob("tools/*.py")]
+def test_every_path_the_readme_names_exists() -> None:
+    for page in PAGES:
+        text = page.read_text()
+        for path in sorted(set(re.findall(r"(?<![\w/.-])((?:plugin|perftests|tools|tests|baselines|docs|\.ci|\.github)/[\w./-]*)", text))):
+            assert (ROOT / path.rstrip(".")).exists(), f"{name(page)} names {path}, which does not exist"
+
+
+def relative_links(text: str) -> list[str]:
+    """The targets of a Markdown text's links and images that point into the repository (no URL, no bare anchor)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    return [t for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+
+
+def test_every_link_between_the_pages_resolves() -> None:
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md")), ROOT / "CHANGELOG.md"]
+    for page in pages:
+        for target in relative_links(page.read_text()):
+            assert (page.parent / target.split("#")[0]).exists(), f"{name(page)} links to {target}, which does not exist"
+
+
+def test_the_layout_names_every_module() -> None:
+    layout = LAYOUT.read_text()
+    modules = [*ROOT.glob("plugin/speedgate/*.py"), *ROOT.glob("perftests/*/*.py"), *ROOT.glob("tools/*.py"),
+               *ROOT.glob("lab/**/*.py")]
     for module in modules:
         if module.name == "__init__.py":
             continue
         assert re.search(rf"`[^`\s]*\b{module.stem}(\.py)?`", layout), (
-            f"README.md's Layout does not name {module.relative_to(ROOT)}: add it, with one line on what it owns")
+            f"{name(LAYOUT)} does not name {module.relative_to(ROOT)}: add it, with one line on what it owns")
+
+
+def test_the_readme_stays_a_reference() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines, more than {README_MAX_LINES}: move detail to a page under docs/")
+    for page in PAGES:
+        if name(page) in POINTER_PAGES:
+            continue
+        # Link targets may carry a date (a results page's chart); the text may not.
+        text = re.sub(r"\]\([^)]*\)", "]()", page.read_text())
+        dates = sorted(set(re.findall(r"\b20\d\d-\d\d-\d\d\b", text)))
+        assert not dates, (f"{name(page)} names {dates}: a dated measurement belongs on a page under docs/results/, "
+                           "and the reference links to it")
+        counts = re.findall(r"\b\d+ (?:passed|failed|skipped|tests)\b", text)
+        assert not counts, f"{name(page)} states test counts that go stale: {counts}"
+
+
+def cpu_tolerance_problems(blocks: list[Block], cpu_default: float) -> list[str]:
+    """Ini blocks a CPU run uses (the pytest.ini of a python block that runs) whose speedgate_tolerance would replace
+    the CPU's default with a smaller one."""
+    problems = []
+    for b in blocks:
+        if b.language != "ini" or b.marker != INI_FOR_NEXT:
+            continue
+        parser = configparser.ConfigParser()
+        parser.read_string(b.code)
+        value = parser.get("pytest", "speedgate_tolerance", fallback=None)
+        if value is not None and float(value) < cpu_default:
+            problems.append(f"{b.where}: speedgate_tolerance = {value} replaces the {cpu_default:.0%} default of CPU "
+                            "hardware keys for every run of this example, the CPU's included; leave it unset")
+    return problems
+
+
+def test_no_example_ini_lowers_the_cpu_tolerance() -> None:
+    assert not cpu_tolerance_problems(BLOCKS, DEFAULT_CPU_TOLERANCE), cpu_tolerance_problems(BLOCKS, DEFAULT_CPU_TOLERANCE)
+
+
+def test_the_cpu_tolerance_check_catches_the_old_example() -> None:
+    """The README's example pytest.ini once set 0.15, silently replacing the CPU's 35%: the check above must see it."""
+    old = ("<!-- pytest.ini of the next python block -->\n```ini\n[pytest]\nspeedgate_baseline_dir = baselines\n"
+           "speedgate_tolerance = 0.15\nspeedgate_budget = 2\n```\n\n```python\ndef test_x(perf):\n    pass\n```\n")
+    problems = cpu_tolerance_problems(fenced_blocks(old), DEFAULT_CPU_TOLERANCE)
+    assert len(problems) == 1 and "speedgate_tolerance = 0.15" in problems[0]
+    assert not cpu_tolerance_problems(fenced_blocks(old.replace("0.15", "0.35")), DEFAULT_CPU_TOLERANCE)

@@ -35,7 +35,7 @@ REWRITE_SHARE_OF_TOLERANCE = 1.0 / 3.0
 # speedup, whose difference has sqrt(2) x that deviation, so 3 sigma is 2.1 sigma of the difference, and a regression
 # must also have its whole 95% interval below the line and survive the gate's re-measure. The floor covers what the
 # evidence cannot see and a spread underestimated from a handful of runs. The measurements that chose K and the
-# floor: docs/results/calibration.md.
+# floor: docs/results/plugin-constants.md and docs/results/calibration.md.
 CALIBRATION_K = 3.0
 PROCESSES_KEPT = 8
 CALIBRATION_FLOOR = 0.02
@@ -102,7 +102,7 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
 
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
     differs between processes, and that is the between-process spread the gate must tolerate (an example:
-    docs/results/calibration.md)."""
+    docs/results/plugin-constants.md)."""
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry

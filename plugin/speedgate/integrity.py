@@ -11,7 +11,7 @@ from typing import Any
 
 # A time may beat the roofline floor computed from this run's measured ceilings by at most this factor before it is
 # implausible: the ceilings are measured, so a good kernel can land a little above them (the margin's measurement:
-# docs/results/gate-runs.md, "integrity checks").
+# docs/results/plugin-constants.md).
 PLAUSIBLE_PEAK_FRACTION = 1.15
 
 # The device was busy for longer than the events measured by more than this factor (plus a small absolute slack for

@@ -15,7 +15,7 @@ from typing import Any
 # The only definitions of these defaults: options.py and the reports take them from here.
 DEFAULT_TOLERANCE = 0.10
 # The default on CPU hardware keys: timing on a shared CPU box moves far more between runs than on a quiet GPU; the
-# measurement that chose 35% is on the calibration results page (docs/results/calibration.md, "CPU").
+# measurement that chose 35% is in docs/results/plugin-constants.md and docs/results/cpu.md.
 DEFAULT_CPU_TOLERANCE = 0.35
 
 # Where a resolved tolerance came from, in the order the rule tries them.
