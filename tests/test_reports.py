@@ -33,7 +33,7 @@ def test_markdown_summary_regressions_first(project: pytest.Pytester, monkeypatc
     table = [line for line in lines if line.startswith("| `")]
     assert table[0].startswith("| `test_cases.py::test_slow`") and table[0].endswith("| **regressed, re-measured** |")
     assert table[1].startswith("| `test_cases.py::test_fine::pair` | 2 | 1 | 2.000x |")
-    assert "| case | ref ms | opt ms | speedup | 95% CI | baseline | change | detects | rate | % peak | verdict |" in text
+    assert "| case | ref ms | opt ms | speedup | 95% CI | baseline | change | detects | rate | % peak | checked on | verdict |" in text
     assert "which side moved: the reference side is unchanged (2 -> 2 ms); the optimized side is 100% slower" in text
     assert step_summary.read_text() == "earlier step\n" + text  # appended, never overwritten
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .closeness import Closeness, assert_close
-from .sides import CaseError, InputSets, Side, poison, snapshot, tensors, unwritten
+from .sides import CaseError, InputSets, Side, poison, snapshot, storage_of, tensors, unwritten
 from .timers import Fn
 
 # How a verdict was established (CompareResult.established).
@@ -83,7 +83,12 @@ class Checker:
 
     # -- poisoning ---------------------------------------------------------------------------------------------
     def _spared(self) -> set[int]:
-        return self.inputs.storages() if self.inputs is not None else set()
+        """The storages never poisoned: every input set's, and the fresh set's of a check after timing (a side may
+        return a view of its input; poisoning it would change what the sides read)."""
+        if self.inputs is None:
+            return set()
+        pinned = self.ref_side.pinned or ()
+        return self.inputs.storages() | {storage_of(t) for t in tensors(pinned)}
 
     def _outputs_buffers(self) -> list[Any]:
         """outputs=: the buffers outputs() returned after the last checked call of either side (never called here:

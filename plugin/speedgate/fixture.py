@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import judging
+from .checks import FIXED_INPUTS
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measurement_from_samples
-from .pipeline import CALLER, CaseSpec, Comparison, case_spec, compiled_frames, judge_case
+from .pipeline import CALLER, FIXED_INPUTS_WAIVER, CaseSpec, Comparison, case_spec, compiled_frames, judge_case
 from .results import CompareResult, MetricResult
 from .sides import CaseError
 from .timers import as_timer
@@ -236,6 +237,13 @@ class Perf:
         self.results.append(result)
         self._session.record(result)
         self._queue_failure(result)
+        settings = self._session.settings
+        if settings.strict and not settings.update_baselines and result.established == FIXED_INPUTS \
+                and FIXED_INPUTS_WAIVER not in (result.waived or {}):
+            self.failures.append(
+                f"{result.case_id}: strict mode: its correctness was established on fixed inputs (zero-argument sides: "
+                "the same inputs on every call), which cannot show a result cached across calls. Pass inputs=make "
+                "(make(seed) returns the arguments), or state why it cannot: waive={'fixed-inputs': 'why'}")
 
     def _queue_failure(self, result: CompareResult | MetricResult) -> None:
         settings = self._session.settings

@@ -13,7 +13,10 @@ from .reporting import RunView, write_text
 from .results import CompareResult, MetricResult
 from .verdict import Verdict, by_severity
 
-COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "detects", "rate", "% peak", "verdict")
+COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "detects", "rate", "% peak", "checked on",
+           "verdict")
+# How each verdict's correctness was established (CompareResult.established), in the table's words.
+ESTABLISHED = {"fresh inputs": "fresh inputs", "fixed inputs": "fixed inputs", "unchecked": "-", "caller": "by the case"}
 METRIC_COLUMNS = ("metric", "value", "baseline", "change", "tolerance", "better", "verdict")
 
 
@@ -53,6 +56,7 @@ def row(r: CompareResult, failed_test: bool) -> tuple[str, ...]:
         f">={r.detectable_drop:.1%}" if r.detectable_drop is not None else "-",
         _rate(r) if timed else "-",
         f"{r.peak_fraction:.0%} {(r.bound or '')[:3]}" if r.peak_fraction is not None else "-",
+        ESTABLISHED.get(r.established, "-"),
         verdict_text(r.verdict, failed_test, r.remeasured, r.unchecked),
     )
 
@@ -76,8 +80,11 @@ def table(records: Sequence[CompareResult], failed_nodeids: set[str]) -> list[st
 
 
 def notes(records: Sequence[CompareResult]) -> list[str]:
-    """The non-empty notes of cases that are not plain passes, one line each."""
-    return [f"{r.case_id}: {r.note}" for r in records if r.note and r.verdict != Verdict.UNTIMED]
+    """The non-empty notes of cases that are not plain passes, one line each; then the checks each case waived,
+    with its reason."""
+    lines = [f"{r.case_id}: {r.note}" for r in records if r.note and r.verdict != Verdict.UNTIMED]
+    lines += [f"{r.case_id}: waived {name}: {reason}" for r in records for name, reason in sorted((r.waived or {}).items())]
+    return lines
 
 
 def by_test(records: Sequence[CompareResult]) -> list[str]:
