@@ -59,7 +59,7 @@ def record_run(state: SpeedgateSession, done: Finish) -> None:
     commit, branch = commit_and_branch(Path.cwd())
     try:
         recorded = record_report(path, doc, source="gate", run_time=now_iso(), recorded_at=now_iso(), commit=commit,
-                                 branch=branch)
+                                 branch=branch, once=False)
     except HistoryError as exc:
         done.errors.append(f"history: {exc}")
         return

@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import sqlite3
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ CREATE TABLE runs (
     commit_id TEXT,         -- null when unknown
     branch TEXT,
     source TEXT NOT NULL,   -- 'gate' or the imported report's path
-    digest TEXT NOT NULL UNIQUE,  -- sha256 of the run's measurements: one run is recorded once
+    digest TEXT NOT NULL UNIQUE,  -- sha256 of the run's measurements (an imported report is recorded once)
     settings TEXT NOT NULL  -- the run's gate settings, JSON
 );
 CREATE TABLE run_hardware (
@@ -190,13 +191,15 @@ def _metric_row(run_id: int, metric: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def record_report(path: Path, doc: Mapping[str, Any], *, source: str, run_time: str | None, commit: str | None,
-                  branch: str | None, recorded_at: str) -> Recorded:
+                  branch: str | None, recorded_at: str, once: bool = True) -> Recorded:
     """Add one run (a --speedgate-json report's document) to the store at path, creating the store if the file is
-    absent or empty. All of the run or none of it; a run whose measurements are already there is not added again."""
+    absent or empty. All of the run or none of it. once: a run whose measurements are already there is not added
+    again (a report imported twice); a gate run records itself with once=False, since a deterministic clock can
+    measure the same numbers twice."""
     cases = [c for c in doc.get("cases", []) if isinstance(c, Mapping)]
     metrics = [m for m in doc.get("metrics", []) if isinstance(m, Mapping)]
     fingerprints = doc.get("fingerprints") or {}
-    run_digest = digest(doc)
+    run_digest = digest(doc) if once else f"{digest(doc)}:{uuid.uuid4().hex}"
     with _connection(path, create=True) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:
