@@ -131,8 +131,9 @@ def study(baseline: Path, seeds: int, penalty: float) -> list[str]:
         name = f"{low:.2%}-{high:.2%}" if high != math.inf else f">= {low:.2%}"
         rows.append(
             f"| {name} | {len(band)} | {len(step)} "
-            f"| {_share([o.found for o in step])} | {_median([o.found for o in step])} | {_median([o.flagged for o in step])} "
-            f"| {_share([o.found for o in creep])} | {_median([o.found for o in creep])} | {_median([o.flagged for o in creep])} "
+            f"| {_share([o.found for o in step])} | {_median([o.found for o in step])} "
+            f"| {_share([o.flagged for o in step])} | {_median([o.flagged for o in step])} "
+            f"| {_share([o.flagged for o in creep])} | {_median([o.flagged for o in creep])} "
             f"| {np.mean([c[0] for c in clean]):.2f} | {_share([c[0] for c in clean], bool)} "
             f"| {_share([c[2] for c in clean], bool)} | {np.mean([o.early for o in step + creep]):.2f} |")
     return [
@@ -140,9 +141,10 @@ def study(baseline: Path, seeds: int, penalty: float) -> list[str]:
         f"noise estimate {ESTIMATE[0]}, "
         f"exit 1 on a latest drop >= {DEFAULT_DROP:.0%}",
         "",
-        "| noise (rel. SD) | cases | series | step found | step: runs to find | step: runs to exit 1 "
-        "| creep found | creep: runs to find | creep: runs to exit 1 | clean: changes / 60 runs | clean: any change "
-        "| clean: exit 1 at some run 10-60 | changes before the event |",
+        "| noise (rel. SD) | cases | series of each kind | step: change found at run 40 +-3 | step: runs to find it "
+        "| step: exit 1 by run 60 | step: runs to exit 1 | creep: exit 1 by run 60 | creep: runs to exit 1 "
+        "| clean: changes in 60 runs (mean) | clean: series with any change | clean: series that exit 1 at some run 10-60 "
+        "| step and creep: changes before the event (mean) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -63,6 +64,18 @@ def test_the_latest_move_is_the_last_run_of_same_sign_changes() -> None:
     assert [c.index for c in series.changes] == [10, 20, 30]
     assert series.latest_move == pytest.approx(1.0 / 1.1 - 1)  # both drops since the rise
     assert series.moved_at is not None and series.moved_at.index == 20
+
+
+def test_a_drop_is_accepted_by_a_re_bless_after_it() -> None:
+    values = noisy(40, 0.003, seed=6)
+    values[20:] *= 0.95
+    blessed = [1.5] * 25 + [1.42] * 15  # re-blessed at run 26 at the new level
+    pts = [dataclasses.replace(p, baseline=b) for p, b in zip(points(values), blessed)]
+    series = changes_in(pts)
+    assert series.latest_move == pytest.approx(-0.05, abs=0.005)
+    assert series.reblessed_at == 26 and not series.dropped(0.02)
+    still = changes_in([dataclasses.replace(p, baseline=1.5) for p in pts])
+    assert still.reblessed_at is None and still.dropped(0.02)
 
 
 def test_a_rise_is_not_a_drop() -> None:
@@ -135,9 +148,15 @@ def history_db(tmp_path: Path, step: float, runs: int = 30, at: int = 20) -> Pat
                     for name, level in (("moves", 1.5), ("steady", 2.0), ("other", 0.8))}
         if run >= at:
             speedups["t.py::test_moves"] = round(speedups["t.py::test_moves"] * (1 + step), 4)
-        record_report(db, report_doc(speedups, tolerance=0.1), source=f"run{run}", run_time=f"2026-11-{run:02d}T00:00:00Z",
-                      recorded_at="2026-11-30T00:00:00Z", commit=f"{run:040x}", branch="main")
+        blessed = {"t.py::test_moves": 1.5, "t.py::test_steady": 2.0, "t.py::test_other": 0.8}
+        record_report(db, report_doc(speedups, tolerance=0.1, baseline=blessed), source=f"run{run}",
+                      run_time=f"2026-11-{run:02d}T00:00:00Z", recorded_at="2026-11-30T00:00:00Z", commit=commit(run),
+                      branch="main")
     return db
+
+
+def commit(run: int) -> str:
+    return f"{run:03d}".ljust(40, "f")
 
 
 def run_history(*args: str) -> subprocess.CompletedProcess[str]:
@@ -151,7 +170,7 @@ def test_history_exits_1_on_a_drop_and_reports_runs_size_and_commits(tmp_path: P
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"{db}: 30 runs, 3 series")
     assert lines[1].startswith("t.py::test_moves [nvidia-h100-80gb-hbm3]: 30 runs, now ")
-    commits = f"{19:040x}"[:10] + ".." + f"{20:040x}"[:10]
+    commits = "019fffffff..020fffffff"
     assert any(line.startswith(f"  run 19 -> 20 ({commits}): 1.50") and line.endswith("(-4.0%)") for line in lines), lines
     assert "2 series without a change" in lines
     assert "1 series whose latest move is a drop of 2% or more: t.py::test_moves [nvidia-h100-80gb-hbm3]" in result.stderr

@@ -42,7 +42,7 @@ def test_the_page_is_self_contained_and_lists_the_moved_cases_first(tmp_path: Pa
     assert moved["dropped"] and moved["moved_since"] == 20 and moved["latest_move"] == pytest.approx(-0.05, abs=0.005)
     assert len(moved["points"]) == 30 and [c["index"] for c in moved["changes"]] == [19]
     run, speedup, low, high, blessed, tolerance, commit, branch, when, verdict = moved["points"][0]
-    assert (run, blessed, tolerance, commit, branch, when, verdict) == (1, speedup, 0.1, f"{1:040x}", "main",
+    assert (run, blessed, tolerance, commit, branch, when, verdict) == (1, 1.5, 0.1, "001".ljust(40, "f"), "main",
                                                                         "2026-11-01T00:00:00Z", "pass")
     assert low < speedup < high
     assert data["runs"] == 30

@@ -21,18 +21,25 @@ FINGERPRINT = {"hardware": {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3"}, "so
 
 
 def report_doc(speedups: dict[str, float], *, key: str = KEY, verdict: Verdict = Verdict.PASS, tolerance: float = 0.05,
-               baseline: float | None = None, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+               baseline: float | dict[str, float] | None = None, metrics: dict[str, float] | None = None) -> dict[str, Any]:
     """A --speedgate-json report as the plugin writes it (through CompareResult and export.json_report)."""
     records = [CompareResult(case_id=cid, nodeid=cid.split("::")[0] + "::" + cid.split("::")[1], name=None,
                              hardware_key=key, timed=True, verdict=verdict, note="", tolerance=tolerance, speedup=s,
                              reference_ms=2.0, optimized_ms=2.0 / s, ci_low=s * 0.99, ci_high=s * 1.01, noise=0.01,
-                             baseline=baseline if baseline is not None else s, change=0.0, check="returns")
+                             baseline=_blessed(baseline, cid, s), change=0.0, check="returns")
                for cid, s in speedups.items()]
     metric_records = [MetricResult(metric_id=mid, nodeid=mid, name="compile_s", hardware_key=key, value=v, tolerance=0.2,
                                    direction="lower", unit="s", verdict=Verdict.PASS, note="", baseline=v)
                       for mid, v in (metrics or {}).items()]
     return export.json_report(records, metric_records, set(), settings={"tolerance": None}, fingerprints={key: FINGERPRINT},
                               ceilings={}, gpu_state={}, workers={})
+
+
+def _blessed(baseline: float | dict[str, float] | None, case_id: str, speedup: float) -> float:
+    """The case's blessed speedup: the one given (for all cases, or by case id), else its speedup."""
+    if isinstance(baseline, dict):
+        return baseline.get(case_id, speedup)
+    return speedup if baseline is None else baseline
 
 
 def write_report(path: Path, speedups: dict[str, float], **kwargs: Any) -> Path:

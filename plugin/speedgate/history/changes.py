@@ -89,10 +89,23 @@ class Series:
             first -= 1
         return self.changes[first]
 
+    @property
+    def reblessed_at(self) -> int | None:
+        """The run whose blessed speedup first differs from the one in force before the latest move: the move was
+        accepted by a re-bless (--update-baselines) there. None when it was not, or the points carry no baseline."""
+        start = self.moved_at
+        if start is None:
+            return None
+        before = self.points[start.index - 1].baseline
+        for point in self.points[start.index:]:
+            if before is not None and point.baseline is not None and point.baseline != before:
+                return point.run_id
+        return None
+
     def dropped(self, threshold: float) -> bool:
-        """Whether the latest move is a drop of at least threshold (a fraction)."""
+        """Whether the latest move is a drop of at least threshold (a fraction) that no re-bless has accepted since."""
         move = self.latest_move
-        return move is not None and move <= -threshold
+        return move is not None and move <= -threshold and self.reblessed_at is None
 
 
 def _short(commit: str | None) -> str:

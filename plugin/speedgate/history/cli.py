@@ -119,7 +119,9 @@ def describe(series: Series, drop: float) -> list[str]:
                      f"{change.after:.3f}x ({change.size:+.1%})")
     move, start = series.latest_move, series.moved_at
     if move is not None and start is not None:
-        verdict = f"a drop of {drop:.0%} or more" if series.dropped(drop) else "within the threshold" if move < 0 else "a rise"
+        verdict = ("a rise" if move >= 0 else f"a drop of {drop:.0%} or more" if series.dropped(drop)
+                   else f"accepted by the re-bless at run {series.reblessed_at}" if series.reblessed_at is not None
+                   else "within the threshold")
         lines.append(f"  latest move: {move:+.1%} since run {start.run_after} ({start.commits()}): {verdict}")
     return lines
 
