@@ -10,6 +10,10 @@ Detection is replayed as the gate would see it: after each run, `changes_in` on 
                                 [--baseline baselines/nvidia-h100-80gb-hbm3.json]
 
 prints a Markdown table (docs/results/history.md holds the one measured on the CPU dev box).
+`--demo DIR` instead writes a generated store (six of the file's cases: a step, a creep, four clean) and its page
+and PNGs into DIR: the picture in docs/history.md, of generated numbers, not of measured runs.
+`--otava` runs Apache Otava's detector (compute_change_points, its defaults) on clean and 3%-step series of 0.3% and
+1% noise, where apache-otava is installed (a venv of its own: it pins numpy and brings 44 packages).
 """
 
 from __future__ import annotations
@@ -150,13 +154,82 @@ def study(baseline: Path, seeds: int, penalty: float) -> list[str]:
     ]
 
 
+def demo(baseline: Path, out: Path) -> None:
+    """A generated 60-run store of six cases with the file's noise, its page and PNGs (see the docstring)."""
+    from speedgate import export
+    from speedgate.history.cli import load_series
+    from speedgate.history.page import write_page
+    from speedgate.history.png import write_pngs
+    from speedgate.history.store import record_report
+    from speedgate.results import CompareResult
+    from speedgate.verdict import Verdict
+
+    doc = json.loads(baseline.read_text(encoding="utf-8"))
+    entries = sorted(((cid, e) for cid, e in doc["cases"].items() if e.get("speedup")), key=lambda c: case_noise(c[1]))
+    picked = [entries[int(q * (len(entries) - 1))] for q in (0.5, 0.3, 0.1, 0.7, 0.85, 0.95)]
+    kinds = ["step", "creep", "clean", "clean", "clean", "clean"]
+    rng = np.random.default_rng(2026)
+    values = {cid: series(kind, e["speedup"], case_noise(e), rng) for (cid, e), kind in zip(picked, kinds)}
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "history.db"
+    db.unlink(missing_ok=True)
+    for run in range(RUNS):
+        records = []
+        for cid, e in picked:
+            s, tol, noise = float(values[cid][run]), float(e["tolerance"]), float(e.get("noise") or 0.0)
+            verdict = Verdict.REGRESSED if s < e["speedup"] * (1 - tol) else Verdict.PASS
+            records.append(CompareResult(case_id=cid, nodeid=cid, name=None, hardware_key=doc["hardware_key"], timed=True,
+                                         verdict=verdict, note="", tolerance=tol, speedup=s, ci_low=s * (1 - noise),
+                                         ci_high=s * (1 + noise), noise=noise, baseline=e["speedup"]))
+        report = export.json_report(records, [], set(), settings={}, fingerprints={doc["hardware_key"]: doc["fingerprint"]},
+                                    ceilings={}, gpu_state={}, workers={})
+        record_report(db, report, source="generated", run_time=f"2026-10-{1 + run // 2:02d}T{12 * (run % 2):02d}:00:00Z",
+                      recorded_at="generated", commit=f"{run + 1:03d}".ljust(40, "0"), branch="main")
+    found = load_series(db)
+    write_page(out / "history.html", found, title="speedgate history: generated (lab/history_study.py --demo)", runs=RUNS)
+    write_pngs(out / "png", found)
+
+
+def otava_probe(seeds: int = 20) -> list[str]:
+    """Otava's detection of the 3% step (runs to find it) and its false changes on clean 60-run series."""
+    from otava.analysis import compute_change_points
+
+    def found(values: np.ndarray) -> list[int]:
+        return [c.index for c in compute_change_points(list(values))[0]]
+
+    lines = []
+    rng = np.random.default_rng(0)
+    for sigma in (0.003, 0.01):
+        delays, false = [], 0
+        for _ in range(seeds):
+            clean = 1.5 * np.exp(rng.normal(0.0, sigma, RUNS))
+            false += len(found(clean))
+            step = clean.copy()
+            step[STEP_RUN - 1:] *= 1 - STEP
+            for seen in range(STEP_RUN + 1, RUNS + 1):
+                if any(abs(i - (STEP_RUN - 1)) <= NEAR for i in found(step[:seen])):
+                    delays.append(seen - STEP_RUN + 1)
+                    break
+        lines.append(f"otava, noise {sigma:.1%}: step found in {len(delays)}/{seeds} series, runs to find it (median) "
+                     f"{_median(list(delays))}; {false} changes on {seeds} clean series")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, default=H100)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--penalty", type=float, default=DEFAULT_PENALTY)
     parser.add_argument("--noise-estimate", choices=sorted(ESTIMATES), default="rms")
+    parser.add_argument("--demo", type=Path, default=None, metavar="DIR")
+    parser.add_argument("--otava", action="store_true")
     args = parser.parse_args(argv)
+    if args.otava:
+        print("\n".join(otava_probe(args.seeds)))
+        return 0
+    if args.demo is not None:
+        demo(args.baseline, args.demo)
+        return 0
     ESTIMATE[0] = args.noise_estimate
     for line in study(args.baseline, args.seeds, args.penalty):
         print(line)

@@ -115,7 +115,7 @@ def test_the_c_search_matches_ruptures_pelt_l2() -> None:
     for _ in range(60):
         n = int(rng.integers(10, 120))
         signal = rng.normal(0, 0.01, n) + np.repeat(rng.normal(0, 0.02, 4), -(-n // 4))[:n]
-        pen = 4.0 * 0.01 ** 2 * math.log(n)
+        pen = changes.DEFAULT_PENALTY * 0.01 ** 2 * math.log(n)
         pelt = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(signal.reshape(-1, 1)).predict(pen=pen)
         assert breakpoints(list(np.exp(signal)), noise=0.01) == [int(b) for b in pelt[:-1]]
 
