@@ -1,4 +1,4 @@
-"""`python -m speedgate ...`: command-line tools (compare)."""
+"""`python -m speedgate ...`: command-line tools (compare, history)."""
 
 from __future__ import annotations
 
@@ -6,4 +6,8 @@ import sys
 
 from .compare import main
 
+if sys.argv[1:2] == ["history"]:
+    from .history.cli import main as history_main
+
+    sys.exit(history_main(sys.argv[2:]))
 sys.exit(main())

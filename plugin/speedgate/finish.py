@@ -31,6 +31,10 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
     write_reports(state, done)
+    if state.settings.history_path is not None:
+        from .history.recording import record_run
+
+        record_run(state, done)
     return done
 
 

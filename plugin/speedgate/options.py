@@ -67,6 +67,10 @@ HELP_NOISE = (
     "stop measuring once the 95 percent interval on a speedup is within +- this fraction of it "
     f"(default: {DEFAULT_TARGET_NOISE})"
 )
+HELP_HISTORY = (
+    "record every timed case and metric of the run in this history store (SQLite; created if absent), for "
+    "`python -m speedgate history`; ini paths are relative to the ini file (default: not recorded)"
+)
 
 def _fraction(text: str) -> float:
     try:
@@ -129,6 +133,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
     group.addoption("--speedgate-noise", default=None, type=_fraction, metavar="FRACTION", help=HELP_NOISE)
     group.addoption("--speedgate-calibrate", default=None, type=_runs, metavar="N", help=HELP_CALIBRATE)
+    group.addoption("--speedgate-history", default=None, metavar="PATH", help=HELP_HISTORY)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -138,6 +143,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_timer", HELP_TIMER, default=None)
     parser.addini("speedgate_budget", HELP_BUDGET, default=None)
     parser.addini("speedgate_noise", HELP_NOISE, default=None)
+    parser.addini("speedgate_history", HELP_HISTORY, default=None)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,7 @@ class Settings:
     budget_s: float
     target_noise: float
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
+    history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -184,6 +191,12 @@ def _from_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T 
         return parse(text)
     except argparse.ArgumentTypeError as exc:
         raise SettingsError(f"ini key {name}: {exc}") from None
+
+
+def _ini_path(config: pytest.Config, name: str, home: Path) -> Path | None:
+    """The ini key's path, relative to the ini file's folder (home), or None when unset."""
+    text = _from_ini(config, name, str)
+    return None if text is None else (home / text).absolute()
 
 
 def _ini_switch(config: pytest.Config, name: str) -> bool:
@@ -267,6 +280,7 @@ def read_settings(config: pytest.Config) -> Settings:
         budget_s=pick("speedgate_budget", "speedgate_budget", _positive, DEFAULT_BUDGET_S),
         target_noise=pick("speedgate_noise", "speedgate_noise", _fraction, DEFAULT_TARGET_NOISE),
         calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
+        history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
     )
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "

@@ -1,0 +1,1 @@
+"""The lab: studies and probes that import the suite and the plugin, never the reverse."""
