@@ -187,7 +187,9 @@ def help_text(help_dir: Path) -> str:
     """pytest --help with every installed plugin (speedgate, xdist, benchmark, timeout...), and speedgate compare's."""
     where = help_dir
     texts = []
-    for args in (["-m", "pytest", "--help", "-p", "no:cacheprovider"], ["-m", "speedgate", "compare", "--help"]):
+    for args in (["-m", "pytest", "--help", "-p", "no:cacheprovider"], ["-m", "speedgate", "compare", "--help"],
+                 ["-m", "speedgate", "history", "--help"], ["-m", "speedgate", "history", "import", "--help"],
+                 ["-m", "speedgate", "history", "page", "--help"]):
         proc = subprocess.run([sys.executable, *args], cwd=where, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
         assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         texts.append(proc.stdout)
@@ -214,8 +216,8 @@ def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) ->
             assert usage in text, f"the README or a docs page names {option}, which is not pytest's; only as `{usage}`"
     # Options of the repository's tools (python tools/X.py --flag): X.py's parser must define them, and the README
     # names them only on a line that runs a tool.
-    tool_lines = "\n".join(line for line in text.splitlines() if "tools/" in line)
-    for tool in ROOT.glob("tools/*.py"):
+    tool_lines = "\n".join(line for line in text.splitlines() if "tools/" in line or "lab/" in line or "lab." in line)
+    for tool in [*ROOT.glob("tools/*.py"), *ROOT.glob("lab/*.py")]:
         for option in re.findall(r'add_argument\("(--[a-z][a-z0-9-]*)"', tool.read_text()):
             if option in named - known and option in tool_lines:
                 known.add(option)
@@ -229,7 +231,7 @@ def test_every_ini_key_and_variable_the_readme_names_exists(help_text: str) -> N
     text = TEXT
     for key in sorted(set(re.findall(r"\bspeedgate_[a-z_]*[a-z]\b", text))):
         assert re.search(rf"^\s+{key} \(", help_text, re.MULTILINE), f"the docs name ini key {key}; pytest --help lists no such key"
-    sources = "\n".join(p.read_text() for p in [*ROOT.glob("plugin/speedgate/*.py"), ROOT / "conftest.py"])
+    sources = "\n".join(p.read_text() for p in [*ROOT.glob("plugin/speedgate/**/*.py"), ROOT / "conftest.py"])
     for variable in sorted(set(re.findall(r"\bSPEEDGATE_[A-Z_]*[A-Z]\b", text))):
         assert variable in sources, f"the docs name {variable}; neither the plugin nor conftest.py reads it"
 
@@ -256,7 +258,7 @@ def test_every_link_between_the_pages_resolves() -> None:
 
 def test_the_layout_names_every_module() -> None:
     layout = LAYOUT.read_text()
-    modules = [*ROOT.glob("plugin/speedgate/*.py"), *ROOT.glob("perftests/*/*.py"), *ROOT.glob("tools/*.py"),
+    modules = [*ROOT.glob("plugin/speedgate/**/*.py"), *ROOT.glob("perftests/*/*.py"), *ROOT.glob("tools/*.py"),
                *ROOT.glob("lab/**/*.py")]
     for module in modules:
         if module.name == "__init__.py":
