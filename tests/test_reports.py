@@ -254,3 +254,28 @@ def test_compare_says_which_side_moved_and_the_detection_power(tmp_path) -> None
     assert ("a: " in proc.stdout and "which side moved: the reference side is 50% slower than when blessed (2 -> 3 ms); "
             "the optimized side is 100% slower than when blessed (1 -> 2 ms)") in proc.stdout
     assert "detection power: 2 timed cases catch a drop of their speedup of at least" in proc.stdout
+
+
+def test_the_summary_says_what_it_could_not_gate_and_why_a_tolerance_is_wide(pytester: pytest.Pytester) -> None:
+    """A file that lacks cases this run measured: one loud line at the top, not only rows of "new". A tolerance over
+    10%: where it came from and what the case still catches. Where the comparisons' time went, stage by stage."""
+    from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
+
+    pytester.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_cases=CASES + """
+def test_blessed(perf):
+    perf.compare(ref_2ms, opt_1ms, tolerance=0.35)
+
+def test_added_later(perf):
+    perf.compare(ref_2ms, opt_500us)
+""")
+    pytester.runpytest("--update-baselines", "-k", "blessed").assert_outcomes(passed=1, deselected=1)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    lines = result.stdout.lines
+    top = lines.index(next(line for line in lines if "= speedgate =" in line)) + 1
+    assert lines[top].startswith("speedgate: not gated: 1 of the 2 comparisons measured on test-box have no entry in ")
+    result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
+    result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
+                                 "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])

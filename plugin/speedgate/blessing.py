@@ -6,13 +6,24 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
+from .evidence import (
+    CALIBRATION_CEILING,
+    CALIBRATION_FLOOR,
+    CALIBRATION_K,
+    PROCESSES_KEPT,
+    add_process,
+    between_run_spread,
+    calibrated_tolerance,
+    card_count,
+    round_value,
+    tolerance_of,
+)
 from .results import CompareResult, MetricResult
 
 # What a case's entry keeps of its result. None means "not measured" and is left out; so is graphed=False (the
@@ -29,55 +40,10 @@ METRIC_FIELDS = ("value", "tolerance", "direction", "unit")
 REWRITE_SHARE_OF_TOLERANCE = 1.0 / 3.0
 
 
-# --speedgate-calibrate: an entry's tolerance is max(CALIBRATION_FLOOR, CALIBRATION_K x spread), the spread being
-# the widest relative between-run standard deviation of the case's speedup that its evidence shows (within a
-# process, between processes; between_run_spread). K = 3: the gate compares one run's speedup with one blessed
-# speedup, whose difference has sqrt(2) x that deviation, so 3 sigma is 2.1 sigma of the difference, and a regression
-# must also have its whole 95% interval below the line and survive the gate's re-measure. The floor covers what the
-# evidence cannot see and a spread underestimated from a handful of runs. The measurements that chose K and the
-# floor: docs/results/plugin-constants.md and docs/results/calibration.md.
-CALIBRATION_K = 3.0
-PROCESSES_KEPT = 8
-CALIBRATION_FLOOR = 0.02
-CALIBRATION_CEILING = 0.99  # a tolerance is a fraction in [0, 1): a spread this wide gates nothing but stays valid
-
-
-def _expected_range(n: int) -> float:
-    """d2(n): the expected range of n standard normal draws (1.128 for 2, 2.326 for 5), by integrating
-    1 - F(x)^n - (1 - F(x))^n over x (midpoint rule on [-8, 8]: exact to 4 digits for any n a person would run)."""
-    steps, lo, hi = 3200, -8.0, 8.0
-    width = (hi - lo) / steps
-    total = 0.0
-    for i in range(steps):
-        cdf = 0.5 * (1.0 + math.erf((lo + (i + 0.5) * width) / math.sqrt(2.0)))
-        total += 1.0 - cdf**n - (1.0 - cdf) ** n
-    return total * width
-
-
-def between_run_spread(speedups: Sequence[float]) -> float:
-    """The between-run standard deviation of a case's speedup relative to its median, estimated from the range of
-    its N >= 2 measurements: (max - min) / d2(N) / median. The range, not the MAD: for the 2-10 runs a person
-    waits for it is the efficient estimator (quality-control charts use it for the same reason), where the MAD of
-    3 runs is often near 0; and a run that jumped widens the tolerance instead of being discarded, which is the
-    safe side for a gate, since such a jump is the drift it must tolerate."""
-    if len(speedups) < 2:
-        raise ValueError(f"a spread needs at least 2 speedups, got {len(speedups)}")
-    ordered = sorted(speedups)
-    mid = len(ordered) // 2
-    middle = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return (ordered[-1] - ordered[0]) / _expected_range(len(ordered)) / middle
-
-
-def calibrated_tolerance(spread: float) -> float:
-    """The tolerance written for a calibrated case: max(CALIBRATION_FLOOR, CALIBRATION_K x spread)."""
-    return min(max(CALIBRATION_FLOOR, CALIBRATION_K * spread), CALIBRATION_CEILING)
-
-
-def round_value(value: Any) -> Any:
-    """Four significant digits: enough for a gate with a 10% tolerance, few enough for small diffs."""
-    if isinstance(value, float):
-        return float(f"{value:.4g}")
-    return value
+# --speedgate-calibrate: an entry's tolerance and its evidence are speedgate.evidence's (max(floor, K x spread) over
+# every process of every card that calibrated it).
+__all__ = ["CALIBRATION_CEILING", "CALIBRATION_FLOOR", "CALIBRATION_K", "PROCESSES_KEPT", "Blessed", "between_run_spread",
+           "bless", "bless_into", "calibrated_tolerance", "round_value", "summary", "widened_between_processes"]
 
 
 def case_entry(result: CompareResult, software: dict[str, Any], measured_at: str) -> dict[str, Any]:
@@ -95,10 +61,10 @@ def case_entry(result: CompareResult, software: dict[str, Any], measured_at: str
     return entry
 
 
-def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    """A calibrated entry adds its judged speedup and its in-process spread to those of earlier calibrated blesses
-    (other processes) of the same case, software and way of timing; the tolerance covers the widest in-process
-    spread of them all and, with 2 or more processes, the between-process spread too.
+def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: str | None) -> dict[str, Any]:
+    """A calibrated entry adds its process (judged speedup, in-process spread, the card that measured it) to the
+    evidence of earlier calibrated blesses and gate runs of the same case, software and way of timing, on this card
+    and on others; the tolerance covers all of it (speedgate.evidence).
 
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
     differs between processes, and that is the between-process spread the gate must tolerate (an example:
@@ -106,30 +72,12 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None) -> dict
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry
-    prior: list[float] = []
-    prior_spreads: list[float] = []
     old_calibration = (old or {}).get("calibration")
     same = old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
-    if same and isinstance(old_calibration, dict):
-        prior = [float(v) for v in old_calibration.get("process_speedups", []) if isinstance(v, (int, float)) and v > 0]
-        prior_spreads = _run_spreads(old_calibration)
-    speedups = [*prior, float(entry["speedup"])][-PROCESSES_KEPT:]
-    run_spreads = [*prior_spreads, float(calibration["spread"])][-PROCESSES_KEPT:]
-    calibration = {**calibration, "process_speedups": speedups, "process_run_spreads": run_spreads}
-    # Every kept process's in-process spread counts, not only the newest's: a run that jumped in an earlier process
-    # is evidence of what the gate will meet.
-    spread = max(run_spreads)
-    if len(speedups) >= 2:
-        calibration["process_spread"] = round_value(between_run_spread(speedups))
-        spread = max(spread, calibration["process_spread"])
-    return {**entry, "tolerance": round_value(calibrated_tolerance(spread)), "calibration": calibration}
-
-
-def _run_spreads(calibration: dict[str, Any]) -> list[float]:
-    """The in-process spread of each process a calibration kept; an entry written before process_run_spreads existed
-    holds only its newest process's (its own `spread`)."""
-    kept = calibration.get("process_run_spreads", [calibration.get("spread")])
-    return [float(v) for v in kept if isinstance(v, (int, float)) and v >= 0]
+    prior = old_calibration if same and isinstance(old_calibration, dict) else {}
+    evidence = add_process(prior, card, float(entry["speedup"]), float(calibration["spread"]), calibration["measured_at"])
+    evidence.update(runs=calibration["runs"], spread=calibration["spread"], measured_at=calibration["measured_at"])
+    return {**entry, "tolerance": tolerance_of(evidence), "calibration": evidence}
 
 
 def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
@@ -161,7 +109,7 @@ def bless(
     old = existing["cases"] if existing else {}
 
     def entry(r: CompareResult, previous: dict[str, Any] | None) -> dict[str, Any]:
-        return _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous), r, previous)
+        return _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous, r.card), r, previous)
 
     entries = {r.case_id: entry(r, old.get(r.case_id)) for r in cases}
     return baseline_file.merge(
@@ -237,8 +185,10 @@ def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
         return None
     speedups = calibration.get("process_speedups") or []
     between = calibration.get("process_spread")
-    if len(speedups) < 2 or between is None or between <= max(_run_spreads(calibration), default=0.0):
+    run_spreads = [v for v in calibration.get("process_run_spreads", []) if isinstance(v, (int, float))]
+    if len(speedups) < 2 or between is None or between <= max(run_spreads, default=0.0):
         return None
-    return (f"tolerance {entry['tolerance']:.1%} set by the spread between processes (speedups "
+    where = f"processes on {card_count(calibration)} cards" if card_count(calibration) > 1 else "processes"
+    return (f"tolerance {entry['tolerance']:.1%} set by the spread between {where} (speedups "
             f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, remove the "
             f"entry's \"calibration\" and calibrate it again")

@@ -130,6 +130,7 @@ class JsonReport:
                           workers=run.workers)
         if run.unmatched is not None:
             doc["unmatched_baseline_entries"] = dict(run.unmatched)
+        doc["run_time"] = run.now
         write_text(path, dump_json(doc))
 
 

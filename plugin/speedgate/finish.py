@@ -19,6 +19,7 @@ class Finish:
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # shown loudly, but the run may pass
+    alerts: list[str] = field(default_factory=list)  # shown first, loudly: what the run could not gate
     unmatched: dict[str, Any] | None = None  # this hardware's baseline entries no collected test matched
 
 
@@ -28,6 +29,8 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
         bless_all(state, done, interrupted)
     if state.used or state.records:
         done.header = header_lines(state)
+        if not state.settings.update_baselines:
+            done.alerts = ungated(state)
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
     write_reports(state, done)
@@ -79,6 +82,22 @@ def check_unmatched(state: SpeedgateSession, done: Finish) -> None:
         (done.errors if state.settings.strict else done.warnings).append(drift)
 
 
+def ungated(state: SpeedgateSession) -> list[str]:
+    """One line per hardware key whose baseline file exists but lacks entries for cases this run measured: those
+    cases read "new" and nothing gates them on this hardware."""
+    from .verdict import Verdict
+
+    lines = []
+    for key in state.result_keys():
+        timed = [r for r in state.records if r.hardware_key == key and r.timed]
+        new = [r for r in timed if r.verdict == Verdict.NEW]
+        if new and state.docs.get(key) is not None:
+            lines.append(f"{len(new)} of the {len(timed)} comparisons measured on {key} have no entry in "
+                         f"{state.baseline_path_for(key)}: nothing gates them on this hardware (bless them there with "
+                         "`pytest --update-baselines`, on this kind of GPU)")
+    return lines
+
+
 def header_lines(state: SpeedgateSession) -> list[str]:
     keys = state.result_keys()
     errors: dict[str, str] = {}
@@ -102,7 +121,8 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
         records=state.records, metrics=state.metric_records, failed_nodeids=state.failed_nodeids,
         settings=state.settings, result_keys=state.result_keys(), fingerprints=state.fingerprints,
         ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start, workers=state.workers, header=done.header,
-        warnings=done.warnings, errors=list(done.errors), unmatched=done.unmatched, now=baseline_file.now_iso(),
+        warnings=[*done.alerts, *done.warnings], errors=list(done.errors), unmatched=done.unmatched,
+        now=baseline_file.now_iso(),
     )
     done.errors.extend(write_all(run))
 
@@ -111,12 +131,15 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     """The speedgate section of the terminal summary: (line, is_error)."""
     s = state.settings
     mode = "updating baselines" if s.update_baselines else ("strict gate" if s.strict else "gate")
+    alerts = [(f"speedgate: not gated: {line}", True) for line in done.alerts]
     lines = [*done.header, f"{mode}; {s.tolerance_words(state.result_keys())}; timer {s.timer}"]
     lines += report.table(state.records, state.failed_nodeids) if state.records else []
     lines += report.by_test(state.records)
     lines += report.metrics_table(state.metric_records, state.failed_nodeids)
     lines += report.notes(state.records)
-    lines += [line for line in (report.detection_line(state.records), report.budget_line(state.records)) if line]
+    lines += report.wide_tolerances(state.records)
+    lines += [line for line in (report.detection_line(state.records), report.budget_line(state.records),
+                                report.stages_line(state.records)) if line]
     lines += done.lines
-    return ([(line, False) for line in lines] + [(f"speedgate warning: {w}", True) for w in done.warnings]
+    return (alerts + [(line, False) for line in lines] + [(f"speedgate warning: {w}", True) for w in done.warnings]
             + [(f"speedgate error: {e}", True) for e in done.errors])

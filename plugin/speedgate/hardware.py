@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -36,6 +37,9 @@ class Fingerprint:
     key: str
     hardware: dict[str, Any]
     software: dict[str, Any] = field(default_factory=dict)
+    # An anonymized identity of the card (card_id); not part of to_json: a baseline file's fingerprint names a kind
+    # of hardware, and each result carries the card that measured it.
+    card: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"hardware": dict(self.hardware), "software": dict(self.software)}
@@ -91,6 +95,11 @@ def _optional(fn: Any, *args: Any) -> Any:
         return None
 
 
+def card_id(serial: str) -> str:
+    """An anonymized, stable identity of one card: 12 hex digits of the SHA-256 of its serial number (or UUID)."""
+    return hashlib.sha256(serial.strip().encode()).hexdigest()[:12]
+
+
 def gpu_hardware(token: str) -> dict[str, Any] | None:
     """NVML's view of one GPU, or None when NVML is missing or sees no GPU."""
     try:
@@ -113,6 +122,10 @@ def gpu_hardware(token: str) -> dict[str, Any] | None:
                 "fix CUDA_VISIBLE_DEVICES"
             ) from None
         info: dict[str, Any] = {"kind": "gpu", "name": _decode(pynvml.nvmlDeviceGetName(handle))}
+        serial = (_optional(getattr(pynvml, "nvmlDeviceGetSerial", None), handle)
+                  or _optional(getattr(pynvml, "nvmlDeviceGetUUID", None), handle))
+        if serial and _decode(serial).strip() not in ("", "N/A", "[N/A]"):
+            info["card"] = card_id(_decode(serial))
         memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
         if memory is not None:
             info["memory_mib"] = int(memory.total) // 2**20
@@ -190,8 +203,9 @@ def detect(override_key: str | None = None) -> Fingerprint:
     for name in ("driver", "cuda_driver"):  # NVML reports them, but they are software: drift, not a new key
         if name in hardware:
             software[name] = hardware.pop(name)
+    card = hardware.pop("card", None)
     key = validate_key(override_key) if override_key else hardware_key(hardware)
-    return Fingerprint(key=key, hardware=hardware, software=software)
+    return Fingerprint(key=key, hardware=hardware, software=software, card=card)
 
 
 def software_drift(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from . import integrity, judging
@@ -58,6 +58,8 @@ class Services(Protocol):
                  flops_dtype: str | None) -> tuple[float, str, str] | None: ...
 
     def software(self) -> Mapping[str, Any]: ...
+
+    def card(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -198,11 +200,21 @@ class Comparison:
                 self.checker.again()
                 return judging.untimed(self.spec.fields(self.tolerance(None)), untimed, self.checker.closeness,
                                        established=self.checker.established), None
+            clock = time.monotonic
+            t0 = clock()
             self.check()
-            started, violations = time.monotonic(), self._violations()
+            t1 = clock()
+            violations = self._violations()
             timed = self.measure()
+            t2 = clock()
             evidence = self.audit(timed)
-            return self.judge(timed, evidence, throttled=self._throttled(violations, started))
+            t3 = clock()
+            result, samples = self.judge(timed, evidence, throttled=self._throttled(violations, t1))
+            first_s = sum(ms for ms in self.first_ms if ms) / 1e3
+            stages = {"first_calls_s": first_s, "checks_s": max(t1 - t0 - first_s, 0.0), "warm_up_rounds_s": t2 - t1,
+                      "audit_s": t3 - t2, "judge_s": clock() - t3}
+            budget = {**(result.budget or {}), **{k: round(v, 4) for k, v in stages.items()}}
+            return replace(result, budget=budget), samples
         finally:
             self.ref.forget()
             self.opt.forget()
@@ -303,7 +315,7 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     settings = services.settings
     entry = services.baseline_entry(spec.case_id, spec.hardware_key)
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
-    fields = {**spec.fields(tol), **extra}
+    fields = {**spec.fields(tol), **extra, "card": services.card()}
     if settings.calibrate_runs:
         fields.update(calibration(measurement, again, settings.calibrate_runs))
 

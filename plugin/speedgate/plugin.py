@@ -223,7 +223,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if done is None:
         return
     state = _session(config)
-    if not (state.records or state.metric_records or done.errors or done.warnings or done.lines):
+    if not (state.records or state.metric_records or done.errors or done.warnings or done.lines or done.alerts):
         return
     terminalreporter.write_sep("=", "speedgate")
     from .finish import terminal_lines

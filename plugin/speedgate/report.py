@@ -290,3 +290,38 @@ class StepSummary:
 
     def write(self, run: RunView, path: Path) -> None:
         write_text(path, _summary_markdown(run), append=True)
+
+
+STAGES = (("first calls (compile, autotune)", "first_calls_s"), ("output checks", "checks_s"),
+          ("warm-up and rounds", "warm_up_rounds_s"), ("audits (profiler, ceilings, re-check)", "audit_s"),
+          ("judging (re-measure, calibration)", "judge_s"))
+
+
+def stages_line(records: Sequence[CompareResult]) -> str | None:
+    """Where the comparisons' time went, stage by stage (compile and autotuning are the first calls)."""
+    budgets = [r.budget for r in records if r.budget and "first_calls_s" in r.budget]
+    if not budgets:
+        return None
+    totals = {key: sum(b.get(key, 0.0) for b in budgets) for _, key in STAGES}
+    total = sum(totals.values())
+    return (f"{len(budgets)} comparisons took {total:.1f} s: "
+            + ", ".join(f"{name} {totals[key]:.1f} s" for name, key in STAGES))
+
+
+WIDE_TOLERANCE = 0.10  # above this, the report says why the tolerance is so wide and what the case still catches
+
+
+def wide_tolerances(records: Sequence[CompareResult]) -> list[str]:
+    """A line for each timed case whose tolerance is over WIDE_TOLERANCE: where it came from, and the smallest drop
+    it still catches at this run's noise."""
+    lines = []
+    for r in records:
+        if not r.timed or r.tolerance <= WIDE_TOLERANCE:
+            continue
+        why = {"case": "pinned by the case (its reason is in a comment beside its compare())",
+               "calibrated": "calibrated: the spread of its speedup between runs, processes and cards",
+               "configured": "the run's configured default", "default": "the default of its hardware key"}.get(
+            r.tolerance_source, "its entry's")
+        catches = f"catches a drop of {r.detectable_drop:.1%} or more" if r.detectable_drop is not None else ""
+        lines.append(f"{r.case_id}: tolerance {r.tolerance:.0%}, {why}; {catches}".rstrip("; "))
+    return lines

@@ -81,6 +81,8 @@ class CompareResult:
     established: str = ""
     # The checks the case waived, with its reasons (perf.compare(..., waive=...)).
     waived: dict[str, str] | None = None
+    # An anonymized identity of the card that measured it (hardware.card_id); None on the CPU or when NVML cannot tell.
+    card: str | None = None
 
     @property
     def unchecked(self) -> bool:

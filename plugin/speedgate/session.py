@@ -224,6 +224,10 @@ class SpeedgateSession:
                 self.fingerprint.hardware.setdefault(name, value)
         return self._timer
 
+    def card(self) -> str | None:
+        """The anonymized identity of the card this process times on (None on the CPU)."""
+        return self.fingerprint.card
+
     def software(self) -> dict[str, Any]:
         """The software versions of this run's fingerprint."""
         return dict(self.fingerprint.software)

@@ -1,0 +1,182 @@
+"""A calibrated entry's evidence: each process's judged speedup and in-process spread, grouped by the card that
+measured it, and the tolerance that evidence gives. Pure: dicts in, dicts out (blessing and `python -m speedgate
+evidence` write them).
+
+A calibrating bless (--speedgate-calibrate N) adds one process: its speedup and the spread of its N measurements. A
+gate run's report can add its speedups too (evidence.add_reports): one process each, with no in-process spread. A
+card is named by an anonymized identity (hardware.card_id); evidence written before cards were recorded sits under
+UNRECORDED. The tolerance is max(floor, K x spread), the spread the widest of every kept process's in-process spread
+and the spread of all kept processes' speedups pooled over the cards, so the spread between cards of one kind (power
+cap, clocks, memory) is in it as soon as two cards gave evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# K, the floor and the ceiling of a calibrated tolerance; why these values: docs/results/plugin-constants.md and
+# docs/results/calibration.md.
+CALIBRATION_K = 3.0
+CALIBRATION_FLOOR = 0.02
+CALIBRATION_CEILING = 0.99  # a tolerance is a fraction in [0, 1): a spread this wide gates nothing but stays valid
+PROCESSES_KEPT = 8  # per card, the newest
+CARDS_KEPT = 8  # the cards with the newest evidence
+UNRECORDED = "unrecorded"  # evidence from before cards were recorded (one or more cards, unknown)
+
+
+def _expected_range(n: int) -> float:
+    """d2(n): the expected range of n standard normal draws (1.128 for 2, 2.326 for 5), by integrating
+    1 - F(x)^n - (1 - F(x))^n over x (midpoint rule on [-8, 8]: exact to 4 digits for any n a person would run)."""
+    steps, lo, hi = 3200, -8.0, 8.0
+    width = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):
+        cdf = 0.5 * (1.0 + math.erf((lo + (i + 0.5) * width) / math.sqrt(2.0)))
+        total += 1.0 - cdf**n - (1.0 - cdf) ** n
+    return total * width
+
+
+def between_run_spread(speedups: Sequence[float]) -> float:
+    """The between-run standard deviation of a case's speedup relative to its median, estimated from the range of
+    its N >= 2 measurements: (max - min) / d2(N) / median. The range, not the MAD: for the 2-10 runs a person
+    waits for it is the efficient estimator (quality-control charts use it for the same reason), where the MAD of
+    3 runs is often near 0; and a run that jumped widens the tolerance instead of being discarded, which is the
+    safe side for a gate, since such a jump is the drift it must tolerate."""
+    if len(speedups) < 2:
+        raise ValueError(f"a spread needs at least 2 speedups, got {len(speedups)}")
+    ordered = sorted(speedups)
+    mid = len(ordered) // 2
+    middle = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return (ordered[-1] - ordered[0]) / _expected_range(len(ordered)) / middle
+
+
+def calibrated_tolerance(spread: float) -> float:
+    """The tolerance written for a calibrated case: max(CALIBRATION_FLOOR, CALIBRATION_K x spread)."""
+    return min(max(CALIBRATION_FLOOR, CALIBRATION_K * spread), CALIBRATION_CEILING)
+
+
+def round_value(value: Any) -> Any:
+    """Four significant digits: enough for a gate with a 10% tolerance, few enough for small diffs."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    return value
+
+
+def _numbers(values: Any, *, positive: bool) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, (int, float)) and (v > 0 if positive else v >= 0)]
+
+
+def cards(calibration: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The evidence by card: {card: {"speedups": [...], "run_spreads": [...], "measured_at": ...}}. An entry
+    calibrated before cards were recorded reads as one UNRECORDED card holding its process lists."""
+    found = calibration.get("machines")
+    if isinstance(found, dict):
+        return {str(k): dict(v) for k, v in found.items() if isinstance(v, dict)}
+    speedups = _numbers(calibration.get("process_speedups"), positive=True)
+    spreads = _numbers(calibration.get("process_run_spreads", [calibration.get("spread")]), positive=False)
+    if not speedups and not spreads:
+        return {}
+    return {UNRECORDED: {"speedups": speedups, "run_spreads": spreads, "measured_at": calibration.get("measured_at", "")}}
+
+
+def add_process(calibration: Mapping[str, Any], card: str | None, speedup: float, run_spread: float | None,
+                measured_at: str) -> dict[str, Any]:
+    """calibration with one more process of card (its judged speedup; its in-process spread, None for a gate run),
+    the pooled lists and spreads recomputed."""
+    by_card = cards(calibration)
+    name = card or UNRECORDED
+    mine = by_card.pop(name, {"speedups": [], "run_spreads": []})
+    mine = {
+        "speedups": [*_numbers(mine.get("speedups"), positive=True), float(speedup)][-PROCESSES_KEPT:],
+        "run_spreads": [*_numbers(mine.get("run_spreads"), positive=False),
+                        *([] if run_spread is None else [float(run_spread)])][-PROCESSES_KEPT:],
+        "measured_at": measured_at,
+    }
+    kept = sorted(by_card.items(), key=lambda item: str(item[1].get("measured_at", "")))[-(CARDS_KEPT - 1):]
+    by_card = {**dict(kept), name: mine}
+    return summarize({**calibration, "machines": by_card})
+
+
+def summarize(calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """The pooled process lists and the spreads of a calibration's evidence by card."""
+    by_card = cards(calibration)
+    pooled = [v for c in by_card.values() for v in _numbers(c.get("speedups"), positive=True)]
+    run_spreads = [v for c in by_card.values() for v in _numbers(c.get("run_spreads"), positive=False)]
+    out = {k: v for k, v in calibration.items()
+           if k not in ("process_speedups", "process_run_spreads", "process_spread", "machine_spread")}
+    out["machines"] = {name: {**c, "speedups": [round_value(v) for v in c.get("speedups", [])],
+                              "run_spreads": [round_value(v) for v in c.get("run_spreads", [])]}
+                       for name, c in sorted(by_card.items())}
+    out["process_speedups"] = [round_value(v) for v in pooled]
+    out["process_run_spreads"] = [round_value(v) for v in run_spreads]
+    if len(pooled) >= 2:
+        out["process_spread"] = round_value(between_run_spread(pooled))
+    found = [_median(_numbers(c.get("speedups"), positive=True)) for name, c in by_card.items() if name != UNRECORDED]
+    medians = [m for m in found if m is not None]
+    if len(medians) >= 2:
+        out["machine_spread"] = round_value(between_run_spread(medians))
+    return out
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def spread_of(calibration: Mapping[str, Any]) -> float:
+    """The spread a calibration's tolerance covers: the widest in-process spread of its processes, and the spread of
+    all its processes' speedups pooled over the cards."""
+    spreads = _numbers(calibration.get("process_run_spreads"), positive=False) or \
+        _numbers([calibration.get("spread")], positive=False)
+    pooled = calibration.get("process_spread")
+    return max([*spreads, *([float(pooled)] if isinstance(pooled, (int, float)) else [])], default=0.0)
+
+
+def tolerance_of(calibration: Mapping[str, Any]) -> float:
+    return float(round_value(calibrated_tolerance(spread_of(calibration))))
+
+
+def card_count(calibration: Mapping[str, Any]) -> int:
+    """How many recorded cards gave evidence (evidence from before cards were recorded counts as none)."""
+    return sum(1 for name in cards(calibration) if name != UNRECORDED)
+
+
+def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
+    evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
+    not fail for another reason); and a line for each entry whose tolerance changed. The reports must be runs of
+    the code the entries were blessed from: evidence of another kernel would only widen its tolerance."""
+    cases = {k: dict(v) for k, v in doc["cases"].items()}
+    changed: dict[str, tuple[float, float]] = {}
+    for report in reports:
+        for record in report.get("cases", []):
+            entry = cases.get(record.get("case_id"))
+            if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
+                continue
+            if record.get("timer") != entry.get("timer") or (record.get("test_failed") and record.get("verdict") != "regressed"):
+                continue
+            if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
+                continue
+            before = float(entry["tolerance"])
+            calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), None,
+                                      str(report.get("run_time") or entry["calibration"].get("measured_at", "")))
+            entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}
+            cases[record["case_id"]] = entry
+            first = changed.get(record["case_id"], (before, before))[0]
+            changed[record["case_id"]] = (first, float(entry["tolerance"]))
+    lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
+    return {**doc, "cases": cases}, lines
+
+
+def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any) -> bool:
+    """Whether a report's run used the software an entry was blessed with (torch, triton, the driver...)."""
+    fingerprint = report.get("fingerprints", {}).get(key, {})
+    measured = fingerprint.get("software", {})
+    return all(measured.get(name) == value for name, value in software.items() if name in measured)

@@ -1,0 +1,79 @@
+"""`python -m speedgate evidence BASELINE.json REPORT.json ...`: add gate runs' speedups to the evidence of a baseline
+file's calibrated entries (speedgate.evidence.add_reports), under the file's lock; or show the evidence by card."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import baseline as baseline_file
+from .evidence import UNRECORDED, add_reports, cards
+
+
+def _load_report(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(doc, dict) or "speedgate_report_version" not in doc:
+        raise ValueError(f"{path}: not a --speedgate-json report")
+    return doc
+
+
+def show(doc: dict[str, Any]) -> list[str]:
+    """A line per calibrated entry: its tolerance and the cards and processes behind it."""
+    lines = []
+    for case_id, entry in sorted(doc["cases"].items()):
+        calibration = entry.get("calibration")
+        if not calibration:
+            continue
+        by_card = cards(calibration)
+        parts = [f"{'unrecorded cards' if name == UNRECORDED else 'card ' + name}: "
+                 + ", ".join(f"{v:.4g}" for v in c.get("speedups", [])) for name, c in sorted(by_card.items())]
+        spread = calibration.get("machine_spread")
+        between = f"; between cards {spread:.2%}" if isinstance(spread, (int, float)) else ""
+        lines.append(f"{case_id}: tolerance {entry['tolerance']:.1%}{between}; " + "; ".join(parts))
+    return lines
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m speedgate evidence",
+        description="add the speedups of gate runs (--speedgate-json reports of the code the file was blessed from) to "
+                    "the calibration evidence of a baseline file's calibrated entries, one process per report and "
+                    "card, and rewrite their tolerances; without reports, show the evidence by card")
+    parser.add_argument("baseline", type=Path, help="the baseline file (baselines/<hardware_key>.json)")
+    parser.add_argument("reports", type=Path, nargs="*", help="--speedgate-json reports of gate runs")
+    args = parser.parse_args(argv)
+    try:
+        reports = [_load_report(path) for path in args.reports]
+    except ValueError as exc:
+        parser.exit(2, f"speedgate evidence: {exc}\n")
+    changed: list[str] = []
+
+    def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
+        if existing is None:
+            raise baseline_file.BaselineError(f"{args.baseline}: no such baseline file")
+        doc, lines = add_reports(existing, reports)
+        changed.extend(lines)
+        return doc if reports else None
+
+    try:
+        doc = baseline_file.update(args.baseline, change) if reports else baseline_file.read(args.baseline)
+    except baseline_file.BaselineError as exc:
+        parser.exit(2, f"speedgate evidence: {exc}; the file was left untouched\n")
+    if doc is None:
+        parser.exit(2, f"speedgate evidence: {args.baseline}: no such baseline file\n")
+    for line in changed if reports else show(doc):
+        print(line)
+    if reports:
+        print(f"{args.baseline}: {len(reports)} report(s) added; {len(changed)} tolerance(s) changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
