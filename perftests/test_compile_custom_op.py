@@ -12,6 +12,7 @@ from torch import nn
 
 from perftests.kernels import ops
 from perftests.kernels.rowwise import rms_norm_eager
+from perftests.support.inputs import generator
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
@@ -48,7 +49,9 @@ def test_triton_kernel_in_compiled_model(perf, device: str, kind: str) -> None:
     reference = NormMLP(width, "eager").to(device=device, dtype=dtype).eval()
     with_kernel = NormMLP(width, kind).to(device=device, dtype=dtype).eval()
     with_kernel.load_state_dict(reference.state_dict())
-    x = torch.randn(rows, width, device=device, dtype=dtype)
+    # The weights are the blocks'; an input set is a batch of activations (the same shape every seed: no recompile).
+    make = lambda seed: (torch.randn(rows, width, generator=generator(device, seed), device=device, dtype=dtype),)  # noqa: E731
+    (x,) = make(0)
 
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(with_kernel)(x)
@@ -59,7 +62,7 @@ def test_triton_kernel_in_compiled_model(perf, device: str, kind: str) -> None:
     compiled_kernel = torch.compile(with_kernel, fullgraph=True)
 
     def run(model: nn.Module):
-        def call() -> torch.Tensor:
+        def call(x: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
                 return model(x)
 
@@ -70,5 +73,5 @@ def test_triton_kernel_in_compiled_model(perf, device: str, kind: str) -> None:
     # The two norms round differently (the kernel once at its store, eager's composite after widening); the
     # GEMMs carry that through: a few 16-bit roundoffs at the output's scale.
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1.3e-6, atol=intermediate_rounding_atol(expected, dtype, factor=8.0))
-    perf.assert_close(run(compiled_kernel)(), expected, **tol)
-    perf.compare(run(compiled_reference), run(compiled_kernel), name="vs_compiled_eager_norm", **tol)
+    perf.assert_close(run(compiled_kernel)(x), expected, **tol)
+    perf.compare(run(compiled_reference), run(compiled_kernel), name="vs_compiled_eager_norm", **tol, inputs=make)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from perftests.models.transformer import build, workload
+from perftests.models.transformer import build, token_ids, workload
 from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, first_pass, schedule_pass
 from perftests.support.tolerance import intermediate_rounding_atol
 
@@ -58,7 +58,9 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     # The CPU runs the same schedule at a sixteenth of the lengths.
     schedule = SCHEDULE if device == "cuda" else tuple(s // 16 for s in SCHEDULE)
     buckets = BUCKETS if device == "cuda" else tuple(b // 16 for b in BUCKETS)
-    inputs = [torch.randint(0, cfg.vocab, (batch, length), device=device) for length in schedule]
+    # An input set is one pass of the schedule: a batch of tokens per length (the same shapes every seed).
+    make = lambda seed: token_ids(cfg, batch, schedule, device, seed)  # noqa: E731
+    inputs = make(0)
     runners = {}
     compiles = {}
     seconds = {}
@@ -83,9 +85,9 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     # is not measured) before timing, so no compile falls inside the rounds.
     torch._dynamo.reset()
     for run in (runners["static"], runners[strategy]):
-        schedule_pass(run, inputs)()
+        schedule_pass(run)(*inputs)
     # A pass returns nothing (see schedule_pass); each strategy's outputs were checked against eager above.
     # A pass is launch-bound (guards, a graph per length): timed from an idle device, host work included. Held, the
     # device work alone was 3.0 ms a pass on the H100 (2026-11-23) against 3.3-9.5 ms timed with the host behind.
-    perf.compare(schedule_pass(runners["static"], inputs), schedule_pass(runners[strategy], inputs), name="steady_state_vs_static",
-                 check=False, latency=True)
+    perf.compare(schedule_pass(runners["static"]), schedule_pass(runners[strategy]), name="steady_state_vs_static",
+                 check=False, latency=True, inputs=make)

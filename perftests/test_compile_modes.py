@@ -17,6 +17,7 @@ from perftests.models.transformer import (
     build,
     linear_flops,
     parameters,
+    token_ids,
     workload,
 )
 from perftests.support.compile_time import (
@@ -26,6 +27,7 @@ from perftests.support.compile_time import (
     no_grad,
     timed_call,
 )
+from perftests.support.inputs import compare_on_inputs
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
@@ -49,27 +51,30 @@ def logits_tolerance(expected: torch.Tensor, layers: int) -> dict[str, float]:
 def test_compile_mode(perf, device: str, mode: str) -> None:
     cfg, batch, seq, dtype = workload(device)
     model = build(cfg, device, dtype)
-    tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    # The weights are the model's; each input set is a batch of tokens (the same shape: no recompile).
+    make = lambda seed: token_ids(cfg, batch, (seq,), device, seed)  # noqa: E731
+    (batch_0,) = make(0)
     torch._dynamo.reset()
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
-    eager, run_compiled = no_grad(model, tokens), no_grad(compiled, tokens)
+    eager, run_compiled = no_grad(model), no_grad(compiled)
 
-    expected = eager()
+    expected = eager(batch_0)
     tol = logits_tolerance(expected, cfg.layers)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     # The first compiled call is the compile (trace, inductor, autotuning in max-autotune): timed here, by itself.
-    first, compile_s = timed_call(run_compiled, device)
+    first, compile_s = timed_call(no_grad(compiled, batch_0), device)
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
     flops = linear_flops(model, batch * seq)
     # default: both sides replayed from CUDA graphs (the device's work), as the ladder's rungs are: timed behind the
     # hold, a call of a few hundred kernels lets host gaps into the device timing (test_compile_ladder.py; here it
     # read 9.3% off in one of three runs of a calibrating process, tolerance 27.9%; replayed, 2%). reduce-overhead
     # and max-autotune replay graphs of their own (cudagraph trees), which cannot be captured inside another ("Cannot
-    # prepare for replay during capturing stage", H100): timed as they are, one graph launch a call on their side.
-    perf.compare(eager, run_compiled, name="vs_eager", check=False, flops=flops,
-                 flops_dtype="bf16" if dtype == torch.bfloat16 else None, graph=mode == "default",
-                 tolerance=GPU_MODE_TOLERANCE.get(mode) if device == "cuda" else None)
+    # prepare for replay during capturing stage", H100): timed as they are, one graph launch a call on their side,
+    # on rotating batches of tokens (a graph replays the batch it captured: default stays on set 0).
+    compare_on_inputs(perf, eager, run_compiled, make, name="vs_eager", check=False, flops=flops,
+                      flops_dtype="bf16" if dtype == torch.bfloat16 else None, graph=mode == "default",
+                      tolerance=GPU_MODE_TOLERANCE.get(mode) if device == "cuda" else None)
     if device == "cuda":
         perf.metric("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30, tolerance=0.10, unit="GiB")
     perf.metric("compile_s_in_process", compile_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
@@ -89,7 +94,8 @@ def test_precision_fp32_to_bf16_eager(perf, device: str) -> None:
     cfg, batch, seq, _ = workload(device)
     fp32 = build(cfg, device, torch.float32)
     bf16 = build(cfg, device, torch.bfloat16)  # the same seed: the fp32 weights rounded to bf16
-    tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    make = lambda seed: token_ids(cfg, batch, (seq,), device, seed)  # noqa: E731
+    (batch_0,) = make(0)
 
     # bf16 end to end (weights, activations, the residual stream): 2 roundings of the stream per block and those
     # of the operands of each GEMM reach the logits; RMS sqrt(2/3) 2^-8 per rounded GEMM, 2^-8 / sqrt(3) per add.
@@ -97,9 +103,9 @@ def test_precision_fp32_to_bf16_eager(perf, device: str) -> None:
     # the error measured 0.0048 against a bound of 0.032: the blocks' errors are partly diluted by the stream.
     unit = 2.0**-8
     bound = 3.0 * unit * ((2.0 / 3.0) * (4 * cfg.layers + 1) + (1.0 / 3.0) * 2 * cfg.layers) ** 0.5
-    run_fp32, run_bf16 = no_grad(fp32, tokens), no_grad(bf16, tokens)
-    perf.assert_close(run_bf16().float(), run_fp32(), rel_l2=bound)
-    perf.compare(run_fp32, run_bf16, name="bf16_eager_vs_fp32_eager", check=False,
+    run_fp32, run_bf16 = no_grad(fp32), no_grad(bf16)
+    perf.assert_close(run_bf16(batch_0).float(), run_fp32(batch_0), rel_l2=bound)
+    perf.compare(run_fp32, run_bf16, name="bf16_eager_vs_fp32_eager", check=False, inputs=make,
                  flops=linear_flops(fp32, batch * seq) if device == "cuda" else None,
                  flops_dtype="bf16" if device == "cuda" else None)
 
@@ -110,21 +116,22 @@ def test_compile_large_model(perf, device: str) -> None:
     cfg, batch, seq = (LARGE, 8, 1024) if device == "cuda" else (LARGE_CPU, 2, 64)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = build(cfg, device, dtype)
-    tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    make = lambda seed: token_ids(cfg, batch, (seq,), device, seed)  # noqa: E731
+    (batch_0,) = make(0)
     torch._dynamo.reset()
     compiled = torch.compile(model)
-    eager, run_compiled = no_grad(model, tokens), no_grad(compiled, tokens)
+    eager, run_compiled = no_grad(model), no_grad(compiled)
 
-    expected = eager()
+    expected = eager(batch_0)
 
     def compile_from_scratch() -> torch.Tensor:
         with no_compile_caches():  # compiled here, not loaded from a cache an earlier run filled
-            return run_compiled()
+            return run_compiled(batch_0)
 
     first, compile_s = timed_call(compile_from_scratch, device)
     perf.assert_close(first, expected, **logits_tolerance(expected, cfg.layers))
     if device == "cuda":
         assert 0.95e9 < parameters(model) < 1.1e9, f"the large model has {parameters(model) / 1e9:.3f}B parameters"
     perf.metric("compile_s_in_process", compile_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
-    perf.compare(eager, run_compiled, name="vs_eager", check=False, flops=linear_flops(model, batch * seq),
+    perf.compare(eager, run_compiled, name="vs_eager", check=False, inputs=make, flops=linear_flops(model, batch * seq),
                  flops_dtype="bf16" if dtype == torch.bfloat16 else None)

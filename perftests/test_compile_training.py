@@ -15,15 +15,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perftests.models.transformer import build, workload
+from perftests.models.transformer import build, token_ids, workload
 from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, timed_call
 from perftests.support.tolerance import intermediate_rounding_atol
 
 pytestmark = pytest.mark.compile
 
 
-def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, targets: torch.Tensor, device: str):
-    def step() -> torch.Tensor:
+def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str):
+    """One training step as a function of a batch: (tokens, targets) -> the loss; the weights and the optimizer's
+    state are the model's and the optimizer's, updated in place."""
+
+    def step(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(tokens)
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
@@ -41,18 +44,20 @@ def test_training_step(perf, device: str) -> None:
         batch = 8  # activations for backward: half the inference batch
     eager_model = build(cfg, device, torch.float32).train()
     compiled_model = copy.deepcopy(eager_model)
-    tokens = torch.randint(0, cfg.vocab, (batch, seq), device=device)
-    targets = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+    # An input set is a batch: tokens and their targets, two (batch, seq) tensors of ids (the same shapes every
+    # seed: no recompile). The weights and momentum are the sides' own state, stepped by every call.
+    make = lambda seed: token_ids(cfg, batch, (seq, seq), device, seed)  # noqa: E731
+    batch_0 = make(0)
     eager_opt = torch.optim.SGD(eager_model.parameters(), lr=1e-2, momentum=0.9)
     compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=1e-2, momentum=0.9)
     initial = [p.detach().clone() for p in eager_model.parameters()]
-    eager_step = make_step(eager_model, eager_opt, tokens, targets, device)
+    eager_step = make_step(eager_model, eager_opt, device)
     torch._dynamo.reset()
-    compiled_step = torch.compile(make_step(compiled_model, compiled_opt, tokens, targets, device))
+    compiled_step = torch.compile(make_step(compiled_model, compiled_opt, device))
 
-    loss_eager = eager_step()
+    loss_eager = eager_step(*batch_0)
     # The first call compiles forward, backward and the optimizer step.
-    loss_compiled, compile_s = timed_call(compiled_step, device)
+    loss_compiled, compile_s = timed_call(lambda: compiled_step(*batch_0), device)
     # Autocast's bf16 GEMMs round differently once fused; fp32 on the CPU differs only in summation order.
     loss_tol = dict(rtol=2e-2, atol=0.0) if device == "cuda" else dict(rtol=1e-5, atol=0.0)
     perf.assert_close(loss_compiled, loss_eager, **loss_tol)
@@ -68,4 +73,4 @@ def test_training_step(perf, device: str) -> None:
     # Eager's step at this size is launch-bound (H100, 2026-11-23: 15.6 ms a step when blessed with the host behind
     # the device, 8.0 ms of device work under the profiler): the compiler's fewer, fused launches are much of what it
     # buys here, so the host work counts.
-    perf.compare(eager_step, compiled_step, name="vs_eager", check=False, latency=True)
+    perf.compare(eager_step, compiled_step, name="vs_eager", check=False, latency=True, inputs=make)

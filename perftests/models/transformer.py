@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from perftests.support.inputs import generator
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ def workload(device: str) -> tuple[Config, int, int, torch.dtype]:
     if device == "cuda":
         return Config(), 16, 1024, torch.bfloat16
     return SMALL_CPU, 2, 32, torch.float32
+
+
+def token_ids(cfg: Config, batch: int, lengths: Sequence[int], device: str, seed: int) -> tuple[torch.Tensor, ...]:
+    """Input set `seed` of token ids: one (batch, length) int64 tensor per length, each id in [0, vocab), drawn from
+    the set's generator. Every seed gives the same shapes (a compiled model does not recompile) and valid ids (a
+    refill in place keeps them valid), and another seed other ids."""
+    g = generator(device, seed)
+    return tuple(torch.randint(0, cfg.vocab, (batch, length), generator=g, device=device) for length in lengths)
 
 
 def compile_time_builder() -> tuple[Transformer, tuple[torch.Tensor]]:

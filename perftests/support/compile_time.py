@@ -134,13 +134,14 @@ def timed_call(fn: Callable[[], Any], device: str) -> tuple[Any, float]:
     return out, ms / 1e3
 
 
-def no_grad(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-    """A zero-argument callable that runs fn(*args) without autograd (an inference side of a comparison)."""
+def no_grad(fn: Callable[..., Any], *bound: Any) -> Callable[..., Any]:
+    """A callable that runs fn(*bound, *args) without autograd: an inference side of a comparison, zero-argument
+    when every argument is bound, else a function of its input set (perf.compare(..., inputs=make))."""
     import torch
 
-    def call() -> Any:
+    def call(*args: Any) -> Any:
         with torch.no_grad():
-            return fn(*args)
+            return fn(*bound, *args)
 
     return call
 
@@ -165,10 +166,11 @@ def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) ->
     return outputs, seconds, frames_compiled() - before
 
 
-def schedule_pass(run: Callable[[Any], Any], inputs: Sequence[Any]) -> Callable[[], None]:
-    """A zero-argument callable that runs `run` over every input once, without autograd: one pass of a schedule."""
+def schedule_pass(run: Callable[[Any], Any]) -> Callable[..., None]:
+    """A callable that runs `run` once on each of its arguments, without autograd, and returns nothing: one pass of a
+    schedule, whose inputs are one input set (perf.compare(..., inputs=make), make(seed) returning the schedule)."""
 
-    def call() -> None:
+    def call(*inputs: Any) -> None:
         for x in inputs:
             run(x)
 

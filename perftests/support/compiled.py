@@ -44,7 +44,7 @@ def compare_with_compiled(
 
     Both sides are called on each input set, the compiled eager as eager(*set, *fixed): `fixed` holds what every
     call shares (eps, a layer's weights). An input set of the same shapes, dtypes and strides does not recompile.
-    graph=True or bind=True binds the sides to set 0 instead (see compare_on_inputs).
+    graph=True or bind='why' binds the sides to set 0 instead, waiving fresh inputs (see compare_on_inputs).
 
     On the CPU nothing is timed (the Triton side runs in the interpreter), and compiling every reference
     through inductor's C++ backend would spend CI minutes checking inductor rather than our kernels: skipped.

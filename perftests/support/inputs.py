@@ -1,11 +1,18 @@
-"""Input sets for perf.compare(..., inputs=make): the generator each set draws from, and graphed cases' one set."""
+"""Input sets for perf.compare(..., inputs=make): the generator each set draws from, and graphed or bound cases' one
+set, with the reason it stays fixed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+
+# The plugin's name for the check a case on fixed inputs waives (speedgate.pipeline.FIXED_INPUTS_WAIVER): with
+# --speedgate-strict, a case checked on zero-argument sides fails unless it says why it cannot rotate input sets.
+FIXED_INPUTS = "fixed-inputs"
+GRAPH_REPLAYS = ("graph=True: timed as CUDA graph replays, and a graph replays the input tensors it captured, so the "
+                 "sides cannot rotate or refill input sets")
 
 
 def generator(device: str, seed: int) -> torch.Generator:
@@ -15,6 +22,12 @@ def generator(device: str, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed((torch.initial_seed() + seed) % 2**63)
 
 
+def fixed_inputs(reason: str, waive: Mapping[str, str] | None = None) -> dict[str, str]:
+    """waive= for a case whose sides are zero-argument: the fixed-inputs waiver with its reason, beside the case's
+    other waivers."""
+    return {**(waive or {}), FIXED_INPUTS: reason}
+
+
 def compare_on_inputs(
     perf: Any,
     reference: Callable[..., Any],
@@ -22,12 +35,15 @@ def compare_on_inputs(
     make: Callable[[int], Sequence[Any]],
     *,
     graph: bool = False,
-    bind: bool = False,
+    bind: str = "",
+    waive: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """perf.compare(reference, optimized, inputs=make, **kwargs); with graph=True or bind=True, the sides bound to
-    set 0 as zero-argument callables instead: a CUDA graph replays the inputs it captured, it cannot rotate them."""
+    """perf.compare(reference, optimized, inputs=make, **kwargs). With graph=True, or bind='why' (the reason, in
+    words), the sides are bound to set 0 as zero-argument callables instead, and the case waives fresh inputs with
+    that reason: a CUDA graph replays the inputs it captured, it cannot rotate them."""
     if graph or bind:
         args = tuple(make(0))
-        return perf.compare(lambda: reference(*args), lambda: optimized(*args), graph=graph, **kwargs)
-    return perf.compare(reference, optimized, inputs=make, **kwargs)
+        return perf.compare(lambda: reference(*args), lambda: optimized(*args), graph=graph,
+                            waive=fixed_inputs(bind or GRAPH_REPLAYS, waive), **kwargs)
+    return perf.compare(reference, optimized, inputs=make, waive=waive, **kwargs)
