@@ -162,3 +162,34 @@ def test_the_fingerprint_kept_is_the_latest_view_not_the_first() -> None:
         for fp in (first, second):
             controller.absorb(json.dumps({"records": [], "failed": [], "fingerprints": {"gpu-x": fp}}))
         assert controller.fingerprints["gpu-x"] == full
+
+
+def test_a_fullgraph_recompile_in_the_rounds_fails_too(pytester: pytest.Pytester) -> None:
+    """torch 2.13 counts a fullgraph=True compile as a graph, not a frame: a side that recompiles on every call
+    under fullgraph=True passed the gate."""
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_recompile="""
+import torch
+
+torch._dynamo.config.recompile_limit = 1000
+torch._dynamo.config.automatic_dynamic_shapes = False
+state = {"n": 0}
+
+@torch.compile(fullgraph=True, dynamic=False)
+def f(x):
+    return x.cos()
+
+def reference():
+    return torch.ones(8)
+
+def optimized():
+    state["n"] += 1
+    return f(torch.ones(8 + state["n"]))[:8] * 0 + 1  # a new shape every call: a recompilation
+
+def test_recompiles(perf):
+    perf.compare(reference, optimized)
+""")
+    result = pytester.runpytest("--speedgate-budget", "0.3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RecompiledInRounds: speedgate: test_recompile.py::test_recompiles: torch.compile "
+                                 "compiled * frame(s) during the timed rounds*"])

@@ -141,16 +141,26 @@ def compiled_frames() -> int:
     return 0 if utils is None else int(utils.counters["frames"]["total"])
 
 
+def _compile_counts() -> tuple[int, int]:
+    """(frames, graphs) dynamo has compiled in this process: a fullgraph=True compile counts a graph and no frame
+    (torch 2.13), a plain one both."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0, 0
+    return int(utils.counters["frames"]["total"]), int(utils.counters["stats"]["unique_graphs"])
+
+
 @contextlib.contextmanager
 def no_recompile(case_id: str) -> Iterator[None]:
     """Around the timed rounds: fails the case if torch.compile compiled anything meanwhile."""
-    before = compiled_frames()
+    frames, graphs = _compile_counts()
     yield
-    compiled = compiled_frames() - before
+    frames_after, graphs_after = _compile_counts()
+    compiled = max(frames_after - frames, graphs_after - graphs)
     if compiled:
         raise RecompiledInRounds(
-            f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (a "
-            "recompilation: a guard failed, e.g. a new shape, dtype or Python value); the samples include "
+            f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (frames, or graphs "
+            "under fullgraph=True: a recompilation; a guard failed, e.g. a new shape, dtype or Python value); the samples include "
             "compile time. Make the inputs static across calls, or mark dimensions dynamic.")
 
 
