@@ -75,6 +75,7 @@ def test_the_table_counts_false_alarms_and_detections_per_case():
     assert "| `b` | 6.0% | 2.00% | >= 3.0% | 1/2 | 1/2, -5.8% |" in text
     assert "false alarms: 1/4 case-runs (25.0%)" in text
     assert "detected at +5%: 3/4 (75%)" in text
+    assert "1 of 2 cases catch a 5% regression (regressed in each of 2 slowed runs)" in text
 
 
 def test_each_study_process_starts_with_empty_compile_caches_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,7 +178,17 @@ def table(bless: dict[str, Any], clean: list[dict[str, Any]], slowed_runs: dict[
         lines.append("| " + " | ".join(row) + " |")
     summary = [f"false alarms: {alarms}/{trials} case-runs ({alarms / trials:.1%})" if trials else "no clean runs"]
     summary += [f"detected at +{s:.0%}: {c}/{n} ({c / n:.0%})" for s, (c, n) in caught.items() if n]
-    return "\n".join(lines) + "\n\n" + "; ".join(summary) + "\n"
+    return "\n".join(lines) + "\n\n" + "; ".join(summary) + "\n" + catch_line(blessed, slowed_runs) + "\n"
+
+
+def catch_line(blessed: dict[str, Any], slowed_runs: dict[float, list[dict[str, Any]]], share: float = 0.05) -> str:
+    """'N of M cases catch a 5% regression': the cases every run slowed by share failed as regressed."""
+    runs = next((r for s, r in slowed_runs.items() if abs(s - share) < 1e-9), None)
+    if not runs:
+        return f"no runs slowed by {share:.0%}"
+    every = [case_id for case_id in blessed
+             if all((timed_cases(r).get(case_id) or {}).get("verdict") == "regressed" for r in runs)]
+    return f"{len(every)} of {len(blessed)} cases catch a {share:.0%} regression (regressed in each of {len(runs)} slowed runs)"
 
 
 def main() -> None:
@@ -190,13 +200,21 @@ def main() -> None:
     parser.add_argument("--slowdowns", default="0.02,0.05,0.10", help="injected slowdowns, fractions")
     parser.add_argument("--repeat", type=int, default=2, help="gate runs per slowdown")
     parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("--against", type=Path, default=None,
+                        help="gate against this baseline folder (the committed files) instead of blessing: a machine "
+                             "that blessed nothing")
     parser.add_argument("--warm-caches", dest="fresh_caches", action="store_false",
                         help="share the user's compile caches between processes (default: each its own, empty)")
     parser.add_argument("extra", nargs="*", help="after --: more pytest arguments")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for i in range(args.processes):  # each a fresh process: the last one's report holds every process's evidence
+    if args.against is not None:  # the committed files, copied: the study never writes the repository's
+        (out / "baselines").mkdir(exist_ok=True)
+        for f in args.against.glob("*.json"):
+            (out / "baselines" / f.name).write_bytes(f.read_bytes())
+        bless = run_pytest(out, "clean-first", args.cases, args.extra, fresh_caches=args.fresh_caches)
+    for i in range(0 if args.against is not None else args.processes):  # each a fresh process, its evidence added
         bless = run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate, fresh_caches=args.fresh_caches)
     # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
     entries: dict[str, Any] = {}
