@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -210,3 +211,71 @@ def test_junit_xunit1_keeps_each_result_as_its_test_properties(project: pytest.P
     assert props["test_fine"]["speedgate.pair.verdict"] == "pass"
     assert props["test_new"]["speedgate.case.verdict"] == "new"
 
+
+
+# A second project's tests that read the devices they see, and the modules their process loaded, into one file per
+# process: xdist discards a worker's stdout.
+DEVICE_READERS = """
+import os
+import sys
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_devices(i):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "serial")
+    with open(os.path.join({out!r}, worker + ".devices"), "a") as f:
+        f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>") + "\\n")
+    with open(os.path.join({out!r}, worker + ".modules"), "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+"""
+
+
+def _devices_seen(out: Path) -> dict[str, set[str]]:
+    return {path.stem: set(path.read_text().split()) for path in out.glob("*.devices")}
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_xdist_workers_keep_every_gpu_unless_pinning_is_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite may itself run under xdist
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    out = pytester.mkdir("seen")
+    pytester.makepyfile(test_devices=DEVICE_READERS.format(out=str(out)))
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"0,1"}, "gw1": {"0,1"}}, "a project that never asked had its GPUs pinned"
+
+    for path in out.iterdir():
+        path.unlink()
+    args = ["--speedgate-pin-workers"] if how == "option" else ["-o", "speedgate_pin_workers=true"]
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", *args).assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"0"}, "gw1": {"1"}}
+
+
+def test_xdist_workers_of_a_project_without_perf_ask_nvml_nothing(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without CUDA_VISIBLE_DEVICES, a device lookup would ask NVML (import pynvml) in every worker.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = pytester.mkdir("seen")
+    pytester.makepyfile(test_devices=DEVICE_READERS.format(out=str(out)))
+    pytester.makeconftest(f"""
+import os, sys
+
+def pytest_unconfigure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(os.path.join({str(out)!r}, "controller.modules"), "w") as f:
+            f.write("\\n".join(sorted(sys.modules)))
+""")
+    pytester.mkdir("baselines").joinpath("notes.txt").write_text("a folder of the project's own\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"<unset>"}, "gw1": {"<unset>"}}
+    for worker in ("gw0", "gw1", "controller"):
+        loaded = set((out / f"{worker}.modules").read_text().split())
+        assert "speedgate.plugin" in loaded
+        assert not loaded & {"pynvml", "speedgate.devices", "speedgate.session", "filelock"}, worker
+    left = [p for p in pytester.path.rglob("*") if "speedgate" in p.name or p.suffix in (".json", ".md", ".png")]
+    assert not left, f"files left behind: {left}"
+    assert not (Path(os.environ["TMPDIR"]) / "speedgate-locks").exists()
+    assert "speedgate" not in result.stdout.str().replace("speedgate-0.1.0", "")

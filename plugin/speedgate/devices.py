@@ -1,4 +1,5 @@
-"""Which device a process times on: one GPU per xdist worker, and a lock where workers must share one."""
+"""Which device a process times on: one GPU per xdist worker when pinning is on, and a lock where workers must share
+one."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Assignment:
     shared: bool
     workers: int
     devices: int
+    pinned: bool = True  # False: CUDA_VISIBLE_DEVICES was left alone and every worker times on the first device
 
 
 def assign(worker_index: int, worker_count: int, gpus: list[str]) -> Assignment:
@@ -39,6 +41,16 @@ def worker_from_env() -> tuple[int, int] | None:
     if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit():
         return None
     return int(worker[2:]), int(count)
+
+
+def unpinned_worker() -> Assignment | None:
+    """In an xdist worker whose GPUs were not pinned: every worker times on the first visible device (CUDA's default),
+    shared when there are two workers or more. Asks NVML only when CUDA_VISIBLE_DEVICES is unset."""
+    worker = worker_from_env()
+    if worker is None:
+        return None
+    gpus = visible_gpu_tokens()
+    return Assignment(gpus[0] if gpus else "cpu", worker[1] > 1, worker[1], max(len(gpus), 1), pinned=False)
 
 
 def pin_worker() -> Assignment | None:

@@ -71,6 +71,12 @@ HELP_HISTORY = (
     "record every timed case and metric of the run in this history store (SQLite; created if absent), for "
     "`python -m speedgate history`; ini paths are relative to the ini file (default: not recorded)"
 )
+HELP_PIN_WORKERS = (
+    "under xdist, give each worker its own GPU (CUDA_VISIBLE_DEVICES narrowed to one entry, round-robin, before any "
+    "conftest loads); for runs that time GPU work. Off, every worker sees every GPU and tests that use perf take "
+    "turns on the first one (default: off)"
+)
+
 
 def _fraction(text: str) -> float:
     try:
@@ -134,6 +140,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--speedgate-noise", default=None, type=_fraction, metavar="FRACTION", help=HELP_NOISE)
     group.addoption("--speedgate-calibrate", default=None, type=_runs, metavar="N", help=HELP_CALIBRATE)
     group.addoption("--speedgate-history", default=None, metavar="PATH", help=HELP_HISTORY)
+    group.addoption("--speedgate-pin-workers", action="store_true", default=None, help=HELP_PIN_WORKERS)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -144,6 +151,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_budget", HELP_BUDGET, default=None)
     parser.addini("speedgate_noise", HELP_NOISE, default=None)
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
+    parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,7 @@ class Settings:
     target_noise: float
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
     history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
+    pin_workers: bool = False  # --speedgate-pin-workers: one GPU per xdist worker (applied before conftests load)
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -219,6 +228,18 @@ def _require_gpu(source: str) -> None:
         else "NVML sees none: no NVIDIA driver, or nvidia-ml-py is missing"
     )
     raise SettingsError(f"{source}: no GPU is visible ({reason}); use the auto or cpu timer on this machine")
+
+
+def pin_workers_asked(early_config: pytest.Config) -> bool:
+    """Whether --speedgate-pin-workers or ini speedgate_pin_workers asks to pin xdist workers' GPUs. Read before the
+    conftests load (pinning must precede any CUDA start): the command line as parsed so far, then the ini file."""
+    namespace = getattr(early_config, "known_args_namespace", early_config.option)
+    if getattr(namespace, "speedgate_pin_workers", None):
+        return True
+    try:
+        return _ini_switch(early_config, "speedgate_pin_workers")
+    except SettingsError:
+        return False  # read_settings reports the bad value once the run is configured
 
 
 def read_settings(config: pytest.Config) -> Settings:
@@ -281,6 +302,7 @@ def read_settings(config: pytest.Config) -> Settings:
         target_noise=pick("speedgate_noise", "speedgate_noise", _fraction, DEFAULT_TARGET_NOISE),
         calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
         history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
+        pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
     )
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "

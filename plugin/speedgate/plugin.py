@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import faults
-from .options import Settings, SettingsError, add_options, read_settings
+from .options import Settings, SettingsError, add_options, pin_workers_asked, read_settings
 
 # What only a test that uses perf, xdist, or the end of a run with results needs (the session too) is imported
 # where it is used: every pytest run where the plugin is installed loads this module, and most never ask for perf.
@@ -35,8 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    # Before any conftest can start CUDA: give this xdist worker its own GPU.
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Before any conftest can start CUDA, and only when asked (--speedgate-pin-workers, ini speedgate_pin_workers):
+    # give this xdist worker its own GPU. Whether a test uses perf is only known after collection, which the
+    # conftests precede, so the command line and the ini file decide; unasked, the environment is left alone.
+    if os.environ.get("PYTEST_XDIST_WORKER") and pin_workers_asked(early_config):
         from .devices import pin_worker
 
         early_config.stash[ASSIGNMENT_KEY] = pin_worker()
@@ -61,6 +63,8 @@ def _session(config: pytest.Config) -> SpeedgateSession:
     if state is None:
         from .session import SpeedgateSession
 
+        # A pinned worker's device is known from the start; an unpinned worker's is looked up by the first test
+        # that takes a device turn.
         state = config.stash[SESSION_KEY] = SpeedgateSession(config.stash[SETTINGS_KEY],
                                                              config.stash.get(ASSIGNMENT_KEY, None))
     return state
@@ -169,7 +173,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
         if kept is not None:
             rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
-    item.config.stash[FAULTS_KEY].after_report(item.nodeid, rep, call.excinfo, _session(item.config).worker_payload)
+    item.config.stash[FAULTS_KEY].after_report(item.nodeid, rep, call.excinfo, lambda: _session(item.config).worker_payload())
     return rep
 
 
@@ -177,7 +181,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
-        config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload()  # type: ignore[attr-defined]
+        # Always a key, so the controller can tell a worker that finished from one that died; empty when no test
+        # of this worker used perf.
+        made = SESSION_KEY in config.stash
+        config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload() if made else ""  # type: ignore[attr-defined]
     elif _has_work(config):
         _finish(session, exitstatus)
 
@@ -243,19 +250,22 @@ class XdistHooks:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
         # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
-        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run.
+        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run. Only where
+        # that folder holds baseline files: naming the file asks NVML for the hardware key, which a project that
+        # never blessed anything is spared.
         controller = self.config.pluginmanager.has_plugin("dsession")
-        if not (controller and self.config.stash[SETTINGS_KEY].baseline_dir.is_dir()):
+        folder = self.config.stash[SETTINGS_KEY].baseline_dir
+        if not (controller and folder.is_dir() and any(folder.glob("*.json"))):
             return
         state = _session(self.config)
         if state.baseline_path.is_file():
             _load_baseline(state, pytest.UsageError, "; the file was left untouched")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
-        if payload:
-            _session(self.config).absorb(payload)
-        else:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
+        output = getattr(node, "workeroutput", {})
+        if output.get(WORKER_OUTPUT):
+            _session(self.config).absorb(output[WORKER_OUTPUT])
+        elif WORKER_OUTPUT not in output:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
             _session(self.config).lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:

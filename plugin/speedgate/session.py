@@ -89,7 +89,8 @@ class SpeedgateSession:
 
     def __init__(self, settings: Settings, assignment: Assignment | None = None) -> None:
         self.settings = settings
-        self.assignment = assignment
+        self._assignment = assignment  # a pinned xdist worker's device; else looked up at the first device turn
+        self._assignment_known = assignment is not None
         self._fingerprint: Fingerprint | None = None
         # Each hardware key's baseline document, read and validated once (None: no file); blessing replaces it.
         self.docs: dict[str, dict[str, Any] | None] = {}
@@ -259,6 +260,16 @@ class SpeedgateSession:
             ceiling = f"copy {self._ceilings.copy_gbps:.0f} GB/s"
         return floor_ms, bound, ceiling
 
+    @property
+    def assignment(self) -> Assignment | None:
+        """The device this xdist worker times on (None outside xdist): pinned at start-up, or, when pinning is off,
+        the first visible device, shared by every worker (looked up once, by the first test that uses perf)."""
+        if not self._assignment_known:
+            from .devices import unpinned_worker
+
+            self._assignment, self._assignment_known = unpinned_worker(), True
+        return self._assignment
+
     @contextlib.contextmanager
     def device_turn(self) -> Iterator[None]:
         """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
@@ -266,12 +277,13 @@ class SpeedgateSession:
         A whole test, not only its timed loop: another worker's untimed kernels (its correctness check, its
         warm-up) on the same GPU would corrupt this worker's samples just as well.
         """
-        if self.assignment is None or not self.assignment.shared:
+        assignment = self.assignment
+        if assignment is None or not assignment.shared:
             yield
             return
         from .devices import DeviceLock
 
-        lock = DeviceLock(self.assignment.device)
+        lock = DeviceLock(assignment.device)
         lock.acquire()
         try:
             yield
@@ -304,9 +316,10 @@ class SpeedgateSession:
                 "gpu_state": self.gpu_state_at_start,
                 "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
                               "anchors": sorted(self.anchors)},
-                "worker": None if self.assignment is None else {
-                    "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self.assignment.device,
-                    "shared": self.assignment.shared},
+                # Only when a test asked for its device: a worker that never used perf looks nothing up.
+                "worker": None if self._assignment is None else {
+                    "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self._assignment.device,
+                    "shared": self._assignment.shared, "pinned": self._assignment.pinned},
             }
         )
 
@@ -332,7 +345,8 @@ class SpeedgateSession:
         self.anchors.update(collected.get("anchors", []))
         worker = data.get("worker")
         if worker:
-            self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"]}
+            self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"],
+                                          "pinned": worker.get("pinned", True)}
         self.used = self.used or bool(data["records"]) or bool(data.get("metrics"))
 
     def note_outcome(self, nodeid: str, rep: Any, perf: Any, project_root: Path) -> Path | None:
