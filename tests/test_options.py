@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speedgate import hardware
-from speedgate.options import SettingsError, add_options, read_settings
+from speedgate.options import SHORT_SPELLINGS, SettingsError, add_options, read_settings
 
 # A test that leaves this file behind ran; a usage error must stop the run before any test does.
 RAN_MARKER = "ran.txt"
@@ -70,6 +70,8 @@ def test_help_lists_every_option_and_ini_key_with_its_default(pytester: pytest.P
             # "--name=METAVAR" (or "--name" for a switch), then the whole help text.
             pattern = re.escape(name) + r"(?:=[\w{},<>.-]+?)?" + re.escape(squash(kwargs["help"]))
             assert re.search(pattern, cli_text), f"{name} is missing from {flag}, or its help text differs"
+    for name, short in SHORT_SPELLINGS.items():  # added once the conftests are loaded, each pointing at its full name
+        assert re.search(re.escape(short) + r"(?:=[\w{},<>.-]+?)?shortfor" + re.escape(name) + r"\(default:", cli_text), short
     for name, help_text in parser.ini:
         assert "(default: " in help_text, f"ini key {name}: say its default in its help text"
         pattern = re.escape(name) + r"\(\w+\):" + re.escape(squash(help_text))

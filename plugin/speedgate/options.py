@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import hardware
 from .timers import TIMER_CHOICES
@@ -121,19 +121,43 @@ def _timer(text: str) -> str:
     return text
 
 
+# Speedgate's options under the names users type, which other projects use too (a conftest's own --update-baselines):
+# each is registered as its --speedgate-... spelling, which no one else defines, and the short spelling is added
+# beside it once the project's initial conftests have registered theirs, only where it is still free (add_short_spellings).
+SHORT_SPELLINGS = {
+    "--speedgate-update-baselines": "--update-baselines",
+    "--speedgate-baseline-dir": "--baseline-dir",
+    "--speedgate-hardware-key": "--hardware-key",
+    "--speedgate-tolerance": "--speedup-tolerance",
+    "--speedgate-correctness-only": "--correctness-only",
+}
+
+
+def _short_named_options() -> dict[str, dict[str, Any]]:
+    """The options that also have a short spelling: prefixed name -> add_argument's keywords (dest included)."""
+    return {
+        "--speedgate-update-baselines": dict(dest="speedgate_update_baselines", action="store_true", default=False,
+                                             help=HELP_UPDATE),
+        "--speedgate-baseline-dir": dict(dest="speedgate_baseline_dir", default=None, metavar="DIR", help=HELP_BASELINE_DIR),
+        "--speedgate-hardware-key": dict(dest="speedgate_hardware_key", default=None, metavar="KEY", type=_hardware_key,
+                                         help=HELP_HARDWARE_KEY),
+        "--speedgate-tolerance": dict(dest="speedgate_tolerance", default=None, metavar="FRACTION", type=_fraction,
+                                      help=HELP_TOLERANCE),
+        "--speedgate-correctness-only": dict(dest="speedgate_correctness_only", action="store_true", default=None,
+                                             help=HELP_CORRECTNESS),
+    }
+
+
 def add_options(parser: pytest.Parser) -> None:
-    """Register speedgate's command-line options (one group) and its ini keys."""
+    """Register speedgate's command-line options (one group, every name prefixed) and its ini keys."""
     group = parser.getgroup("speedgate", "speedgate: gate optimizations on correctness and measured speedup")
-    group.addoption("--update-baselines", action="store_true", default=False, help=HELP_UPDATE)
-    group.addoption("--baseline-dir", default=None, metavar="DIR", help=HELP_BASELINE_DIR)
-    group.addoption("--hardware-key", default=None, metavar="KEY", type=_hardware_key, help=HELP_HARDWARE_KEY)
-    group.addoption("--speedup-tolerance", default=None, metavar="FRACTION", type=_fraction, help=HELP_TOLERANCE)
+    for name, keywords in _short_named_options().items():
+        group.addoption(name, **keywords)
     group.addoption("--speedgate-json", default=None, metavar="PATH", help=HELP_JSON)
     group.addoption("--speedgate-markdown", default=None, metavar="PATH", help=HELP_MARKDOWN)
     group.addoption("--speedgate-benchmark-json", default=None, metavar="PATH", help=HELP_BENCHMARK_JSON)
     group.addoption("--speedgate-artifacts", default=None, metavar="DIR", help=HELP_ARTIFACTS)
     group.addoption("--speedgate-chart", default=None, metavar="PATH", help=HELP_CHART)
-    group.addoption("--correctness-only", action="store_true", default=None, help=HELP_CORRECTNESS)
     group.addoption("--speedgate-strict", action="store_true", default=None, help=HELP_STRICT)
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
@@ -152,6 +176,35 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_noise", HELP_NOISE, default=None)
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
     parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
+
+
+def add_short_spellings(parser: pytest.Parser) -> list[str]:
+    """Add --update-baselines, --baseline-dir, ... beside their --speedgate-... spellings, each where no plugin or
+    initial conftest defined that name first (theirs keeps its meaning). Call once the initial conftests are loaded
+    (pytest runs plugins' pytest_addoption before conftests', and the second to register a name fails). Returns the
+    short spellings left to others."""
+    group = parser.getgroup("speedgate")
+    taken = []
+    for name, keywords in _short_named_options().items():
+        short = SHORT_SPELLINGS[name]
+        default = keywords["help"][keywords["help"].rindex("(default: "):]  # every help text ends with its default
+        try:
+            group.addoption(short, **{**keywords, "help": f"short for {name} {default}"})
+        except (ValueError, argparse.ArgumentError):  # pytest's duplicate check, argparse's conflicting option string
+            taken.append(short)
+    return taken
+
+
+def value_options() -> list[str]:
+    """The short spellings that take a value (--baseline-dir DIR, ...)."""
+    return [SHORT_SPELLINGS[name] for name, keywords in _short_named_options().items() if "action" not in keywords]
+
+
+def shadowed_words(taken: list[str]) -> str:
+    """The warning for short spellings that another plugin or the project's conftest defined."""
+    pairs = ", ".join(f"{short} (speedgate's is {name})" for name, short in SHORT_SPELLINGS.items() if short in taken)
+    return (f"speedgate: this project or another plugin defines {pairs}: there the name keeps that meaning; speedgate "
+            "takes only its --speedgate-... spelling")
 
 
 @dataclass(frozen=True)
@@ -260,7 +313,7 @@ def read_settings(config: pytest.Config) -> Settings:
         return Path(str(value)).absolute() if value else None
 
     rootdir = Path(config.rootpath)
-    cli_baseline_dir = opt("baseline_dir")
+    cli_baseline_dir = opt("speedgate_baseline_dir")
     baseline_dir = str(cli_baseline_dir) if cli_baseline_dir else _from_ini(config, "speedgate_baseline_dir", str)
     # Beside the ini file when there is one: pytest's rootdir moves with --rootdir and with the working directory.
     home = Path(str(config.inipath.parent)) if config.inipath else rootdir
@@ -270,7 +323,7 @@ def read_settings(config: pytest.Config) -> Settings:
         base = Path.cwd() if cli_baseline_dir else config.inipath.parent if config.inipath else rootdir
         baseline_path = base / baseline_path
 
-    key: str | None = config.getoption("hardware_key")
+    key: str | None = config.getoption("speedgate_hardware_key")
     if key is None and os.environ.get("SPEEDGATE_HARDWARE_KEY"):
         try:
             key = hardware.validate_key(os.environ["SPEEDGATE_HARDWARE_KEY"])
@@ -282,11 +335,11 @@ def read_settings(config: pytest.Config) -> Settings:
         _require_gpu("--speedgate-timer cuda" if opt("speedgate_timer") else "ini key speedgate_timer = cuda")
 
     # Left None when unset: the default depends on each case's hardware key (Settings.default_tolerance).
-    tolerance: float | None = config.getoption("speedup_tolerance")
+    tolerance: float | None = config.getoption("speedgate_tolerance")
     if tolerance is None:
         tolerance = _from_ini(config, "speedgate_tolerance", _fraction)
     settings = Settings(
-        update_baselines=bool(opt("update_baselines")),
+        update_baselines=bool(opt("speedgate_update_baselines")),
         baseline_dir=baseline_path,
         hardware_key=key,
         tolerance=tolerance,
@@ -295,7 +348,7 @@ def read_settings(config: pytest.Config) -> Settings:
         benchmark_json_path=cli_path("speedgate_benchmark_json"),
         artifacts_dir=cli_path("speedgate_artifacts"),
         chart_path=cli_path("speedgate_chart"),
-        correctness_only=bool(opt("correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
+        correctness_only=bool(opt("speedgate_correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
         strict=bool(opt("speedgate_strict")) or _ini_switch(config, "speedgate_strict"),
         timer=timer,
         budget_s=pick("speedgate_budget", "speedgate_budget", _positive, DEFAULT_BUDGET_S),

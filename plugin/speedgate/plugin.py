@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import faults
-from .options import Settings, SettingsError, add_options, pin_workers_asked, read_settings
+from .options import (
+    Settings,
+    SettingsError,
+    add_options,
+    add_short_spellings,
+    pin_workers_asked,
+    read_settings,
+    shadowed_words,
+    value_options,
+)
 
 # What only a test that uses perf, xdist, or the end of a run with results needs (the session too) is imported
 # where it is used: every pytest run where the plugin is installed loads this module, and most never ask for perf.
@@ -26,6 +36,7 @@ PERF_KEY: pytest.StashKey[Perf] = pytest.StashKey()
 ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
 FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
 FAULTS_KEY: pytest.StashKey[faults.FaultWatch] = pytest.StashKey()
+SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings another plugin or conftest defines
 WORKER_OUTPUT = "speedgate"
 
 
@@ -33,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Generator[None, None, None]:
     # Before any conftest can start CUDA, and only when asked (--speedgate-pin-workers, ini speedgate_pin_workers):
     # give this xdist worker its own GPU. Whether a test uses perf is only known after collection, which the
     # conftests precede, so the command line and the ini file decide; unasked, the environment is left alone.
@@ -42,6 +53,24 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         from .devices import pin_worker
 
         early_config.stash[ASSIGNMENT_KEY] = pin_worker()
+    _drop_option_values(early_config, args)
+    try:
+        return (yield)
+    finally:
+        # After the project's conftests registered their options: --update-baselines and the other short
+        # spellings become speedgate's only where no one else took them.
+        early_config.stash[SHADOWED_KEY] = add_short_spellings(parser)
+
+
+def _drop_option_values(early_config: pytest.Config, args: list[str]) -> None:
+    """`--baseline-dir DIR`: until the short spellings exist, pytest's early parse takes DIR for a test path and would
+    look for conftests there. Drop such values from the paths that initial conftests are looked up from."""
+    paths = getattr(early_config.known_args_namespace, "file_or_dir", None)
+    if not paths:
+        return
+    for flag, value in zip(args, args[1:]):
+        if flag in value_options() and value in paths:
+            paths.remove(value)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,6 +105,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collected = [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items]
     if any(uses_perf for _, _, uses_perf in collected):  # a suite that never asks for perf costs nothing here
         _session(config).note_collected(collected, config.inipath)
+        if config.stash.get(SHADOWED_KEY, None):  # said only to a run that uses speedgate
+            warnings.warn(pytest.PytestConfigWarning(shadowed_words(config.stash[SHADOWED_KEY])), stacklevel=1)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
