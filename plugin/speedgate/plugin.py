@@ -104,7 +104,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Before -k/-m deselect any: case ids come from the test files, and a deselected test still exists.
     collected = [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items]
     if any(uses_perf for _, _, uses_perf in collected):  # a suite that never asks for perf costs nothing here
-        _session(config).note_collected(collected, config.inipath)
+        from .session import args_folder
+
+        _session(config).note_collected(collected, config.inipath, args_folder(config.args, config.invocation_params.dir))
         if config.stash.get(SHADOWED_KEY, None):  # said only to a run that uses speedgate
             warnings.warn(pytest.PytestConfigWarning(shadowed_words(config.stash[SHADOWED_KEY])), stacklevel=1)
 

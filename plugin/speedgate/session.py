@@ -27,13 +27,14 @@ PROJECT_MARKERS = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "
                    "setup.py", ".git")
 
 
-def case_anchor(folder: Path, inipath: Path | None) -> Path | None:
+def case_anchor(folder: Path, inipath: Path | None, args_folder: Path | None = None) -> Path | None:
     """The folder that case ids of test files in folder are relative to; None when nothing marks one.
 
     It depends on where the files lie, never on how pytest was invoked (pytest's rootdir moves with the working
     directory, with --rootdir, and with a path given as a separate option value, such as `--baseline-dir /abs`):
     the ini file's folder when the tests lie under it; else the nearest ancestor holding a project marker; else the
-    topmost ancestor holding a conftest.py.
+    topmost ancestor holding a conftest.py; else, in a bare folder of test files, args_folder (the folder of the
+    paths the run was given, see args_folder) when the tests lie under it.
     """
     if inipath is not None and folder.is_relative_to(inipath.parent):
         return inipath.parent
@@ -42,7 +43,24 @@ def case_anchor(folder: Path, inipath: Path | None) -> Path | None:
         if any((candidate / marker).exists() for marker in PROJECT_MARKERS):
             return candidate
     with_conftest = [candidate for candidate in chain if (candidate / "conftest.py").is_file()]
-    return with_conftest[-1] if with_conftest else None
+    if with_conftest:
+        return with_conftest[-1]
+    return args_folder if args_folder is not None and folder.is_relative_to(args_folder) else None
+
+
+def args_folder(args: Iterable[str], invocation_dir: Path) -> Path:
+    """The common folder of the existing paths among a run's parsed arguments (a file counts as its folder), else the
+    invocation folder: pytest's rootdir rule without an ini file, applied to the arguments after parsing. pytest's
+    own rootdir is found before plugins' options are known, so `--baseline-dir /abs` (a value as its own word)
+    counts /abs as a test path and moves it."""
+    common: Path | None = None
+    for arg in args:
+        path = Path(os.path.normpath(invocation_dir / arg.partition("::")[0]))
+        if not path.exists():
+            continue
+        folder = path if path.is_dir() else path.parent
+        common = folder if common is None else Path(os.path.commonpath([common, folder]))
+    return common or invocation_dir
 
 
 def case_base(nodeid: str, test_file: Path, anchor: Path | None) -> str:
@@ -118,12 +136,14 @@ class SpeedgateSession:
         self._anchor_of: dict[Path, Path | None] = {}  # test folder -> its anchor, found once
 
     # -- case ids ----------------------------------------------------------------------------------------------
-    def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None) -> None:
-        """Record the collected tests, (node id, test file, uses perf), and give each one its case id."""
+    def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None,
+                       args_folder: Path | None = None) -> None:
+        """Record the collected tests, (node id, test file, uses perf), and give each one its case id (args_folder:
+        see case_anchor)."""
         for nodeid, test_file, uses_perf in items:
             folder = test_file.parent
             if folder not in self._anchor_of:
-                self._anchor_of[folder] = case_anchor(folder, inipath)
+                self._anchor_of[folder] = case_anchor(folder, inipath, args_folder)
             anchor = self._anchor_of[folder]
             base = case_base(nodeid, test_file, anchor)
             self.collected_files.add(base.partition("::")[0])
@@ -397,4 +417,4 @@ class SpeedgateSession:
         return sorted(keys) or [self.hardware_key]
 
 
-__all__ = ["SpeedgateSession", "case_anchor", "case_base", "orphaned_entries"]
+__all__ = ["SpeedgateSession", "args_folder", "case_anchor", "case_base", "orphaned_entries"]
