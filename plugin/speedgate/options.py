@@ -24,6 +24,9 @@ __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_CPU_TOLERANCE", "DEFAULT_TARGET_NOISE", 
 
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
+# Longer than any honest case takes between two comparisons: a first call that compiles (torch.compile's
+# max-autotune, a Triton autotuner with many configs) can take minutes on a GPU.
+DEFAULT_DEADLINE_S = 900.0
 
 # Each text serves both a command-line option (argparse expands '%' in it, so never write one: say "percent")
 # and an ini key (printed as written), and ends with its default.
@@ -71,6 +74,12 @@ HELP_HISTORY = (
     "record every timed case and metric of the run in this history store (SQLite; created if absent), for "
     "`python -m speedgate history`; ini paths are relative to the ini file (default: not recorded)"
 )
+HELP_DEADLINE = (
+    "seconds a test that uses perf may go without finishing a comparison (from its start, then from each "
+    "comparison's end) before speedgate ends it as hung, naming it with the stacks of its threads: serially the run "
+    "stops, under xdist the worker is replaced; 0 for none; a test's @pytest.mark.speedgate_deadline(SECONDS) "
+    f"overrides it (default: {DEFAULT_DEADLINE_S:g})"
+)
 HELP_PIN_WORKERS = (
     "under xdist, give each worker its own GPU (CUDA_VISIBLE_DEVICES narrowed to one entry, round-robin, before any "
     "conftest loads); for runs that time GPU work. Off, every worker sees every GPU and tests that use perf take "
@@ -95,6 +104,17 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def deadline_seconds(text: str) -> float:
+    """A deadline in seconds: a finite number >= 0 (0: none)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds >= 0 (0: no deadline)")
     return value
 
 
@@ -165,6 +185,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--speedgate-calibrate", default=None, type=_runs, metavar="N", help=HELP_CALIBRATE)
     group.addoption("--speedgate-history", default=None, metavar="PATH", help=HELP_HISTORY)
     group.addoption("--speedgate-pin-workers", action="store_true", default=None, help=HELP_PIN_WORKERS)
+    group.addoption("--speedgate-deadline", default=None, type=deadline_seconds, metavar="SECONDS", help=HELP_DEADLINE)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -176,6 +197,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_noise", HELP_NOISE, default=None)
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
     parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
+    parser.addini("speedgate_deadline", HELP_DEADLINE, default=None)
 
 
 def add_short_spellings(parser: pytest.Parser) -> list[str]:
@@ -226,6 +248,7 @@ class Settings:
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
     history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
     pin_workers: bool = False  # --speedgate-pin-workers: one GPU per xdist worker (applied before conftests load)
+    deadline_s: float = DEFAULT_DEADLINE_S  # --speedgate-deadline: 0 for none
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -356,6 +379,7 @@ def read_settings(config: pytest.Config) -> Settings:
         calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
         history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
         pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
+        deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, DEFAULT_DEADLINE_S),
     )
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "

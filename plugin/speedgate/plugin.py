@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,9 @@ ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
 FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
 FAULTS_KEY: pytest.StashKey[faults.FaultWatch] = pytest.StashKey()
 SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings another plugin or conftest defines
+STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
+WATCHDOG_KEY: pytest.StashKey[faults.Watchdog] = pytest.StashKey()
+DEADLINE_MARKER = "speedgate_deadline"
 WORKER_OUTPUT = "speedgate"
 
 
@@ -82,8 +87,21 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"speedgate: {exc}") from None
     config.stash[SETTINGS_KEY] = settings
     config.stash[FAULTS_KEY] = faults.FaultWatch(getattr(config, "workerinput", {}).get("workerid"))
+    config.addinivalue_line("markers", f"{DEADLINE_MARKER}(seconds): this test's deadline (speedgate ends it as hung "
+                                       "after seconds without finishing a comparison; 0: none)")
+    # Duplicated now, while fd 2 is the terminal: the deadline's story must reach it from inside a captured test.
+    config.stash[STDERR_KEY] = os.dup(2)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    watchdog = config.stash.get(WATCHDOG_KEY, None)
+    if watchdog is not None:
+        watchdog.close()
+    if STDERR_KEY in config.stash:
+        os.close(config.stash[STDERR_KEY])
+        del config.stash[STDERR_KEY]
 
 
 def _session(config: pytest.Config) -> SpeedgateSession:
@@ -103,6 +121,8 @@ def _session(config: pytest.Config) -> SpeedgateSession:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Before -k/-m deselect any: case ids come from the test files, and a deselected test still exists.
     collected = [(i.nodeid, Path(i.path), "perf" in getattr(i, "fixturenames", ())) for i in items]
+    for item in items:  # a bad deadline is a usage error before any test runs, not a hang later
+        _deadline_of(item)
     if any(uses_perf for _, _, uses_perf in collected):  # a suite that never asks for perf costs nothing here
         from .session import args_folder
 
@@ -149,8 +169,55 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
     if "perf" not in getattr(item, "fixturenames", ()):
         return (yield)
-    with _session(item.config).device_turn():
+    with _session(item.config).device_turn(), _deadline(item):  # the deadline counts no wait for the device
         return (yield)
+
+
+def _deadline_of(item: pytest.Item) -> float:
+    """The item's deadline in seconds (0: none): its @pytest.mark.speedgate_deadline, else the run's setting."""
+    from .options import deadline_seconds
+
+    marker = item.get_closest_marker(DEADLINE_MARKER)
+    if marker is None:
+        return item.config.stash[SETTINGS_KEY].deadline_s
+    value = marker.args[0] if marker.args else marker.kwargs.get("seconds")
+    try:
+        return deadline_seconds(str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"speedgate: {item.nodeid}: @pytest.mark.{DEADLINE_MARKER}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _deadline(item: pytest.Item) -> Iterator[None]:
+    """Arm speedgate's deadline for a test that uses perf; every comparison it finishes restarts the clock."""
+    seconds = _deadline_of(item)
+    if not seconds:
+        yield
+        return
+    config = item.config
+    watchdog = config.stash.get(WATCHDOG_KEY, None)
+    if watchdog is None:
+        workerinput = getattr(config, "workerinput", None)
+        side = faults.side_file(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else None
+        # faulthandler has one timer a process: pytest's faulthandler_timeout, when set, keeps it.
+        watchdog = config.stash[WATCHDOG_KEY] = faults.Watchdog(config.stash[STDERR_KEY], side,
+                                                         backstop=not _faulthandler_timeout(config),
+                                                         payload=lambda: _session(config).worker_payload())
+    state = _session(config)
+    watchdog.arm(item.nodeid, seconds)
+    state.progress = watchdog.progress
+    try:
+        yield
+    finally:
+        state.progress = None
+        watchdog.disarm()
+
+
+def _faulthandler_timeout(config: pytest.Config) -> float:
+    try:
+        return float(config.getini("faulthandler_timeout") or 0)
+    except (ValueError, TypeError):
+        return 0.0
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -312,4 +379,9 @@ class XdistHooks:
             _session(self.config).absorb(payload)  # the results of a worker that ended after a sticky CUDA error
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
-        self.crashes.explain(crashitem, report, faults.timeout_setting(self.config))
+        node = getattr(report, "node", None)  # the xdist WorkerController that died
+        workerinput = getattr(node, "workerinput", {})
+        story, payload = faults.crash_story(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else (None, None)
+        if payload:  # the results the worker had, saved by its watchdog before it ended the worker
+            _session(self.config).absorb(payload)
+        self.crashes.explain(crashitem, report, faults.timeout_setting(self.config), story)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +120,7 @@ class SpeedgateSession:
         self.lost_workers: list[str] = []  # xdist workers that ended without their closing report  # tests whose call passed (a run cut short blesses only these)
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
+        self.progress: Callable[[str], None] | None = None  # told each comparison's id as it finishes (the deadline)
         self.used = False
         self._ceilings: Ceilings | None = None
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
@@ -226,6 +227,8 @@ class SpeedgateSession:
         self.used = True
         self.metric_records.append(result)
         self._note_fingerprint(result.hardware_key)
+        if self.progress is not None:
+            self.progress(result.metric_id)
 
     def timer(self) -> Timer:
         if self._timer is None:
@@ -314,6 +317,8 @@ class SpeedgateSession:
         self.used = True
         self.records.append(result)
         self._note_fingerprint(result.hardware_key)
+        if self.progress is not None:
+            self.progress(result.case_id)
 
     def _note_fingerprint(self, key: str) -> None:
         # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
