@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,10 +26,10 @@ import speedgate.devices
 LOG = {log!r}
 _acquire = speedgate.devices.DeviceLock.acquire
 
-def acquire(self):
+def acquire(self, *args, **kwargs):
     with open(LOG, "a") as f:
         f.write(f"{{os.environ.get('PYTEST_XDIST_WORKER')}} {{self.path}}\\n")
-    _acquire(self)
+    _acquire(self, *args, **kwargs)
 
 speedgate.devices.DeviceLock.acquire = acquire
 """
@@ -279,3 +282,41 @@ def pytest_unconfigure(config):
     assert not left, f"files left behind: {left}"
     assert not (Path(os.environ["TMPDIR"]) / "speedgate-locks").exists()
     assert "speedgate" not in result.stdout.str().replace("speedgate-0.1.0", "")
+
+
+def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _private_lock_folder(monkeypatch, pytester.path)  # both runs share the CPU and this test's lock folder
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    holding = pytester.path / "holding"
+    other = pytester.mkdir("other")
+    (other / "test_hold.py").write_text(f"""
+import pathlib, time
+
+def test_hold(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+    pathlib.Path({str(holding)!r}).touch()
+    time.sleep(6)  # longer than the second run takes to start and reach its test, on a loaded machine too
+""")
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+                              "--hardware-key", "test-box"], cwd=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        for _ in range(600):
+            if holding.exists() or first.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert holding.exists(), first.communicate(timeout=60)[0]
+        mine = pytester.mkdir("mine")
+        (mine / "test_mine.py").write_text("def test_mine(perf):\n    perf.compare(lambda: 1.0, lambda: 1.0)\n")
+        monkeypatch.chdir(mine)
+        result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+                                               "--hardware-key", "test-box")
+    finally:
+        out = first.communicate(timeout=60)[0]
+    assert first.returncode == 0, out
+    result.assert_outcomes(passed=1)
+    said = result.stdout.str() + result.stderr.str()
+    assert "speedgate: waiting for cpu: another run holds its lock" in said, said
+    assert f"project {other}, test test_hold.py::test_hold" in said
+    assert "speedgate: got cpu after waiting" in said
+    assert "waiting for" not in out  # the first run waited on no one

@@ -129,3 +129,53 @@ def test_lock_is_reentrant_within_a_thread(tmp_path: Path) -> None:
     assert _held_elsewhere(outer.path), "the inner release freed the outer test's hold"
     outer.release()
     assert not _held_elsewhere(outer.path)
+
+
+# Holds gpu0's lock as another run would (its holder record), says so, and lets go after HOLD_S.
+OTHER_RUN = """
+import sys, time
+from pathlib import Path
+from speedgate.devices import DeviceLock
+
+lock = DeviceLock("gpu0", Path(sys.argv[1]))
+lock.acquire({"pid": 4242, "run": "other-run", "worker": "gw1", "project": "/elsewhere/proj", "test": "t.py::test_long"})
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+lock.release()
+"""
+
+
+def test_a_wait_on_another_runs_lock_says_whom_it_waits_for(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(tmp_path), "1.5"], env=_child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        lock = DeviceLock("gpu0", tmp_path)
+        lock.acquire({"pid": os.getpid(), "run": "this-run", "project": "/here", "test": "mine.py::t"}, said.append,
+                     patience_s=0.3)
+    finally:
+        holder.wait(timeout=30)
+    assert len(said) == 2, said
+    assert said[0].startswith(f"speedgate: waiting for gpu0: another run holds its lock ({lock.path}): pid 4242, "
+                              "worker gw1 for ")
+    assert "project /elsewhere/proj, test t.py::test_long" in said[0]
+    assert said[1].startswith("speedgate: got gpu0 after waiting ")
+    assert json.loads(lock.holder_path.read_text())["test"] == "mine.py::t"  # now it says who holds it
+    lock.release()
+    assert lock.holder() is None
+
+
+def test_a_turn_among_one_runs_workers_is_not_said(tmp_path: Path) -> None:
+    # The other holder belongs to this same run (xdist's run id): its workers take turns by design.
+    holder = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(tmp_path), "0.8"], env=_child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        lock = DeviceLock("gpu0", tmp_path)
+        lock.acquire({"pid": os.getpid(), "run": "other-run", "test": "mine.py::t"}, said.append, patience_s=0.2)
+        lock.release()
+    finally:
+        holder.wait(timeout=30)
+    assert said == []

@@ -3,12 +3,15 @@ one."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .hardware import visible_gpu_tokens
 
@@ -83,23 +86,89 @@ def _file_lock(path: Path) -> FileLock:
         return _LOCKS[str(path)]
 
 
+WAIT_PATIENCE_S = 1.0  # a wait longer than this is said: a turn of this run's own workers is usually shorter
+
+
 class DeviceLock:
     """An advisory file lock per device, held while a test that times on a shared device runs.
 
     Workers that share a GPU (or the CPU) take turns: while one measures, no other worker's kernels run
     on that device. Re-entrant within a thread (each acquire needs its release); released by the OS if the
-    process dies.
+    process dies. Whoever holds it writes who it is (pid, run, project, test) into a side file, so that a run that
+    waits on another run's hold can say whom it waits for.
     """
 
     def __init__(self, device: str, folder: Path | None = None) -> None:
         folder = folder or Path(tempfile.gettempdir()) / "speedgate-locks"
         folder.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
+        self.device = device
         self.path = folder / f"{safe}.lock"
+        self.holder_path = folder / f"{safe}.holder.json"
         self._lock = _file_lock(self.path)
 
-    def acquire(self) -> None:
-        self._lock.acquire()
+    def acquire(self, holder: Mapping[str, Any] | None = None, on_wait: Callable[[str], None] | None = None,
+                patience_s: float = WAIT_PATIENCE_S) -> None:
+        """Take the lock, waiting as long as it takes. holder: who takes it (see holder_record), written for others
+        to read. on_wait: told, once the wait passed patience_s, whom this process waits for, and again once it has
+        the lock; only when the holder is another run (this run's workers take turns by design)."""
+        from filelock import Timeout
+
+        if on_wait is None:
+            self._lock.acquire()
+        else:
+            started = time.monotonic()
+            try:
+                self._lock.acquire(timeout=patience_s)
+            except Timeout:
+                words = waiting_words(self.device, self.path, self.holder(), holder)
+                if words:
+                    on_wait(words)
+                self._lock.acquire()
+                if words:
+                    on_wait(f"speedgate: got {self.device} after waiting {time.monotonic() - started:.1f} s for another run")
+        if holder is not None and self._lock.lock_counter == 1:  # the outermost hold says who holds it
+            _write_json(self.holder_path, {**holder, "since": time.time()})
 
     def release(self) -> None:
+        if self._lock.lock_counter == 1:
+            self.holder_path.unlink(missing_ok=True)
         self._lock.release()
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock, as its holder wrote it; None when no holder said (or it is being replaced)."""
+        try:
+            record = json.loads(self.holder_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+
+def holder_record(project: str, test: str) -> dict[str, Any]:
+    """Who takes a device lock: this process, its run (xdist's run id, shared by the run's workers), the project's
+    folder and the test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") if worker else None
+    return {"pid": os.getpid(), "run": run or f"pid-{os.getpid()}", "worker": worker, "project": project, "test": test}
+
+
+def waiting_words(device: str, path: Path, held_by: Mapping[str, Any] | None, me: Mapping[str, Any] | None) -> str | None:
+    """The line a process waiting on a device lock prints; None when the holder is this same run."""
+    if held_by is not None and me is not None and held_by.get("run") == me.get("run"):
+        return None
+    if held_by is None:
+        who = "a process that did not say who it is (an older speedgate, or one just taking it)"
+    else:
+        since = max(0.0, time.time() - float(held_by.get("since", time.time())))
+        worker = f", worker {held_by['worker']}" if held_by.get("worker") else ""
+        who = (f"pid {held_by.get('pid')}{worker} for {since:.0f} s, project {held_by.get('project')}, "
+               f"test {held_by.get('test')}")
+    return (f"speedgate: waiting for {device}: another run holds its lock ({path}): {who}. Runs that time on a shared "
+            "device take turns; this one goes on when that test ends")
+
+
+def _write_json(path: Path, record: Mapping[str, Any]) -> None:
+    """Whole or not at all: a reader never sees half a record."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(record, sort_keys=True))
+    os.replace(partial, path)

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,8 +169,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
     if "perf" not in getattr(item, "fixturenames", ()):
         return (yield)
-    with _session(item.config).device_turn(), _deadline(item):  # the deadline counts no wait for the device
+    state = _session(item.config)
+    # The deadline counts no wait for the device; a wait on another run's hold is said on the terminal.
+    with state.device_turn(item.nodeid, item.config.rootpath, _say(item.config)), _deadline(item):
         return (yield)
+
+
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """A line on the terminal from inside a test (pytest captures fd 2 there; an xdist worker's stderr reaches the
+    controller's terminal, its stdout does not)."""
+    fd = config.stash[STDERR_KEY]
+
+    def say(line: str) -> None:
+        os.write(fd, f"\n{line}\n".encode())
+
+    return say
 
 
 def _deadline_of(item: pytest.Item) -> float:

@@ -294,20 +294,22 @@ class SpeedgateSession:
         return self._assignment
 
     @contextlib.contextmanager
-    def device_turn(self) -> Iterator[None]:
+    def device_turn(self, nodeid: str = "", project: Path | None = None,
+                    on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
 
         A whole test, not only its timed loop: another worker's untimed kernels (its correctness check, its
-        warm-up) on the same GPU would corrupt this worker's samples just as well.
+        warm-up) on the same GPU would corrupt this worker's samples just as well. The lock says who holds it
+        (nodeid, project); on_wait is told whom this test waits for when another run holds it for over a second.
         """
         assignment = self.assignment
         if assignment is None or not assignment.shared:
             yield
             return
-        from .devices import DeviceLock
+        from .devices import DeviceLock, holder_record
 
         lock = DeviceLock(assignment.device)
-        lock.acquire()
+        lock.acquire(holder_record(str(project or ""), nodeid), on_wait)
         try:
             yield
         finally:
