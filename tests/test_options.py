@@ -168,3 +168,18 @@ def test_options_module_imports_neither_pytest_nor_torch() -> None:
     # The pure modules (measure, compare) may import the defaults from speedgate.options.
     code = "import sys, speedgate.options\nbad = [m for m in ('pytest', 'torch', 'pynvml') if m in sys.modules]\nassert not bad, bad\n"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("option", "module", "extra"), [("--speedgate-chart", "matplotlib", "chart"),
+                                                         ("--speedgate-benchmark-json", "pytest_benchmark", "benchmark")])
+def test_a_report_whose_package_is_missing_is_a_usage_error_before_any_test(
+    pytester: pytest.Pytester, option: str, module: str, extra: str
+) -> None:
+    # None in sys.modules: Python's own way to make an import fail, set before speedgate reads its settings.
+    pytester.makeconftest(f"import sys\nsys.modules[{module!r}] = None\n")
+    pytester.makepyfile(ONE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option, "out.file")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*speedgate: {option} needs {module}, which is not installed here: "
+                                 f"pip install 'pytest-speedgate[[]{extra}[]]'"])
+    assert not (pytester.path / RAN_MARKER).exists()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,6 +308,16 @@ def _require_gpu(source: str) -> None:
     raise SettingsError(f"{source}: no GPU is visible ({reason}); use the auto or cpu timer on this machine")
 
 
+def _installed(module: str) -> bool:
+    """Whether module can be imported, without importing it (matplotlib takes a while)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None  # None: blocked on purpose
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def pin_workers_asked(early_config: pytest.Config) -> bool:
     """Whether --speedgate-pin-workers or ini speedgate_pin_workers asks to pin xdist workers' GPUs. Read before the
     conftests load (pinning must precede any CUDA start): the command line as parsed so far, then the ini file."""
@@ -381,6 +393,13 @@ def read_settings(config: pytest.Config) -> Settings:
         pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
         deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, DEFAULT_DEADLINE_S),
     )
+    # What a report needs is found now, not after the whole suite ran.
+    for path, module, option, extra in ((settings.chart_path, "matplotlib", "--speedgate-chart", "chart"),
+                                        (settings.benchmark_json_path, "pytest_benchmark", "--speedgate-benchmark-json",
+                                         "benchmark")):
+        if path is not None and not _installed(module):
+            raise SettingsError(f"{option} needs {module}, which is not installed here: "
+                                f"pip install 'pytest-speedgate[{extra}]'")
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "
                             "--update-baselines")
