@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
+import linecache
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -250,7 +252,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         if perf_obj is not None:
             _junit_properties(item, perf_obj)
     if perf_obj is not None:
-        _raise_late_failures(perf_obj)
+        _raise_late_failures(item, perf_obj)
     return result
 
 
@@ -261,13 +263,57 @@ def _junit_properties(item: pytest.Item, perf_obj: Perf) -> None:
         item.user_properties.extend(export.junit_properties(perf_obj.results))
 
 
-def _raise_late_failures(perf_obj: Perf) -> None:
+def _raise_late_failures(item: pytest.Item, perf_obj: Perf) -> None:
     """After a body that passed: a late GPU fault fails the test that queued the kernel, then its regressions."""
     faults.synchronize_cuda()
     if perf_obj.failures:
         from .fixture import SpeedRegression
 
-        raise SpeedRegression("\n".join(perf_obj.failures))
+        _raise_at_the_test(item, SpeedRegression("\n".join(perf_obj.failures)), _failing_call_site(item, perf_obj))
+
+
+def _failing_call_site(item: pytest.Item, perf_obj: Perf) -> int | None:
+    """The test's line that led to its first failing comparison or metric (a perf.compare call, or the call of a
+    helper that made it); None when the test's frame was not on the stack (a fixture compared)."""
+    from .verdict import fails
+
+    settings = item.config.stash[SETTINGS_KEY]
+    code = _test_code(item)
+    sites = _session(item.config).call_sites
+    for result_id, verdict in [*((r.case_id, r.verdict) for r in perf_obj.results),
+                               *((m.metric_id, m.verdict) for m in perf_obj.metrics)]:
+        if code is None or not fails(verdict, settings.strict):
+            continue
+        for filename, first_line, line in sites.get(result_id, ()):  # the test's own frame, if it is on the stack
+            if (filename, first_line) == (code.co_filename, code.co_firstlineno):
+                return line
+    return None
+
+
+def _test_code(item: pytest.Item) -> Any:
+    """The test function's code object (None for a test that is no Python function)."""
+    func = inspect.unwrap(getattr(item, "obj", None) or (lambda: None))
+    return getattr(getattr(func, "__func__", func), "__code__", None)
+
+
+def _raise_at_the_test(item: pytest.Item, exc: BaseException, line: int | None) -> None:
+    """Raise exc from a frame that pytest shows as the test's own: its file, its first line, at line (the comparison
+    that failed; else the line after its def). The test has returned by now, so the hook's frames would be the only
+    ones left; pytest cuts a test's traceback at the frame whose code has the test's file and first line, so this
+    frame is all it shows (with --tb=short too), with the test file's source around the line."""
+    code = _test_code(item)
+    if code is None:
+        raise exc
+    line = max(line or 0, code.co_firstlineno + 1)
+    # Where the test's own line stands, so that Python's markers under it span that line's code, not a raise's.
+    real = linecache.getline(code.co_filename, line).rstrip()
+    indent, width = len(real) - len(real.lstrip()) or 4, len(real.strip())
+    raise_line = " " * indent + "raise (_f" + " " * max(0, width - len("raise (_f)")) + ")"
+    source = "\n" * (code.co_firstlineno - 1) + f"def {code.co_name}():\n" + "\n" * (line - code.co_firstlineno - 1)
+    source += raise_line + "\n"
+    namespace: dict[str, Any] = {"_f": exc}
+    exec(compile(source, code.co_filename, "exec"), namespace)  # a frame only: the code is the two lines above
+    namespace[code.co_name]()
 
 
 def _junit_per_test(config: pytest.Config) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,22 @@ def orphaned_entries(entries: Iterable[str], cases: set[str], files: set[str], a
     return matched, orphaned
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def callers_outside_speedgate(depth: int = 30) -> list[tuple[str, int, int]]:
+    """(file, first line of the function, line) of the frames outside this package, innermost first: where a test (or
+    a helper it called) asked for perf.compare or perf.metric."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back  # type: ignore[assignment]
+    sites: list[tuple[str, int, int]] = []
+    while frame is not None and len(sites) < depth:
+        sites.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_lineno))
+        frame = frame.f_back  # type: ignore[assignment]
+    return sites
+
+
 class SpeedgateSession:
     """One pytest run's state: what the fixture asks for (fingerprint, baselines, timer, ceilings) and what the run
     produced (typed results, test outcomes, fingerprints), merged across xdist workers."""
@@ -121,6 +138,7 @@ class SpeedgateSession:
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.progress: Callable[[str], None] | None = None  # told each comparison's id as it finishes (the deadline)
+        self.call_sites: dict[str, list[tuple[str, int, int]]] = {}  # case or metric id -> where it was asked for
         self.used = False
         self._ceilings: Ceilings | None = None
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
@@ -227,6 +245,7 @@ class SpeedgateSession:
         self.used = True
         self.metric_records.append(result)
         self._note_fingerprint(result.hardware_key)
+        self._note_call_site(result.metric_id)
         if self.progress is not None:
             self.progress(result.metric_id)
 
@@ -319,8 +338,12 @@ class SpeedgateSession:
         self.used = True
         self.records.append(result)
         self._note_fingerprint(result.hardware_key)
+        self._note_call_site(result.case_id)
         if self.progress is not None:
             self.progress(result.case_id)
+
+    def _note_call_site(self, result_id: str) -> None:
+        self.call_sites[result_id] = callers_outside_speedgate()
 
     def _note_fingerprint(self, key: str) -> None:
         # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
