@@ -36,8 +36,9 @@ def test_after(perf):
     perf.compare(ref_2ms, opt_1ms)
 """
 
-# No ini file of its own, only the scripted clock: a user's project.
-CLOCK = SCRIPTED_CONFTEST.format(times={**DEFAULT_TIMES, "hang": 1.0})
+# No ini file of its own, only the scripted clock: a user's project. torch is imported here, as a GPU project's
+# conftest would: a first comparison that imports it takes seconds on a loaded machine, longer than these deadlines.
+CLOCK = "import torch  # noqa: F401\n" + SCRIPTED_CONFTEST.format(times={**DEFAULT_TIMES, "hang": 1.0})
 OUTER_TIMEOUT_S = 120  # pytester kills the run past this: a deadline that never fired fails the test instead of hanging
 
 
@@ -96,15 +97,15 @@ import time
 
 def test_three_slow_comparisons(perf):
     for name in ("a", "b", "c"):
-        time.sleep(1.2)
+        time.sleep(1.0)
         perf.compare(ref_2ms, opt_1ms, name=name)
-    time.sleep(1.2)
+    time.sleep(1.0)
 
 def test_slow_without_perf():
     time.sleep(3)
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-deadline", "2", timeout=OUTER_TIMEOUT_S)
-    result.assert_outcomes(passed=2)  # 4.8 s in all, never 2 s without progress; the test without perf has none
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-deadline", "2.5", timeout=OUTER_TIMEOUT_S)
+    result.assert_outcomes(passed=2)  # 4 s in all, never 2.5 s without progress; the test without perf has none
 
 
 def test_the_marker_sets_a_tests_deadline(pytester: pytest.Pytester) -> None:
@@ -128,7 +129,7 @@ def test_short(perf):
 """)
     # The run's deadline is 1 s, but the first test has none; the second's own 1 s ends it, with no option.
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "speedgate_deadline=1", timeout=OUTER_TIMEOUT_S)
-    assert "test_marked.py::test_no_deadline PASSED" in result.stdout.str() or result.stdout.str().count(".") >= 1
+    assert "test_marked.py ." in result.stdout.str()  # the first test passed; the run ended in the second
     assert "speedgate: test_marked.py::test_short ran past its deadline of 1 s" in result.stderr.str()
     assert result.ret == 1
 
