@@ -25,12 +25,12 @@ class Finish:
 
 def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
     done = Finish()
-    if state.settings.update_baselines and (state.records or state.metric_records):
-        bless_all(state, done, interrupted)
-    if state.used or state.records:
+    if state.used or state.records:  # the files as this run judged against them, before blessing rewrites them
         done.header = header_lines(state)
         if not state.settings.update_baselines:
             done.alerts = ungated(state)
+    if state.settings.update_baselines and (state.records or state.metric_records):
+        bless_all(state, done, interrupted)
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
     write_reports(state, done)
