@@ -320,3 +320,34 @@ def test_hold(perf):
     assert f"project {other}, test test_hold.py::test_hold" in said
     assert "speedgate: got cpu after waiting" in said
     assert "waiting for" not in out  # the first run waited on no one
+
+
+TWO_CASES = CASES + """
+def test_a(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_b(perf):
+    perf.compare(ref_2ms, opt_2ms)
+"""
+
+
+def test_collect_only_leaves_the_report_of_the_last_run_alone(project: pytest.Pytester) -> None:
+    project.makepyfile(test_cases=TWO_CASES)
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=2)
+    written = (project.path / "r.json").read_text()
+    assert len(json.loads(written)["cases"]) == 2
+    result = project.runpytest("--co", "--speedgate-json", "r.json")
+    assert result.ret == pytest.ExitCode.OK
+    assert (project.path / "r.json").read_text() == written, "--co rewrote the report with an empty one"
+
+
+def test_qq_prints_one_line_of_counts_and_what_went_wrong(project: pytest.Pytester) -> None:
+    project.makepyfile(test_cases=TWO_CASES)
+    write_baseline(project.path, {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 2.0})
+    result = project.runpytest("-qq")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # -qq prints no outcome line to count
+    out = result.stdout.str()
+    assert "speedgate: 2 cases: 1 regressed, 1 pass" in out
+    assert "ref ms" not in out and "detection power" not in out, "-qq printed the table"
+    normal = project.runpytest()
+    assert "ref ms" in normal.stdout.str()  # the table is still there without -qq

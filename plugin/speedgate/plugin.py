@@ -344,7 +344,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # of this worker used perf.
         made = SESSION_KEY in config.stash
         config.workeroutput[WORKER_OUTPUT] = _session(config).worker_payload() if made else ""  # type: ignore[attr-defined]
-    elif _has_work(config):
+    elif _has_work(config) and not config.option.collectonly:  # --co runs nothing: no report is rewritten
         _finish(session, exitstatus)
 
 
@@ -394,7 +394,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "speedgate")
     from .finish import terminal_lines
 
-    for line, error in terminal_lines(state, done):
+    lines = terminal_lines(state, done)
+    if config.option.verbose <= -2:  # -qq: one line of counts, then what went wrong; the tables are the reports'
+        from .report import tally
+
+        counts = f"speedgate: {len(state.records)} cases: {tally(state.records)}"
+        if state.metric_records:
+            counts += f"; {len(state.metric_records)} metrics: {tally(state.metric_records)}"
+        lines = [(counts, False), *((line, error) for line, error in lines if error)]
+    for line, error in lines:
         terminalreporter.write_line(line, red=error, bold=error)
 
 
