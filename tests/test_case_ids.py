@@ -245,3 +245,20 @@ def test_default_baseline_dir_sits_beside_the_ini_file(pytester: pytest.Pytester
             return None
 
     assert read_settings(Config()).baseline_dir == pytester.path / "baselines"
+
+
+def test_last_failed_runs_call_no_entry_an_orphan(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--lf collects only a file's failed tests: the entries of its other tests are out of view, not renamed."""
+    sub = make_project(pytester)
+    (sub / "test_cases.py").write_text(TESTS + "\nimport os\n\ndef test_c(perf):\n    assert not os.environ.get('BREAK_C')\n"
+                                               "    perf.compare(ref_2ms, opt_1ms)\n")
+    common = ("--hardware-key", "test-box", "--speedgate-json=r.json", "--speedgate-markdown=s.md")  # the cache stays on
+    pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=3)
+    monkeypatch.setenv("BREAK_C", "1")
+    pytester.runpytest(*common).assert_outcomes(passed=2, failed=1)
+    monkeypatch.delenv("BREAK_C")
+    result = pytester.runpytest(*common, "--lf")
+    result.assert_outcomes(passed=1)  # only test_c ran
+    assert "match no collected test" not in result.stdout.str()
+    assert "match no collected test" not in (pytester.path / "s.md").read_text()
+    assert json.loads((pytester.path / "r.json").read_text())["unmatched_baseline_entries"]["orphaned"] == []

@@ -128,9 +128,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if any(uses_perf for _, _, uses_perf in collected):  # a suite that never asks for perf costs nothing here
         from .session import args_folder
 
-        _session(config).note_collected(collected, config.inipath, args_folder(config.args, config.invocation_params.dir))
+        _session(config).note_collected(collected, config.inipath, args_folder(config.args, config.invocation_params.dir),
+                                        whole_files=not _last_failed_only(config))
         if config.stash.get(SHADOWED_KEY, None):  # said only to a run that uses speedgate
             warnings.warn(pytest.PytestConfigWarning(shadowed_words(config.stash[SHADOWED_KEY])), stacklevel=1)
+
+
+def _last_failed_only(config: pytest.Config) -> bool:
+    """Whether --lf narrows this run's collection: pytest then collects only the failed tests of a file that had
+    failures (and skips the other files), before any hook sees the items."""
+    cache = getattr(config, "cache", None)
+    return bool(config.getoption("lf", False)) and cache is not None and bool(cache.get("cache/lastfailed", {}))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -156,16 +156,18 @@ class SpeedgateSession:
 
     # -- case ids ----------------------------------------------------------------------------------------------
     def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None,
-                       args_folder: Path | None = None) -> None:
+                       args_folder: Path | None = None, whole_files: bool = True) -> None:
         """Record the collected tests, (node id, test file, uses perf), and give each one its case id (args_folder:
-        see case_anchor)."""
+        see case_anchor). whole_files=False: collection took only some tests of each file (--lf), so an entry of a
+        collected file that matches no collected test is out of view, not orphaned."""
         for nodeid, test_file, uses_perf in items:
             folder = test_file.parent
             if folder not in self._anchor_of:
                 self._anchor_of[folder] = case_anchor(folder, inipath, args_folder)
             anchor = self._anchor_of[folder]
             base = case_base(nodeid, test_file, anchor)
-            self.collected_files.add(base.partition("::")[0])
+            if whole_files:
+                self.collected_files.add(base.partition("::")[0])
             if uses_perf:
                 self.case_bases[nodeid] = base
                 self.collected_cases.add(base)
