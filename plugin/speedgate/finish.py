@@ -56,7 +56,7 @@ def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
         done.lines.append(f"not blessed ({why}): {case_id}")
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(state.baseline_path_for(key), hardware_key=key, fingerprint=state.fingerprint_for(key),
-                             cases=cases.get(key, []), metrics=metrics.get(key, []))
+                             cases=cases.get(key, []), metrics=metrics.get(key, []), known=state.entries_read.get(key))
         if blessed.error:
             done.errors.append(blessed.error)
             continue

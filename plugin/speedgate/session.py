@@ -128,6 +128,9 @@ class SpeedgateSession:
         self._assignment_known = assignment is not None
         self._fingerprint: Fingerprint | None = None
         # Each hardware key's baseline document, read and validated once (None: no file); blessing replaces it.
+        # The entries each file held when the run (its first reader: an xdist worker's collection) read it: an entry
+        # a bless finds that is not among them was written by another run meanwhile.
+        self.entries_read: dict[str, set[str]] = {}
         self.docs: dict[str, dict[str, Any] | None] = {}
         self._timer: Timer | None = None
         self.records: list[CompareResult] = []
@@ -225,7 +228,8 @@ class SpeedgateSession:
         if key not in self.docs:
             from . import baseline as baseline_file
 
-            self.docs[key] = baseline_file.read(self.baseline_path_for(key))
+            doc = self.docs[key] = baseline_file.read(self.baseline_path_for(key))
+            self.entries_read.setdefault(key, set() if doc is None else {*doc["cases"], *doc.get("metrics", {})})
         return self.docs[key]
 
     @property
@@ -368,6 +372,7 @@ class SpeedgateSession:
                 "gpu_state": self.gpu_state_at_start,
                 "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
                               "anchors": sorted(self.anchors)},
+                "entries_read": {key: sorted(entries) for key, entries in self.entries_read.items()},
                 # Only when a test asked for its device: a worker that never used perf looks nothing up.
                 "worker": None if self._assignment is None else {
                     "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self._assignment.device,
@@ -391,6 +396,9 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
+        for key, entries in data.get("entries_read", {}).items():  # what every reader saw from the start
+            mine = self.entries_read.get(key)
+            self.entries_read[key] = set(entries) if mine is None else mine & set(entries)
         collected = data.get("collected", {})
         self.collected_cases.update(collected.get("cases", []))
         self.collected_files.update(collected.get("files", []))
