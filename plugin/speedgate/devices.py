@@ -1,5 +1,5 @@
-"""Which device a process times on: one GPU per xdist worker when pinning is on, and a lock where workers must share
-one."""
+"""Which device a process times on: one GPU per xdist worker when pinning is on, a lock where workers must share
+one, and who else wanted the CPU while the host clock timed (CpuContention)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,3 +172,86 @@ def _write_json(path: Path, record: Mapping[str, Any]) -> None:
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(record, sort_keys=True))
     os.replace(partial, path)
+
+
+def involuntary_switches() -> int | None:
+    """How often the scheduler has taken the CPU away from this process (all its threads) because something else
+    wanted it; None where getrusage does not exist (Windows). Waiting by choice (sleep, I/O) does not count."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw)
+
+
+def usable_cores() -> int:
+    sched_getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(sched_getaffinity(0)) if sched_getaffinity else (os.cpu_count() or 1)
+
+
+# Contention that spoils a comparison shows in its samples as a median call far above the fastest one (with torch's
+# threads, one waits for its descheduled sibling in most calls; single-threaded work keeps its median). It is tied to
+# the scheduler by the share of timed calls during which the process lost the CPU (involuntary context switches), so
+# that work whose time truly varies is not blamed on the machine.
+SLOW_MEDIAN = 3.0  # median call / fastest call of one side
+PREEMPTED_SHARE = 0.10
+MIN_SAMPLES = 20
+
+
+@dataclass
+class CpuContention:
+    """What the host clock's timed calls saw of the CPU's other users: how many were preempted, and the load."""
+
+    samples: int = 0
+    preempted: int = 0  # timed calls during which the process lost the CPU at least once
+    switches: int = 0  # involuntary context switches across them
+    load: float = 0.0  # the highest 1-minute load average seen after a batch of calls
+    cores: int = 0
+    threads: int = 1  # torch's intra-op threads when the run ended (1 without torch)
+
+    def batch(self, switches_per_call: Sequence[int]) -> None:
+        """The involuntary switches during each call of one batch of timed calls."""
+        self.samples += len(switches_per_call)
+        self.preempted += sum(1 for n in switches_per_call if n > 0)
+        self.switches += sum(switches_per_call)
+        if hasattr(os, "getloadavg"):
+            self.load = max(self.load, os.getloadavg()[0])
+        self.cores = self.cores or usable_cores()
+
+    def add(self, other: Mapping[str, Any]) -> None:
+        """Another process's counts (an xdist worker's)."""
+        for name in ("samples", "preempted", "switches"):
+            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
+        self.load = max(self.load, float(other.get("load", 0.0)))
+        self.cores = max(self.cores, int(other.get("cores", 0)))
+        self.threads = max(self.threads, int(other.get("threads", 1)))
+
+    def words(self, slowed: Sequence[tuple[str, str, float, float]]) -> str | None:
+        """The warning when the timing was contended; None when it was not (or too few calls to tell). slowed: the
+        (case, side, median ms, fastest ms) of host-clock sides whose median call took SLOW_MEDIAN times their fastest."""
+        if not slowed or self.samples < MIN_SAMPLES or self.preempted < PREEMPTED_SHARE * self.samples:
+            return None
+        case, side, median_ms, fastest_ms = max(slowed, key=lambda s: s[2] / s[3])
+        load = f"; load average {self.load:.1f} on {self.cores} cores" if self.load else ""
+        threads = f"; torch ran {self.threads} threads" if self.threads > 1 else ""
+        return (f"CPU timing was contended: {len(slowed)} timed sides' median call took {SLOW_MEDIAN:g}x their fastest "
+                f"or more ({case}'s {side}: {median_ms:.4g} ms against {fastest_ms:.4g} ms), and the timing process "
+                f"lost the CPU during {self.preempted} of {self.samples} timed calls ({self.preempted / self.samples:.0%}; "
+                f"{self.switches} involuntary context switches{load}{threads}): the times measure the other load as "
+                "much as the work, and a speedup may read near 1.0x whatever the code does. Run with one thread "
+                "(torch.set_num_threads(1), OMP_NUM_THREADS=1), or on a quiet machine")
+
+
+def slowed_sides(results: Iterable[Any], timer_name: str) -> list[tuple[str, str, float, float]]:
+    """(case, side, median ms, fastest ms) of the sides timed by timer_name whose median call took SLOW_MEDIAN
+    times their fastest or more (results: CompareResults, with each side's sample statistics in seconds)."""
+    slowed = []
+    for result in results:
+        if getattr(result, "timer", None) != timer_name:
+            continue
+        for side in ("reference", "optimized"):
+            stats = getattr(result, f"{side}_stats", None) or {}
+            fastest, median = stats.get("min"), stats.get("median")
+            if fastest and median and int(stats.get("rounds", 0)) >= MIN_SAMPLES and median >= SLOW_MEDIAN * fastest:
+                slowed.append((result.case_id, side, 1e3 * float(median), 1e3 * float(fastest)))
+    return slowed

@@ -33,6 +33,9 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
         bless_all(state, done, interrupted)
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
+    contended = state.contention_warning()
+    if contended:
+        done.warnings.append(contended)
     write_reports(state, done)
     if state.settings.history_path is not None:
         from .history.recording import record_run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -131,6 +132,7 @@ class SpeedgateSession:
         # The entries each file held when the run (its first reader: an xdist worker's collection) read it: an entry
         # a bless finds that is not among them was written by another run meanwhile.
         self.entries_read: dict[str, set[str]] = {}
+        self._absorbed_contention: list[dict[str, Any]] = []  # xdist workers' CPU contention counts
         self.docs: dict[str, dict[str, Any] | None] = {}
         self._timer: Timer | None = None
         self.records: list[CompareResult] = []
@@ -281,6 +283,27 @@ class SpeedgateSession:
         """The software versions of this run's fingerprint."""
         return dict(self.fingerprint.software)
 
+    def _own_contention(self) -> dict[str, Any] | None:
+        """This process's host-clock contention counts (None when it timed nothing with the host clock)."""
+        contention = getattr(self._timer, "contention", None)
+        if contention is None or not contention.samples:
+            return None
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            contention.threads = int(torch.get_num_threads())
+        return dataclasses.asdict(contention)
+
+    def contention_warning(self) -> str | None:
+        """The warning when the host clock's timed calls, in this process or any xdist worker, were contended."""
+        from .devices import CpuContention, slowed_sides
+        from .timers import CpuTimer
+
+        total = CpuContention()
+        for counts in (self._own_contention(), *self._absorbed_contention):
+            if counts:
+                total.add(counts)
+        return total.words(slowed_sides(self.records, CpuTimer.name))
+
     def roofline(
         self, timer: Timer, flops: float | None, nbytes: float | None, flops_dtype: str | None
     ) -> tuple[float, str, str] | None:
@@ -373,6 +396,7 @@ class SpeedgateSession:
                 "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
                               "anchors": sorted(self.anchors)},
                 "entries_read": {key: sorted(entries) for key, entries in self.entries_read.items()},
+                "cpu_contention": self._own_contention(),
                 # Only when a test asked for its device: a worker that never used perf looks nothing up.
                 "worker": None if self._assignment is None else {
                     "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self._assignment.device,
@@ -396,6 +420,8 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
+        if data.get("cpu_contention"):
+            self._absorbed_contention.append(data["cpu_contention"])
         for key, entries in data.get("entries_read", {}).items():  # what every reader saw from the start
             mine = self.entries_read.get(key)
             self.entries_read[key] = set(entries) if mine is None else mine & set(entries)
