@@ -7,11 +7,15 @@ blesses with a plain read, merge, write_atomic lose entries. The test does not a
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from conftest import CASES, baseline_doc
 from speedgate import baseline
 
 PROCESSES = 6
@@ -77,3 +81,38 @@ if __name__ == "__main__":
             kept = bless_at_once(path, locked)
             print(f"{'update() with the lock' if locked else 'read/merge/write_atomic, no lock'}: "
                   f"{kept}/{PROCESSES * ENTRIES_EACH} entries kept ({time.perf_counter() - began:.1f} s)")
+
+
+# The other run: a test of this run that writes the file as a concurrent bless would, while this run measures.
+BLESSED_MEANWHILE = """
+from pathlib import Path
+
+def test_z_another_run_blesses():
+    path = Path({path!r})
+    path.parent.mkdir(exist_ok=True)
+    path.write_text({doc!r})
+"""
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_bless_says_which_entries_another_run_wrote_meanwhile(project: pytest.Pytester, xdist: tuple[str, ...]) -> None:
+    """Entries a concurrent bless wrote after this run read the file are that run's: not 'kept' by this one."""
+    path = project.path / "baselines" / "test-box.json"
+    project.makepyfile(test_cases=CASES + "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
+                                          "\ndef test_b(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
+                                          "\ndef test_c(perf):\n    perf.compare(ref_2ms, opt_1ms)\n",
+                       test_z=BLESSED_MEANWHILE.format(path=str(path), doc=json.dumps(baseline_doc(
+                           {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 4.0}))))
+    result = project.runpytest_subprocess("--update-baselines", "-p", "no:randomly", *xdist)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        f"baseline {path}: 1 added, 0 updated, 0 kept (moved less than a third of their tolerance), 0 other entries untouched",
+        "  2 entries were written by another run while this one ran (a concurrent bless)*",
+    ])
+    out = result.stdout.str()
+    assert "written meanwhile by another run, kept theirs: test_cases.py::test_a: 2x (this run: 2x)" in out
+    assert "written meanwhile by another run, replaced by this run's: test_cases.py::test_b: 4x (this run: 2x)" in out
+    assert "  added: test_cases.py::test_c: 2x" in out
+    entries = json.loads(path.read_text())["cases"]
+    assert {case: entry["speedup"] for case, entry in entries.items()} == {
+        "test_cases.py::test_a": 2.0, "test_cases.py::test_b": 2.0, "test_cases.py::test_c": 2.0}

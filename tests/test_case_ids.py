@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
-from speedgate.session import case_anchor, case_base, orphaned_entries
+from speedgate.session import args_folder, case_anchor, case_base, orphaned_entries
 
 # Zero-argument scripted sides: strict runs below accept their fixed inputs by name.
 TESTS = CASES + """
@@ -44,6 +44,20 @@ def test_anchor_without_ini_is_the_nearest_marker_else_the_topmost_conftest(tmp_
     (tmp_path / "proj" / ".git").write_text("gitdir: elsewhere\n")  # a git worktree's .git is a file
     (tmp_path / "proj" / "tests" / "pyproject.toml").write_text("")
     assert case_anchor(deep, None) == tmp_path / "proj" / "tests"  # the nearest marker
+
+
+def test_a_bare_folder_is_anchored_at_the_folder_of_the_paths_given(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "sub" / "test_x.py").write_text("")
+    elsewhere = tmp_path / "store"
+    elsewhere.mkdir()
+    assert args_folder(["proj"], tmp_path) == proj
+    assert args_folder([str(proj / "sub" / "test_x.py") + "::test_y"], elsewhere) == proj / "sub"
+    assert args_folder(["proj/sub", "proj/missing"], tmp_path) == proj / "sub"  # a missing path counts for nothing
+    assert args_folder([], proj) == proj
+    assert case_anchor(proj / "sub", None, proj) == proj
+    assert case_anchor(proj / "sub", None, elsewhere) is None  # tests outside the given paths: their node ids
 
 
 def test_case_base_is_the_file_from_the_anchor_then_the_node_id_rest(tmp_path: Path) -> None:
@@ -119,6 +133,38 @@ def test_case_ids_do_not_depend_on_the_invocation(pytester: pytest.Pytester, top
         assert result.ret == 0, f"{name}: {result.stdout.str()}"
         assert verdicts(doc) == dict.fromkeys(BLESSED + BLESSED_METRICS, "pass"), name
         assert doc["unmatched_baseline_entries"]["orphaned"] == [], name
+
+
+# A bare folder of test files: no ini file, no project marker, no conftest.py; the clock is the module's own.
+BARE_TESTS = TESTS + f"""
+import pytest
+from speedgate.testing import ScriptedTimer
+
+@pytest.fixture
+def speedgate_timer():
+    return ScriptedTimer({DEFAULT_TIMES!r})
+"""
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_case_ids_of_a_bare_folder_do_not_depend_on_how_the_baseline_folder_is_passed(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, xdist: tuple[str, ...]
+) -> None:
+    proj = pytester.mkdir("proj")
+    (proj / "test_cases.py").write_text(BARE_TESTS)
+    store = tmp_path_factory.mktemp("abs") / "store"
+    common = ("--hardware-key", "test-box", "-p", "no:cacheprovider", "--speedgate-json=r.json", *xdist)
+    blessed = pytester.runpytest_subprocess(*common, "proj", f"--baseline-dir={store}", "--update-baselines")
+    blessed.assert_outcomes(passed=2)
+    entries = json.loads((store / "test-box.json").read_text())
+    assert sorted([*entries["cases"], *entries["metrics"]]) == [
+        "test_cases.py::test_a", "test_cases.py::test_b::recompiles", "test_cases.py::test_b::vs_eager"]
+    for args in (["proj", "--baseline-dir", str(store)], ["--baseline-dir", str(store), str(proj)],
+                 ["--speedgate-baseline-dir", str(store), "proj/test_cases.py"]):
+        gated = pytester.runpytest_subprocess(*common, "--speedgate-strict", *args)
+        assert gated.ret == 0, f"{args}: {gated.stdout.str()}"
+        doc = json.loads((pytester.path / "r.json").read_text())
+        assert set(verdicts(doc).values()) == {"pass"}, args
 
 
 def test_renamed_and_deleted_tests_leave_orphans_listed(pytester: pytest.Pytester) -> None:
@@ -199,3 +245,20 @@ def test_default_baseline_dir_sits_beside_the_ini_file(pytester: pytest.Pytester
             return None
 
     assert read_settings(Config()).baseline_dir == pytester.path / "baselines"
+
+
+def test_last_failed_runs_call_no_entry_an_orphan(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--lf collects only a file's failed tests: the entries of its other tests are out of view, not renamed."""
+    sub = make_project(pytester)
+    (sub / "test_cases.py").write_text(TESTS + "\nimport os\n\ndef test_c(perf):\n    assert not os.environ.get('BREAK_C')\n"
+                                               "    perf.compare(ref_2ms, opt_1ms)\n")
+    common = ("--hardware-key", "test-box", "--speedgate-json=r.json", "--speedgate-markdown=s.md")  # the cache stays on
+    pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=3)
+    monkeypatch.setenv("BREAK_C", "1")
+    pytester.runpytest(*common).assert_outcomes(passed=2, failed=1)
+    monkeypatch.delenv("BREAK_C")
+    result = pytester.runpytest(*common, "--lf")
+    result.assert_outcomes(passed=1)  # only test_c ran
+    assert "match no collected test" not in result.stdout.str()
+    assert "match no collected test" not in (pytester.path / "s.md").read_text()
+    assert json.loads((pytester.path / "r.json").read_text())["unmatched_baseline_entries"]["orphaned"] == []

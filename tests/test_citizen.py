@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,10 +26,10 @@ import speedgate.devices
 LOG = {log!r}
 _acquire = speedgate.devices.DeviceLock.acquire
 
-def acquire(self):
+def acquire(self, *args, **kwargs):
     with open(LOG, "a") as f:
         f.write(f"{{os.environ.get('PYTEST_XDIST_WORKER')}} {{self.path}}\\n")
-    _acquire(self)
+    _acquire(self, *args, **kwargs)
 
 speedgate.devices.DeviceLock.acquire = acquire
 """
@@ -210,3 +214,140 @@ def test_junit_xunit1_keeps_each_result_as_its_test_properties(project: pytest.P
     assert props["test_fine"]["speedgate.pair.verdict"] == "pass"
     assert props["test_new"]["speedgate.case.verdict"] == "new"
 
+
+
+# A second project's tests that read the devices they see, and the modules their process loaded, into one file per
+# process: xdist discards a worker's stdout.
+DEVICE_READERS = """
+import os
+import sys
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_devices(i):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "serial")
+    with open(os.path.join({out!r}, worker + ".devices"), "a") as f:
+        f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>") + "\\n")
+    with open(os.path.join({out!r}, worker + ".modules"), "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+"""
+
+
+def _devices_seen(out: Path) -> dict[str, set[str]]:
+    return {path.stem: set(path.read_text().split()) for path in out.glob("*.devices")}
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_xdist_workers_keep_every_gpu_unless_pinning_is_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite may itself run under xdist
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    out = pytester.mkdir("seen")
+    pytester.makepyfile(test_devices=DEVICE_READERS.format(out=str(out)))
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"0,1"}, "gw1": {"0,1"}}, "a project that never asked had its GPUs pinned"
+
+    for path in out.iterdir():
+        path.unlink()
+    args = ["--speedgate-pin-workers"] if how == "option" else ["-o", "speedgate_pin_workers=true"]
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", *args).assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"0"}, "gw1": {"1"}}
+
+
+def test_xdist_workers_of_a_project_without_perf_ask_nvml_nothing(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without CUDA_VISIBLE_DEVICES, a device lookup would ask NVML (import pynvml) in every worker.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = pytester.mkdir("seen")
+    pytester.makepyfile(test_devices=DEVICE_READERS.format(out=str(out)))
+    pytester.makeconftest(f"""
+import os, sys
+
+def pytest_unconfigure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(os.path.join({str(out)!r}, "controller.modules"), "w") as f:
+            f.write("\\n".join(sorted(sys.modules)))
+""")
+    pytester.mkdir("baselines").joinpath("notes.txt").write_text("a folder of the project's own\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    assert _devices_seen(out) == {"gw0": {"<unset>"}, "gw1": {"<unset>"}}
+    for worker in ("gw0", "gw1", "controller"):
+        loaded = set((out / f"{worker}.modules").read_text().split())
+        assert "speedgate.plugin" in loaded
+        assert not loaded & {"pynvml", "speedgate.devices", "speedgate.session", "filelock"}, worker
+    left = [p for p in pytester.path.rglob("*") if "speedgate" in p.name or p.suffix in (".json", ".md", ".png")]
+    assert not left, f"files left behind: {left}"
+    assert not (Path(os.environ["TMPDIR"]) / "speedgate-locks").exists()
+    assert "speedgate" not in result.stdout.str().replace("speedgate-0.1.0", "")
+
+
+def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _private_lock_folder(monkeypatch, pytester.path)  # both runs share the CPU and this test's lock folder
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    holding = pytester.path / "holding"
+    other = pytester.mkdir("other")
+    (other / "test_hold.py").write_text(f"""
+import pathlib, time
+
+def test_hold(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+    pathlib.Path({str(holding)!r}).touch()
+    time.sleep(6)  # longer than the second run takes to start and reach its test, on a loaded machine too
+""")
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+                              "--hardware-key", "test-box"], cwd=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        for _ in range(600):
+            if holding.exists() or first.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert holding.exists(), first.communicate(timeout=60)[0]
+        mine = pytester.mkdir("mine")
+        (mine / "test_mine.py").write_text("def test_mine(perf):\n    perf.compare(lambda: 1.0, lambda: 1.0)\n")
+        monkeypatch.chdir(mine)
+        result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+                                               "--hardware-key", "test-box")
+    finally:
+        out = first.communicate(timeout=60)[0]
+    assert first.returncode == 0, out
+    result.assert_outcomes(passed=1)
+    said = result.stdout.str() + result.stderr.str()
+    assert "speedgate: waiting for cpu: another run holds its lock" in said, said
+    assert f"project {other}, test test_hold.py::test_hold" in said
+    assert "speedgate: got cpu after waiting" in said
+    assert "waiting for" not in out  # the first run waited on no one
+
+
+TWO_CASES = CASES + """
+def test_a(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_b(perf):
+    perf.compare(ref_2ms, opt_2ms)
+"""
+
+
+def test_collect_only_leaves_the_report_of_the_last_run_alone(project: pytest.Pytester) -> None:
+    project.makepyfile(test_cases=TWO_CASES)
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=2)
+    written = (project.path / "r.json").read_text()
+    assert len(json.loads(written)["cases"]) == 2
+    result = project.runpytest("--co", "--speedgate-json", "r.json")
+    assert result.ret == pytest.ExitCode.OK
+    assert (project.path / "r.json").read_text() == written, "--co rewrote the report with an empty one"
+
+
+def test_qq_prints_one_line_of_counts_and_what_went_wrong(project: pytest.Pytester) -> None:
+    project.makepyfile(test_cases=TWO_CASES)
+    write_baseline(project.path, {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 2.0})
+    result = project.runpytest("-qq")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # -qq prints no outcome line to count
+    out = result.stdout.str()
+    assert "speedgate: 2 cases: 1 regressed, 1 pass" in out
+    assert "ref ms" not in out and "detection power" not in out, "-qq printed the table"
+    normal = project.runpytest()
+    assert "ref ms" in normal.stdout.str()  # the table is still there without -qq

@@ -129,3 +129,119 @@ def test_lock_is_reentrant_within_a_thread(tmp_path: Path) -> None:
     assert _held_elsewhere(outer.path), "the inner release freed the outer test's hold"
     outer.release()
     assert not _held_elsewhere(outer.path)
+
+
+# Holds gpu0's lock as another run would (its holder record), says so, and lets go after HOLD_S.
+OTHER_RUN = """
+import sys, time
+from pathlib import Path
+from speedgate.devices import DeviceLock
+
+lock = DeviceLock("gpu0", Path(sys.argv[1]))
+lock.acquire({"pid": 4242, "run": "other-run", "worker": "gw1", "project": "/elsewhere/proj", "test": "t.py::test_long"})
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+lock.release()
+"""
+
+
+def test_a_wait_on_another_runs_lock_says_whom_it_waits_for(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(tmp_path), "1.5"], env=_child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        lock = DeviceLock("gpu0", tmp_path)
+        lock.acquire({"pid": os.getpid(), "run": "this-run", "project": "/here", "test": "mine.py::t"}, said.append,
+                     patience_s=0.3)
+    finally:
+        holder.wait(timeout=30)
+    assert len(said) == 2, said
+    assert said[0].startswith(f"speedgate: waiting for gpu0: another run holds its lock ({lock.path}): pid 4242, "
+                              "worker gw1 for ")
+    assert "project /elsewhere/proj, test t.py::test_long" in said[0]
+    assert said[1].startswith("speedgate: got gpu0 after waiting ")
+    assert json.loads(lock.holder_path.read_text())["test"] == "mine.py::t"  # now it says who holds it
+    lock.release()
+    assert lock.holder() is None
+
+
+def test_a_turn_among_one_runs_workers_is_not_said(tmp_path: Path) -> None:
+    # The other holder belongs to this same run (xdist's run id): its workers take turns by design.
+    holder = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(tmp_path), "0.8"], env=_child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        lock = DeviceLock("gpu0", tmp_path)
+        lock.acquire({"pid": os.getpid(), "run": "other-run", "test": "mine.py::t"}, said.append, patience_s=0.2)
+        lock.release()
+    finally:
+        holder.wait(timeout=30)
+    assert said == []
+
+
+def test_contention_is_said_when_medians_rose_and_the_process_lost_the_cpu() -> None:
+    from speedgate.devices import CpuContention
+
+    slowed = [("t.py::test_mm", "reference", 19.985, 0.090), ("t.py::test_mm", "optimized", 1.0, 0.3)]
+    quiet = CpuContention()
+    quiet.batch([0] * 95 + [1] * 5)
+    assert quiet.words(slowed) is None  # medians that vary on their own: the scheduler took nothing
+    few = CpuContention()
+    few.batch([3] * 10)  # too few calls to tell
+    assert few.words(slowed) is None
+    busy = CpuContention()
+    busy.batch([0] * 60 + [2] * 40)
+    assert busy.words([]) is None  # preempted, but every median held: single-threaded work keeps it
+    busy.add({"samples": 100, "preempted": 0, "switches": 0, "load": 0.0, "cores": 2, "threads": 2})  # a quiet worker
+    words = busy.words(slowed)
+    assert words is not None
+    assert words.startswith("CPU timing was contended: 2 timed sides' median call took 3x their fastest or more "
+                            "(t.py::test_mm's reference: 19.98 ms against 0.09 ms), and the timing process lost the "
+                            "CPU during 40 of 200 timed calls (20%; 80 involuntary context switches")
+    assert "torch ran 2 threads" in words and words.endswith("Run with one thread (torch.set_num_threads(1), "
+                                                             "OMP_NUM_THREADS=1), or on a quiet machine")
+
+
+# What contention does to a comparison, made deterministic: the reference's calls mostly take 4 ms and sometimes
+# 0.5 ms (a median 8x its fastest, as a thread waiting for its descheduled sibling makes it), and the process
+# loses the CPU in every call (the involuntary context switch count, patched, rises by one each time it is read).
+CONTENDED = """
+import itertools
+import time
+import speedgate.devices
+
+_count = itertools.count()
+speedgate.devices.involuntary_switches = lambda: next(_count)
+_calls = itertools.count()
+
+def ref():
+    time.sleep(0.0005 if next(_calls) % 5 == 0 else 0.004)
+    return 1.0
+
+def opt():
+    time.sleep(0.0005)
+    return 1.0
+
+def test_timed_while_contended(perf):
+    perf.compare(ref, opt)
+"""
+
+
+def test_a_run_whose_cpu_timing_was_contended_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_contended=CONTENDED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-timer", "cpu", "--hardware-key",
+                                           "test-box", "--speedgate-budget", "0.5", "--speedgate-markdown", "s.md")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["speedgate warning: CPU timing was contended: 1 timed sides' median call took 3x "
+                                 "their fastest or more (test_contended.py::test_timed_while_contended's reference: "
+                                 "4* ms against 0.5* ms), and the timing process lost the CPU during * of * timed "
+                                 "calls (100%;*Run with one thread*quiet machine"])
+    assert "CPU timing was contended" in (pytester.path / "s.md").read_text()
+    # The same sides with the CPU kept: the medians alone say nothing about the machine.
+    pytester.makepyfile(test_contended=CONTENDED.replace("lambda: next(_count)", "lambda: 0"))
+    quiet = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-timer", "cpu", "--hardware-key",
+                                          "test-box", "--speedgate-budget", "0.5")
+    quiet.assert_outcomes(passed=1)
+    assert "CPU timing was contended" not in quiet.stdout.str()

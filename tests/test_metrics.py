@@ -148,7 +148,7 @@ def test_the_fingerprint_kept_is_the_latest_view_not_the_first() -> None:
 
     session = SpeedgateSession(SimpleNamespace())
     session._fingerprint = Fingerprint(key="gpu-x", hardware={"kind": "gpu", "name": "X"}, software={})
-    result = SimpleNamespace(hardware_key="gpu-x", to_json=lambda: {})
+    result = SimpleNamespace(hardware_key="gpu-x", case_id="c", metric_id="m", to_json=lambda: {})
     session.record_metric(result)
     session.fingerprint.hardware["sm_count"] = 132  # what the CUDA timer adds when it is made
     session.record(result)

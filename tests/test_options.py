@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speedgate import hardware
-from speedgate.options import SettingsError, add_options, read_settings
+from speedgate.options import SHORT_SPELLINGS, SettingsError, add_options, read_settings
 
 # A test that leaves this file behind ran; a usage error must stop the run before any test does.
 RAN_MARKER = "ran.txt"
@@ -70,6 +70,8 @@ def test_help_lists_every_option_and_ini_key_with_its_default(pytester: pytest.P
             # "--name=METAVAR" (or "--name" for a switch), then the whole help text.
             pattern = re.escape(name) + r"(?:=[\w{},<>.-]+?)?" + re.escape(squash(kwargs["help"]))
             assert re.search(pattern, cli_text), f"{name} is missing from {flag}, or its help text differs"
+    for name, short in SHORT_SPELLINGS.items():  # added once the conftests are loaded, each pointing at its full name
+        assert re.search(re.escape(short) + r"(?:=[\w{},<>.-]+?)?shortfor" + re.escape(name) + r"\(default:", cli_text), short
     for name, help_text in parser.ini:
         assert "(default: " in help_text, f"ini key {name}: say its default in its help text"
         pattern = re.escape(name) + r"\(\w+\):" + re.escape(squash(help_text))
@@ -166,3 +168,18 @@ def test_options_module_imports_neither_pytest_nor_torch() -> None:
     # The pure modules (measure, compare) may import the defaults from speedgate.options.
     code = "import sys, speedgate.options\nbad = [m for m in ('pytest', 'torch', 'pynvml') if m in sys.modules]\nassert not bad, bad\n"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("option", "module", "extra"), [("--speedgate-chart", "matplotlib", "chart"),
+                                                         ("--speedgate-benchmark-json", "pytest_benchmark", "benchmark")])
+def test_a_report_whose_package_is_missing_is_a_usage_error_before_any_test(
+    pytester: pytest.Pytester, option: str, module: str, extra: str
+) -> None:
+    # None in sys.modules: Python's own way to make an import fail, set before speedgate reads its settings.
+    pytester.makeconftest(f"import sys\nsys.modules[{module!r}] = None\n")
+    pytester.makepyfile(ONE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option, "out.file")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*speedgate: {option} needs {module}, which is not installed here: "
+                                 f"pip install 'pytest-speedgate[[]{extra}[]]'"])
+    assert not (pytester.path / RAN_MARKER).exists()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
 import sys
+import tarfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -81,7 +84,8 @@ def test_every_lazy_import_is_in_an_extra() -> None:
     offered = {_requirement_name(r) for r in project["dependencies"]}
     for requirements in project["optional-dependencies"].values():
         offered |= {_requirement_name(r) for r in requirements}
-    missing = _distributions(_plugin_imports(module_level=False)) - offered
+    # torch and triton are the machine's, installed first and pinned for it: no extra offers them (see below).
+    missing = _distributions(_plugin_imports(module_level=False)) - offered - {"torch", "triton"}
     assert not missing, f"plugin/speedgate imports these; offer them in an extra of pyproject.toml: {missing}"
 
 
@@ -112,3 +116,49 @@ def test_long_description_has_no_relative_links() -> None:
     targets = [next(t for t in match.groups() if t) for match in LINK_TARGETS.finditer(text)]
     relative = [t for t in targets if not re.match(r"(https?|mailto):|#", t)]
     assert not relative, f"{path} links relative targets, broken on PyPI: {relative}"
+
+
+def test_no_extra_installs_torch_or_triton() -> None:
+    # An unpinned torch or triton in an extra upgrades the machine's own (triton pulls a torch that pins it, with the
+    # CUDA stack): both are installed first, pinned, for the machine.
+    for extra, requirements in _project()["optional-dependencies"].items():
+        named = {_requirement_name(r) for r in requirements} & {"torch", "triton"}
+        assert not named, f"extra {extra!r} installs {sorted(named)}"
+
+
+def test_every_extra_adds_something_to_the_hard_requirements() -> None:
+    required = {_requirement_name(r) for r in _project()["dependencies"]}
+    for extra, requirements in _project()["optional-dependencies"].items():
+        assert {_requirement_name(r) for r in requirements} - required, f"extra {extra!r} adds nothing"
+
+
+def test_every_extra_named_by_tox_and_the_workflows_exists() -> None:
+    offered = set(_project()["optional-dependencies"])
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    named = {name for block in re.findall(r"^extras =\n((?:    \S+\n)+)", tox, re.MULTILINE) for name in block.split()}
+    for workflow in (ROOT / ".github" / "workflows").glob("*.yml"):
+        for extras in re.findall(r"\.\[([\w,-]+)\]", workflow.read_text(encoding="utf-8")):
+            named |= set(extras.split(","))
+    assert named and not named - offered, f"extras named but not offered: {sorted(named - offered)}"
+
+
+def test_the_sdist_ships_no_test_it_cannot_run(tmp_path: Path) -> None:
+    """The plugin's tests need the repository around them (README, tools/, perftests/, tests/conftest.py): an sdist
+    that ships test modules without those gives its user a suite that fails to collect."""
+    build_meta = pytest.importorskip("setuptools.build_meta")
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, source / name)
+    shutil.copytree(PLUGIN, source / "plugin" / "speedgate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests", source / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    # A fresh interpreter in the copy: setuptools writes its egg-info beside the sources and reads the working folder.
+    code = f"import setuptools.build_meta as b; print(b.build_sdist({str(tmp_path / 'dist')!r}))"
+    subprocess.run([sys.executable, "-c", code], cwd=source, check=True, capture_output=True, text=True)
+    assert build_meta is not None
+    (archive,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(archive) as tar:
+        shipped = [name.partition("/")[2] for name in tar.getnames()]
+    assert not [name for name in shipped if name.startswith("tests/")], "the sdist ships tests it cannot collect"
+    assert "plugin/speedgate/plugin.py" in shipped and "plugin/speedgate/schema/baseline-v1.schema.json" in shipped

@@ -197,3 +197,18 @@ def test_software_drift_is_reported(project: pytest.Pytester) -> None:
     write_baseline(project.path, {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 4.0})
     result = project.runpytest()
     result.stdout.fnmatch_lines(["*software drift since the baseline: torch 0.0 -> *"])
+
+
+def test_a_bless_into_a_new_file_says_it_was_not_found(project: pytest.Pytester) -> None:
+    """The header describes the file as the run judged against it, not the one the bless just wrote: rows saying
+    no-baseline-file under 'found, 2 cases' contradict each other."""
+    project.makepyfile(test_cases=CASES + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
+                                                  for i in range(2)))
+    result = project.runpytest("--update-baselines", "--speedgate-markdown", "summary.md")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["hardware key test-box; baseline *test-box.json: not found",
+                                 "*test_cases.py::test_0*no-baseline-file*", "baseline *test-box.json: 2 added, *"])
+    assert "found, 2 cases" not in result.stdout.str()
+    assert "found, 2 cases" not in (project.path / "summary.md").read_text()
+    again = project.runpytest("--update-baselines")
+    again.stdout.fnmatch_lines(["hardware key test-box; baseline *test-box.json: found, 2 cases"])

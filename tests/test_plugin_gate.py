@@ -228,3 +228,58 @@ def test_kernel(perf):
     result.stdout.fnmatch_lines(
         ["speedup of the optimized side against each reference, per test:", "test_cases.py::test_kernel  vs_eager 2.000x  vs_vendor 4.000x  vs_compile 2.000x"]
     )
+
+
+LOCATED = """
+def _helper(perf):
+    perf.compare(ref_2ms, opt_2ms, name="helped")
+
+
+def test_direct(perf):
+    x = 1
+    perf.compare(ref_2ms, opt_1ms, name="fine")
+    perf.compare(ref_2ms, opt_2ms, name="slow")
+    assert x == 1
+
+
+def test_through_a_helper(perf):
+    _helper(perf)
+
+
+class TestInAClass:
+    def test_method(self, perf):
+        perf.metric("recompiles", 3, tolerance=0.0)
+"""
+
+
+@pytest.mark.parametrize("tb", ["short", "long", "line"])
+def test_a_regression_is_reported_at_the_tests_line(project: pytest.Pytester, tb: str) -> None:
+    source = project.makepyfile(test_cases=CASES + LOCATED).read_text().splitlines()
+
+    def line_of(text: str) -> int:
+        return source.index(text) + 1
+
+    write_baseline(project.path, {"test_cases.py::test_direct::fine": 2.0, "test_cases.py::test_direct::slow": 2.0,
+                                  "test_cases.py::test_through_a_helper::helped": 2.0})
+    baseline = json.loads((project.path / "baselines" / "test-box.json").read_text())
+    baseline["metrics"] = {"test_cases.py::TestInAClass::test_method::recompiles": {
+        "value": 0.0, "tolerance": 0.0, "direction": "lower", "unit": "", "measured_at": "2026-01-01T00:00:00Z",
+        "software": {"torch": "0.0"}}}
+    (project.path / "baselines" / "test-box.json").write_text(json.dumps(baseline))
+    result = project.runpytest(f"--tb={tb}")
+    result.assert_outcomes(failed=3)
+    failures = result.stdout.str().split("= FAILURES =")[1].split("= speedgate =")[0]
+    assert "speedgate/plugin.py" not in failures and "pluggy" not in failures, "the plugin's frames are shown"
+    direct = line_of('    perf.compare(ref_2ms, opt_2ms, name="slow")')
+    helper = line_of("    _helper(perf)")
+    method = line_of('        perf.metric("recompiles", 3, tolerance=0.0)')
+    if tb == "short":
+        result.stdout.fnmatch_lines([f"test_cases.py:{direct}: in test_direct", '    perf.compare(ref_2ms, opt_2ms, name="slow")',
+                                     "E   *SpeedRegression: test_cases.py::test_direct::slow: speedup regressed*"])
+        result.stdout.fnmatch_lines([f"test_cases.py:{helper}: in test_through_a_helper", "    _helper(perf)"])
+        result.stdout.fnmatch_lines([f"test_cases.py:{method}: in test_method"])
+    elif tb == "long":
+        result.stdout.fnmatch_lines([">       perf.compare(ref_2ms, opt_2ms, name=\"slow\")", "E       *SpeedRegression: *",
+                                     "*", f"test_cases.py:{direct}: SpeedRegression"])
+    else:
+        result.stdout.fnmatch_lines([f"*test_cases.py:{direct}: *SpeedRegression: test_cases.py::test_direct::slow*"])

@@ -77,7 +77,7 @@ def test_env(request):
     # An outer mask of two GPUs: each of two workers gets one; three workers must share.
     for workers, summary in (("2", "xdist workers: gw0 on GPU 5, gw1 on GPU 7"),
                              ("3", "xdist workers: gw0 on GPU 5, gw1 on GPU 7, gw2 on GPU 5; devices shared*")):
-        result = project.runpytest_subprocess("-n", workers, "-s", "-p", "no:randomly")
+        result = project.runpytest_subprocess("-n", workers, "-s", "-p", "no:randomly", "--speedgate-pin-workers")
         result.assert_outcomes(passed=5)
         result.stdout.fnmatch_lines([summary])
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import CASES, write_baseline
+from conftest import CASES, baseline_doc, write_baseline
 
 TESTS = CASES + """
 def test_slow(perf):
@@ -279,3 +282,17 @@ def test_added_later(perf):
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])
+def test_compare_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`python -m speedgate compare OLD NEW | head`: head leaves after its lines; compare must not end in a
+    BrokenPipeError traceback."""
+    cases = {f"test_many.py::test_{i}": 2.0 for i in range(3000)}  # more output than a pipe's buffer holds
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(baseline_doc(cases)))
+    proc = subprocess.Popen([sys.executable, "-m", "speedgate", "compare", str(old), str(old)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("OLD ")
+    proc.stdout.close()  # what head does once it has its lines
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

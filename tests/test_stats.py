@@ -126,13 +126,10 @@ def _old_sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int | st
     mean = sum(data) / n
     stddev = math.sqrt(sum((x - mean) ** 2 for x in data) / (n - 1)) if n > 1 else 0.0
 
-    def quantile(q: float) -> float:
-        pos = q * (n - 1)
-        lo = math.floor(pos)
-        hi = min(lo + 1, n - 1)
-        return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-    q1, q3 = quantile(0.25), quantile(0.75)
+    bench = pytest.importorskip("pytest_benchmark.stats").Stats()  # the quartiles are pytest-benchmark's
+    for x in data:
+        bench.update(x)
+    q1, q3 = bench.q1, bench.q3
     iqr = q3 - q1
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
@@ -274,3 +271,20 @@ def test_importing_stats_leaves_numpy_unloaded() -> None:
     code = "import sys, speedgate.stats; sys.exit('numpy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": plugin_root}, check=False)
     assert done.returncode == 0
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3, 4, 5, 6, 7, 15, 16, 17, 18, 19, 24, 25, 31, 40, 101])
+def test_sample_stats_are_pytest_benchmarks_own(rounds: int) -> None:
+    """The pytest-benchmark JSON's statistics as its Stats computes them (its quartiles are not numpy's)."""
+    bench_stats = pytest.importorskip("pytest_benchmark.stats")
+    rng = random.Random(rounds)
+    samples_ms = [rng.lognormvariate(0.0, 0.3) for _ in range(rounds)]
+    theirs = bench_stats.Stats()
+    for ms in samples_ms:
+        theirs.update(ms / 1e3)
+    ours = sample_stats(samples_ms)
+    for field, value in theirs.as_dict().items():
+        if isinstance(value, str):
+            assert ours[field] == value, field
+        else:
+            assert ours[field] == pytest.approx(value, rel=1e-9, abs=1e-15), field

@@ -431,9 +431,17 @@ def options_table(text: str) -> str:
     lines = text.splitlines()
     options = help_entries(section(lines, "speedgate:"))
     ini_keys = {h: n.split(" ")[0] for n, h in help_entries(section(lines, "[pytest]")) if n.startswith("speedgate_")}
+    # A short spelling (--update-baselines, "short for --speedgate-update-baselines") shares its full name's row,
+    # first: it is what users type.
+    short = {m.group(1): n.split("=")[0].strip() for n, h in options if (m := re.match(r"short for (--[\w-]+) ", h))}
     rows = []
     for names, help_ in options:
+        if help_.startswith("short for --"):
+            continue
         spelled = ", ".join(f"`{n.strip()}`" for n in re.split(r", (?=-)", names))
+        full = names.split("=")[0].split(",")[0].strip()
+        if full in short:
+            spelled = f"`{short[full]}{names[len(full):].split(',')[0]}`, {spelled}"
         rows.append((spelled, f"`{ini_keys.pop(help_)}`" if help_ in ini_keys else "", md(help_)))
     rows += [("", f"`{key}`", md(help_)) for help_, key in sorted(ini_keys.items(), key=lambda kv: kv[1])]
     return "\n".join(table(["option", "ini key", "what it does (default)"], "lll", rows)) + "\n"

@@ -6,7 +6,7 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,9 +136,10 @@ class Blessed:
 
 def bless_into(
     path: Path, *, hardware_key: str, fingerprint: dict[str, Any], cases: Sequence[CompareResult],
-    metrics: Sequence[MetricResult],
+    metrics: Sequence[MetricResult], known: Collection[str] | None = None,
 ) -> Blessed:
-    """Read, bless and write path under its lock; another process blessing the same file waits its turn."""
+    """Read, bless and write path under its lock; another process blessing the same file waits its turn. known: the
+    entries the file held when this run read it (see summary)."""
     outcome: dict[str, Any] = {}
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -155,19 +156,30 @@ def bless_into(
     except OSError as exc:
         return Blessed(path, None, [], f"{path}: could not be written: {exc}; the previous file is unchanged")
     doc, changes = outcome["doc"], outcome["changes"]
-    return Blessed(path, doc, summary(path, doc, changes))
+    return Blessed(path, doc, summary(path, doc, changes, known))
 
 
-def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Change]) -> list[str]:
+def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Change],
+            known: Collection[str] | None = None) -> list[str]:
+    """What a bless did to one file. known: the entries the file held when this run read it (None: not known); an
+    entry it holds now but did not then was written by another run meanwhile, and is said to be that run's."""
     changes = list(changes)
-    counts = {action: sum(c.action == action for c in changes) for action in ("added", "updated", "kept")}
+    theirs = [c for c in changes if known is not None and c.old_speedup is not None and c.case_id not in known]
+    counts = {action: sum(c.action == action and c not in theirs for c in changes) for action in ("added", "updated", "kept")}
     untouched = len(doc["cases"]) + len(doc.get("metrics", {})) - len(changes)
     lines = [
         f"baseline {path}: {counts['added']} added, {counts['updated']} updated, "
         f"{counts['kept']} kept (moved less than a third of their tolerance), {untouched} other entries untouched"
     ]
+    if theirs:
+        lines.append(f"  {len(theirs)} entries were written by another run while this one ran (a concurrent bless): "
+                     "where this run's measurement moved less than a third of their tolerance, theirs stays")
     for c in changes:
-        if c.action != "kept":
+        if c in theirs:
+            now = "kept theirs" if c.action == "kept" else "replaced by this run's"
+            lines.append(f"  written meanwhile by another run, {now}: {c.case_id}: {c.old_speedup:.4g}{c.unit} "
+                         f"(this run: {c.new_speedup:.4g}{c.unit})")
+        elif c.action != "kept":
             old = f"{c.old_speedup:.4g}{c.unit} -> " if c.old_speedup is not None else ""
             lines.append(f"  {c.action}: {c.case_id}: {old}{c.new_speedup:.4g}{c.unit}")
             widened = widened_between_processes(doc["cases"].get(c.case_id))

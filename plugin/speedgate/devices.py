@@ -1,13 +1,17 @@
-"""Which device a process times on: one GPU per xdist worker, and a lock where workers must share one."""
+"""Which device a process times on: one GPU per xdist worker when pinning is on, a lock where workers must share
+one, and who else wanted the CPU while the host clock timed (CpuContention)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .hardware import visible_gpu_tokens
 
@@ -23,6 +27,7 @@ class Assignment:
     shared: bool
     workers: int
     devices: int
+    pinned: bool = True  # False: CUDA_VISIBLE_DEVICES was left alone and every worker times on the first device
 
 
 def assign(worker_index: int, worker_count: int, gpus: list[str]) -> Assignment:
@@ -39,6 +44,16 @@ def worker_from_env() -> tuple[int, int] | None:
     if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit():
         return None
     return int(worker[2:]), int(count)
+
+
+def unpinned_worker() -> Assignment | None:
+    """In an xdist worker whose GPUs were not pinned: every worker times on the first visible device (CUDA's default),
+    shared when there are two workers or more. Asks NVML only when CUDA_VISIBLE_DEVICES is unset."""
+    worker = worker_from_env()
+    if worker is None:
+        return None
+    gpus = visible_gpu_tokens()
+    return Assignment(gpus[0] if gpus else "cpu", worker[1] > 1, worker[1], max(len(gpus), 1), pinned=False)
 
 
 def pin_worker() -> Assignment | None:
@@ -71,23 +86,172 @@ def _file_lock(path: Path) -> FileLock:
         return _LOCKS[str(path)]
 
 
+WAIT_PATIENCE_S = 1.0  # a wait longer than this is said: a turn of this run's own workers is usually shorter
+
+
 class DeviceLock:
     """An advisory file lock per device, held while a test that times on a shared device runs.
 
     Workers that share a GPU (or the CPU) take turns: while one measures, no other worker's kernels run
     on that device. Re-entrant within a thread (each acquire needs its release); released by the OS if the
-    process dies.
+    process dies. Whoever holds it writes who it is (pid, run, project, test) into a side file, so that a run that
+    waits on another run's hold can say whom it waits for.
     """
 
     def __init__(self, device: str, folder: Path | None = None) -> None:
         folder = folder or Path(tempfile.gettempdir()) / "speedgate-locks"
         folder.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
+        self.device = device
         self.path = folder / f"{safe}.lock"
+        self.holder_path = folder / f"{safe}.holder.json"
         self._lock = _file_lock(self.path)
 
-    def acquire(self) -> None:
-        self._lock.acquire()
+    def acquire(self, holder: Mapping[str, Any] | None = None, on_wait: Callable[[str], None] | None = None,
+                patience_s: float = WAIT_PATIENCE_S) -> None:
+        """Take the lock, waiting as long as it takes. holder: who takes it (see holder_record), written for others
+        to read. on_wait: told, once the wait passed patience_s, whom this process waits for, and again once it has
+        the lock; only when the holder is another run (this run's workers take turns by design)."""
+        from filelock import Timeout
+
+        if on_wait is None:
+            self._lock.acquire()
+        else:
+            started = time.monotonic()
+            try:
+                self._lock.acquire(timeout=patience_s)
+            except Timeout:
+                words = waiting_words(self.device, self.path, self.holder(), holder)
+                if words:
+                    on_wait(words)
+                self._lock.acquire()
+                if words:
+                    on_wait(f"speedgate: got {self.device} after waiting {time.monotonic() - started:.1f} s for another run")
+        if holder is not None and self._lock.lock_counter == 1:  # the outermost hold says who holds it
+            _write_json(self.holder_path, {**holder, "since": time.time()})
 
     def release(self) -> None:
+        if self._lock.lock_counter == 1:
+            self.holder_path.unlink(missing_ok=True)
         self._lock.release()
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock, as its holder wrote it; None when no holder said (or it is being replaced)."""
+        try:
+            record = json.loads(self.holder_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+
+def holder_record(project: str, test: str) -> dict[str, Any]:
+    """Who takes a device lock: this process, its run (xdist's run id, shared by the run's workers), the project's
+    folder and the test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") if worker else None
+    return {"pid": os.getpid(), "run": run or f"pid-{os.getpid()}", "worker": worker, "project": project, "test": test}
+
+
+def waiting_words(device: str, path: Path, held_by: Mapping[str, Any] | None, me: Mapping[str, Any] | None) -> str | None:
+    """The line a process waiting on a device lock prints; None when the holder is this same run."""
+    if held_by is not None and me is not None and held_by.get("run") == me.get("run"):
+        return None
+    if held_by is None:
+        who = "a process that did not say who it is (an older speedgate, or one just taking it)"
+    else:
+        since = max(0.0, time.time() - float(held_by.get("since", time.time())))
+        worker = f", worker {held_by['worker']}" if held_by.get("worker") else ""
+        who = (f"pid {held_by.get('pid')}{worker} for {since:.0f} s, project {held_by.get('project')}, "
+               f"test {held_by.get('test')}")
+    return (f"speedgate: waiting for {device}: another run holds its lock ({path}): {who}. Runs that time on a shared "
+            "device take turns; this one goes on when that test ends")
+
+
+def _write_json(path: Path, record: Mapping[str, Any]) -> None:
+    """Whole or not at all: a reader never sees half a record."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(record, sort_keys=True))
+    os.replace(partial, path)
+
+
+def involuntary_switches() -> int | None:
+    """How often the scheduler has taken the CPU away from this process (all its threads) because something else
+    wanted it; None where getrusage does not exist (Windows). Waiting by choice (sleep, I/O) does not count."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw)
+
+
+def usable_cores() -> int:
+    sched_getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(sched_getaffinity(0)) if sched_getaffinity else (os.cpu_count() or 1)
+
+
+# Contention that spoils a comparison shows in its samples as a median call far above the fastest one (with torch's
+# threads, one waits for its descheduled sibling in most calls; single-threaded work keeps its median). It is tied to
+# the scheduler by the share of timed calls during which the process lost the CPU (involuntary context switches), so
+# that work whose time truly varies is not blamed on the machine.
+SLOW_MEDIAN = 3.0  # median call / fastest call of one side
+PREEMPTED_SHARE = 0.10
+MIN_SAMPLES = 20
+
+
+@dataclass
+class CpuContention:
+    """What the host clock's timed calls saw of the CPU's other users: how many were preempted, and the load."""
+
+    samples: int = 0
+    preempted: int = 0  # timed calls during which the process lost the CPU at least once
+    switches: int = 0  # involuntary context switches across them
+    load: float = 0.0  # the highest 1-minute load average seen after a batch of calls
+    cores: int = 0
+    threads: int = 1  # torch's intra-op threads when the run ended (1 without torch)
+
+    def batch(self, switches_per_call: Sequence[int]) -> None:
+        """The involuntary switches during each call of one batch of timed calls."""
+        self.samples += len(switches_per_call)
+        self.preempted += sum(1 for n in switches_per_call if n > 0)
+        self.switches += sum(switches_per_call)
+        if hasattr(os, "getloadavg"):
+            self.load = max(self.load, os.getloadavg()[0])
+        self.cores = self.cores or usable_cores()
+
+    def add(self, other: Mapping[str, Any]) -> None:
+        """Another process's counts (an xdist worker's)."""
+        for name in ("samples", "preempted", "switches"):
+            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
+        self.load = max(self.load, float(other.get("load", 0.0)))
+        self.cores = max(self.cores, int(other.get("cores", 0)))
+        self.threads = max(self.threads, int(other.get("threads", 1)))
+
+    def words(self, slowed: Sequence[tuple[str, str, float, float]]) -> str | None:
+        """The warning when the timing was contended; None when it was not (or too few calls to tell). slowed: the
+        (case, side, median ms, fastest ms) of host-clock sides whose median call took SLOW_MEDIAN times their fastest."""
+        if not slowed or self.samples < MIN_SAMPLES or self.preempted < PREEMPTED_SHARE * self.samples:
+            return None
+        case, side, median_ms, fastest_ms = max(slowed, key=lambda s: s[2] / s[3])
+        load = f"; load average {self.load:.1f} on {self.cores} cores" if self.load else ""
+        threads = f"; torch ran {self.threads} threads" if self.threads > 1 else ""
+        return (f"CPU timing was contended: {len(slowed)} timed sides' median call took {SLOW_MEDIAN:g}x their fastest "
+                f"or more ({case}'s {side}: {median_ms:.4g} ms against {fastest_ms:.4g} ms), and the timing process "
+                f"lost the CPU during {self.preempted} of {self.samples} timed calls ({self.preempted / self.samples:.0%}; "
+                f"{self.switches} involuntary context switches{load}{threads}): the times measure the other load as "
+                "much as the work, and a speedup may read near 1.0x whatever the code does. Run with one thread "
+                "(torch.set_num_threads(1), OMP_NUM_THREADS=1), or on a quiet machine")
+
+
+def slowed_sides(results: Iterable[Any], timer_name: str) -> list[tuple[str, str, float, float]]:
+    """(case, side, median ms, fastest ms) of the sides timed by timer_name whose median call took SLOW_MEDIAN
+    times their fastest or more (results: CompareResults, with each side's sample statistics in seconds)."""
+    slowed = []
+    for result in results:
+        if getattr(result, "timer", None) != timer_name:
+            continue
+        for side in ("reference", "optimized"):
+            stats = getattr(result, f"{side}_stats", None) or {}
+            fastest, median = stats.get("min"), stats.get("median")
+            if fastest and median and int(stats.get("rounds", 0)) >= MIN_SAMPLES and median >= SLOW_MEDIAN * fastest:
+                slowed.append((result.case_id, side, 1e3 * float(median), 1e3 * float(fastest)))
+    return slowed

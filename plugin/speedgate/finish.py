@@ -25,14 +25,17 @@ class Finish:
 
 def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
     done = Finish()
-    if state.settings.update_baselines and (state.records or state.metric_records):
-        bless_all(state, done, interrupted)
-    if state.used or state.records:
+    if state.used or state.records:  # the files as this run judged against them, before blessing rewrites them
         done.header = header_lines(state)
         if not state.settings.update_baselines:
             done.alerts = ungated(state)
+    if state.settings.update_baselines and (state.records or state.metric_records):
+        bless_all(state, done, interrupted)
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
+    contended = state.contention_warning()
+    if contended:
+        done.warnings.append(contended)
     write_reports(state, done)
     if state.settings.history_path is not None:
         from .history.recording import record_run
@@ -56,7 +59,7 @@ def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
         done.lines.append(f"not blessed ({why}): {case_id}")
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(state.baseline_path_for(key), hardware_key=key, fingerprint=state.fingerprint_for(key),
-                             cases=cases.get(key, []), metrics=metrics.get(key, []))
+                             cases=cases.get(key, []), metrics=metrics.get(key, []), known=state.entries_read.get(key))
         if blessed.error:
             done.errors.append(blessed.error)
             continue

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import hardware
 from .timers import TIMER_CHOICES
@@ -24,6 +26,9 @@ __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_CPU_TOLERANCE", "DEFAULT_TARGET_NOISE", 
 
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
+# Longer than any honest case takes between two comparisons: a first call that compiles (torch.compile's
+# max-autotune, a Triton autotuner with many configs) can take minutes on a GPU.
+DEFAULT_DEADLINE_S = 900.0
 
 # Each text serves both a command-line option (argparse expands '%' in it, so never write one: say "percent")
 # and an ini key (printed as written), and ends with its default.
@@ -71,6 +76,18 @@ HELP_HISTORY = (
     "record every timed case and metric of the run in this history store (SQLite; created if absent), for "
     "`python -m speedgate history`; ini paths are relative to the ini file (default: not recorded)"
 )
+HELP_DEADLINE = (
+    "seconds a test that uses perf may go without finishing a comparison (from its start, then from each "
+    "comparison's end) before speedgate ends it as hung, naming it with the stacks of its threads: serially the run "
+    "stops, under xdist the worker is replaced; 0 for none; a test's @pytest.mark.speedgate_deadline(SECONDS) "
+    f"overrides it (default: {DEFAULT_DEADLINE_S:g})"
+)
+HELP_PIN_WORKERS = (
+    "under xdist, give each worker its own GPU (CUDA_VISIBLE_DEVICES narrowed to one entry, round-robin, before any "
+    "conftest loads); for runs that time GPU work. Off, every worker sees every GPU and tests that use perf take "
+    "turns on the first one (default: off)"
+)
+
 
 def _fraction(text: str) -> float:
     try:
@@ -89,6 +106,17 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def deadline_seconds(text: str) -> float:
+    """A deadline in seconds: a finite number >= 0 (0: none)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds >= 0 (0: no deadline)")
     return value
 
 
@@ -115,25 +143,51 @@ def _timer(text: str) -> str:
     return text
 
 
+# Speedgate's options under the names users type, which other projects use too (a conftest's own --update-baselines):
+# each is registered as its --speedgate-... spelling, which no one else defines, and the short spelling is added
+# beside it once the project's initial conftests have registered theirs, only where it is still free (add_short_spellings).
+SHORT_SPELLINGS = {
+    "--speedgate-update-baselines": "--update-baselines",
+    "--speedgate-baseline-dir": "--baseline-dir",
+    "--speedgate-hardware-key": "--hardware-key",
+    "--speedgate-tolerance": "--speedup-tolerance",
+    "--speedgate-correctness-only": "--correctness-only",
+}
+
+
+def _short_named_options() -> dict[str, dict[str, Any]]:
+    """The options that also have a short spelling: prefixed name -> add_argument's keywords (dest included)."""
+    return {
+        "--speedgate-update-baselines": dict(dest="speedgate_update_baselines", action="store_true", default=False,
+                                             help=HELP_UPDATE),
+        "--speedgate-baseline-dir": dict(dest="speedgate_baseline_dir", default=None, metavar="DIR", help=HELP_BASELINE_DIR),
+        "--speedgate-hardware-key": dict(dest="speedgate_hardware_key", default=None, metavar="KEY", type=_hardware_key,
+                                         help=HELP_HARDWARE_KEY),
+        "--speedgate-tolerance": dict(dest="speedgate_tolerance", default=None, metavar="FRACTION", type=_fraction,
+                                      help=HELP_TOLERANCE),
+        "--speedgate-correctness-only": dict(dest="speedgate_correctness_only", action="store_true", default=None,
+                                             help=HELP_CORRECTNESS),
+    }
+
+
 def add_options(parser: pytest.Parser) -> None:
-    """Register speedgate's command-line options (one group) and its ini keys."""
+    """Register speedgate's command-line options (one group, every name prefixed) and its ini keys."""
     group = parser.getgroup("speedgate", "speedgate: gate optimizations on correctness and measured speedup")
-    group.addoption("--update-baselines", action="store_true", default=False, help=HELP_UPDATE)
-    group.addoption("--baseline-dir", default=None, metavar="DIR", help=HELP_BASELINE_DIR)
-    group.addoption("--hardware-key", default=None, metavar="KEY", type=_hardware_key, help=HELP_HARDWARE_KEY)
-    group.addoption("--speedup-tolerance", default=None, metavar="FRACTION", type=_fraction, help=HELP_TOLERANCE)
+    for name, keywords in _short_named_options().items():
+        group.addoption(name, **keywords)
     group.addoption("--speedgate-json", default=None, metavar="PATH", help=HELP_JSON)
     group.addoption("--speedgate-markdown", default=None, metavar="PATH", help=HELP_MARKDOWN)
     group.addoption("--speedgate-benchmark-json", default=None, metavar="PATH", help=HELP_BENCHMARK_JSON)
     group.addoption("--speedgate-artifacts", default=None, metavar="DIR", help=HELP_ARTIFACTS)
     group.addoption("--speedgate-chart", default=None, metavar="PATH", help=HELP_CHART)
-    group.addoption("--correctness-only", action="store_true", default=None, help=HELP_CORRECTNESS)
     group.addoption("--speedgate-strict", action="store_true", default=None, help=HELP_STRICT)
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
     group.addoption("--speedgate-noise", default=None, type=_fraction, metavar="FRACTION", help=HELP_NOISE)
     group.addoption("--speedgate-calibrate", default=None, type=_runs, metavar="N", help=HELP_CALIBRATE)
     group.addoption("--speedgate-history", default=None, metavar="PATH", help=HELP_HISTORY)
+    group.addoption("--speedgate-pin-workers", action="store_true", default=None, help=HELP_PIN_WORKERS)
+    group.addoption("--speedgate-deadline", default=None, type=deadline_seconds, metavar="SECONDS", help=HELP_DEADLINE)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -144,6 +198,37 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_budget", HELP_BUDGET, default=None)
     parser.addini("speedgate_noise", HELP_NOISE, default=None)
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
+    parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
+    parser.addini("speedgate_deadline", HELP_DEADLINE, default=None)
+
+
+def add_short_spellings(parser: pytest.Parser) -> list[str]:
+    """Add --update-baselines, --baseline-dir, ... beside their --speedgate-... spellings, each where no plugin or
+    initial conftest defined that name first (theirs keeps its meaning). Call once the initial conftests are loaded
+    (pytest runs plugins' pytest_addoption before conftests', and the second to register a name fails). Returns the
+    short spellings left to others."""
+    group = parser.getgroup("speedgate")
+    taken = []
+    for name, keywords in _short_named_options().items():
+        short = SHORT_SPELLINGS[name]
+        default = keywords["help"][keywords["help"].rindex("(default: "):]  # every help text ends with its default
+        try:
+            group.addoption(short, **{**keywords, "help": f"short for {name} {default}"})
+        except (ValueError, argparse.ArgumentError):  # pytest's duplicate check, argparse's conflicting option string
+            taken.append(short)
+    return taken
+
+
+def value_options() -> list[str]:
+    """The short spellings that take a value (--baseline-dir DIR, ...)."""
+    return [SHORT_SPELLINGS[name] for name, keywords in _short_named_options().items() if "action" not in keywords]
+
+
+def shadowed_words(taken: list[str]) -> str:
+    """The warning for short spellings that another plugin or the project's conftest defined."""
+    pairs = ", ".join(f"{short} (speedgate's is {name})" for name, short in SHORT_SPELLINGS.items() if short in taken)
+    return (f"speedgate: this project or another plugin defines {pairs}: there the name keeps that meaning; speedgate "
+            "takes only its --speedgate-... spelling")
 
 
 @dataclass(frozen=True)
@@ -164,6 +249,8 @@ class Settings:
     target_noise: float
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
     history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
+    pin_workers: bool = False  # --speedgate-pin-workers: one GPU per xdist worker (applied before conftests load)
+    deadline_s: float = DEFAULT_DEADLINE_S  # --speedgate-deadline: 0 for none
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -221,6 +308,28 @@ def _require_gpu(source: str) -> None:
     raise SettingsError(f"{source}: no GPU is visible ({reason}); use the auto or cpu timer on this machine")
 
 
+def _installed(module: str) -> bool:
+    """Whether module can be imported, without importing it (matplotlib takes a while)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None  # None: blocked on purpose
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pin_workers_asked(early_config: pytest.Config) -> bool:
+    """Whether --speedgate-pin-workers or ini speedgate_pin_workers asks to pin xdist workers' GPUs. Read before the
+    conftests load (pinning must precede any CUDA start): the command line as parsed so far, then the ini file."""
+    namespace = getattr(early_config, "known_args_namespace", early_config.option)
+    if getattr(namespace, "speedgate_pin_workers", None):
+        return True
+    try:
+        return _ini_switch(early_config, "speedgate_pin_workers")
+    except SettingsError:
+        return False  # read_settings reports the bad value once the run is configured
+
+
 def read_settings(config: pytest.Config) -> Settings:
     """Resolve every option once; raises SettingsError for a bad ini or environment value, or a timer without its GPU."""
 
@@ -239,7 +348,7 @@ def read_settings(config: pytest.Config) -> Settings:
         return Path(str(value)).absolute() if value else None
 
     rootdir = Path(config.rootpath)
-    cli_baseline_dir = opt("baseline_dir")
+    cli_baseline_dir = opt("speedgate_baseline_dir")
     baseline_dir = str(cli_baseline_dir) if cli_baseline_dir else _from_ini(config, "speedgate_baseline_dir", str)
     # Beside the ini file when there is one: pytest's rootdir moves with --rootdir and with the working directory.
     home = Path(str(config.inipath.parent)) if config.inipath else rootdir
@@ -249,7 +358,7 @@ def read_settings(config: pytest.Config) -> Settings:
         base = Path.cwd() if cli_baseline_dir else config.inipath.parent if config.inipath else rootdir
         baseline_path = base / baseline_path
 
-    key: str | None = config.getoption("hardware_key")
+    key: str | None = config.getoption("speedgate_hardware_key")
     if key is None and os.environ.get("SPEEDGATE_HARDWARE_KEY"):
         try:
             key = hardware.validate_key(os.environ["SPEEDGATE_HARDWARE_KEY"])
@@ -261,11 +370,11 @@ def read_settings(config: pytest.Config) -> Settings:
         _require_gpu("--speedgate-timer cuda" if opt("speedgate_timer") else "ini key speedgate_timer = cuda")
 
     # Left None when unset: the default depends on each case's hardware key (Settings.default_tolerance).
-    tolerance: float | None = config.getoption("speedup_tolerance")
+    tolerance: float | None = config.getoption("speedgate_tolerance")
     if tolerance is None:
         tolerance = _from_ini(config, "speedgate_tolerance", _fraction)
     settings = Settings(
-        update_baselines=bool(opt("update_baselines")),
+        update_baselines=bool(opt("speedgate_update_baselines")),
         baseline_dir=baseline_path,
         hardware_key=key,
         tolerance=tolerance,
@@ -274,14 +383,23 @@ def read_settings(config: pytest.Config) -> Settings:
         benchmark_json_path=cli_path("speedgate_benchmark_json"),
         artifacts_dir=cli_path("speedgate_artifacts"),
         chart_path=cli_path("speedgate_chart"),
-        correctness_only=bool(opt("correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
+        correctness_only=bool(opt("speedgate_correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
         strict=bool(opt("speedgate_strict")) or _ini_switch(config, "speedgate_strict"),
         timer=timer,
         budget_s=pick("speedgate_budget", "speedgate_budget", _positive, DEFAULT_BUDGET_S),
         target_noise=pick("speedgate_noise", "speedgate_noise", _fraction, DEFAULT_TARGET_NOISE),
         calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
         history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
+        pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
+        deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, DEFAULT_DEADLINE_S),
     )
+    # What a report needs is found now, not after the whole suite ran.
+    for path, module, option, extra in ((settings.chart_path, "matplotlib", "--speedgate-chart", "chart"),
+                                        (settings.benchmark_json_path, "pytest_benchmark", "--speedgate-benchmark-json",
+                                         "benchmark")):
+        if path is not None and not _installed(module):
+            raise SettingsError(f"{option} needs {module}, which is not installed here: "
+                                f"pip install 'pytest-speedgate[{extra}]'")
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "
                             "--update-baselines")

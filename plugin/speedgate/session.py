@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +29,14 @@ PROJECT_MARKERS = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "
                    "setup.py", ".git")
 
 
-def case_anchor(folder: Path, inipath: Path | None) -> Path | None:
+def case_anchor(folder: Path, inipath: Path | None, args_folder: Path | None = None) -> Path | None:
     """The folder that case ids of test files in folder are relative to; None when nothing marks one.
 
     It depends on where the files lie, never on how pytest was invoked (pytest's rootdir moves with the working
     directory, with --rootdir, and with a path given as a separate option value, such as `--baseline-dir /abs`):
     the ini file's folder when the tests lie under it; else the nearest ancestor holding a project marker; else the
-    topmost ancestor holding a conftest.py.
+    topmost ancestor holding a conftest.py; else, in a bare folder of test files, args_folder (the folder of the
+    paths the run was given, see args_folder) when the tests lie under it.
     """
     if inipath is not None and folder.is_relative_to(inipath.parent):
         return inipath.parent
@@ -42,7 +45,24 @@ def case_anchor(folder: Path, inipath: Path | None) -> Path | None:
         if any((candidate / marker).exists() for marker in PROJECT_MARKERS):
             return candidate
     with_conftest = [candidate for candidate in chain if (candidate / "conftest.py").is_file()]
-    return with_conftest[-1] if with_conftest else None
+    if with_conftest:
+        return with_conftest[-1]
+    return args_folder if args_folder is not None and folder.is_relative_to(args_folder) else None
+
+
+def args_folder(args: Iterable[str], invocation_dir: Path) -> Path:
+    """The common folder of the existing paths among a run's parsed arguments (a file counts as its folder), else the
+    invocation folder: pytest's rootdir rule without an ini file, applied to the arguments after parsing. pytest's
+    own rootdir is found before plugins' options are known, so `--baseline-dir /abs` (a value as its own word)
+    counts /abs as a test path and moves it."""
+    common: Path | None = None
+    for arg in args:
+        path = Path(os.path.normpath(invocation_dir / arg.partition("::")[0]))
+        if not path.exists():
+            continue
+        folder = path if path.is_dir() else path.parent
+        common = folder if common is None else Path(os.path.commonpath([common, folder]))
+    return common or invocation_dir
 
 
 def case_base(nodeid: str, test_file: Path, anchor: Path | None) -> str:
@@ -83,15 +103,36 @@ def orphaned_entries(entries: Iterable[str], cases: set[str], files: set[str], a
     return matched, orphaned
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def callers_outside_speedgate(depth: int = 30) -> list[tuple[str, int, int]]:
+    """(file, first line of the function, line) of the frames outside this package, innermost first: where a test (or
+    a helper it called) asked for perf.compare or perf.metric."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back  # type: ignore[assignment]
+    sites: list[tuple[str, int, int]] = []
+    while frame is not None and len(sites) < depth:
+        sites.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_lineno))
+        frame = frame.f_back  # type: ignore[assignment]
+    return sites
+
+
 class SpeedgateSession:
     """One pytest run's state: what the fixture asks for (fingerprint, baselines, timer, ceilings) and what the run
     produced (typed results, test outcomes, fingerprints), merged across xdist workers."""
 
     def __init__(self, settings: Settings, assignment: Assignment | None = None) -> None:
         self.settings = settings
-        self.assignment = assignment
+        self._assignment = assignment  # a pinned xdist worker's device; else looked up at the first device turn
+        self._assignment_known = assignment is not None
         self._fingerprint: Fingerprint | None = None
         # Each hardware key's baseline document, read and validated once (None: no file); blessing replaces it.
+        # The entries each file held when the run (its first reader: an xdist worker's collection) read it: an entry
+        # a bless finds that is not among them was written by another run meanwhile.
+        self.entries_read: dict[str, set[str]] = {}
+        self._absorbed_contention: list[dict[str, Any]] = []  # xdist workers' CPU contention counts
         self.docs: dict[str, dict[str, Any] | None] = {}
         self._timer: Timer | None = None
         self.records: list[CompareResult] = []
@@ -101,6 +142,8 @@ class SpeedgateSession:
         self.lost_workers: list[str] = []  # xdist workers that ended without their closing report  # tests whose call passed (a run cut short blesses only these)
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
+        self.progress: Callable[[str], None] | None = None  # told each comparison's id as it finishes (the deadline)
+        self.call_sites: dict[str, list[tuple[str, int, int]]] = {}  # case or metric id -> where it was asked for
         self.used = False
         self._ceilings: Ceilings | None = None
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
@@ -117,15 +160,19 @@ class SpeedgateSession:
         self._anchor_of: dict[Path, Path | None] = {}  # test folder -> its anchor, found once
 
     # -- case ids ----------------------------------------------------------------------------------------------
-    def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None) -> None:
-        """Record the collected tests, (node id, test file, uses perf), and give each one its case id."""
+    def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None,
+                       args_folder: Path | None = None, whole_files: bool = True) -> None:
+        """Record the collected tests, (node id, test file, uses perf), and give each one its case id (args_folder:
+        see case_anchor). whole_files=False: collection took only some tests of each file (--lf), so an entry of a
+        collected file that matches no collected test is out of view, not orphaned."""
         for nodeid, test_file, uses_perf in items:
             folder = test_file.parent
             if folder not in self._anchor_of:
-                self._anchor_of[folder] = case_anchor(folder, inipath)
+                self._anchor_of[folder] = case_anchor(folder, inipath, args_folder)
             anchor = self._anchor_of[folder]
             base = case_base(nodeid, test_file, anchor)
-            self.collected_files.add(base.partition("::")[0])
+            if whole_files:
+                self.collected_files.add(base.partition("::")[0])
             if uses_perf:
                 self.case_bases[nodeid] = base
                 self.collected_cases.add(base)
@@ -183,7 +230,8 @@ class SpeedgateSession:
         if key not in self.docs:
             from . import baseline as baseline_file
 
-            self.docs[key] = baseline_file.read(self.baseline_path_for(key))
+            doc = self.docs[key] = baseline_file.read(self.baseline_path_for(key))
+            self.entries_read.setdefault(key, set() if doc is None else {*doc["cases"], *doc.get("metrics", {})})
         return self.docs[key]
 
     @property
@@ -205,6 +253,9 @@ class SpeedgateSession:
         self.used = True
         self.metric_records.append(result)
         self._note_fingerprint(result.hardware_key)
+        self._note_call_site(result.metric_id)
+        if self.progress is not None:
+            self.progress(result.metric_id)
 
     def timer(self) -> Timer:
         if self._timer is None:
@@ -231,6 +282,27 @@ class SpeedgateSession:
     def software(self) -> dict[str, Any]:
         """The software versions of this run's fingerprint."""
         return dict(self.fingerprint.software)
+
+    def _own_contention(self) -> dict[str, Any] | None:
+        """This process's host-clock contention counts (None when it timed nothing with the host clock)."""
+        contention = getattr(self._timer, "contention", None)
+        if contention is None or not contention.samples:
+            return None
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            contention.threads = int(torch.get_num_threads())
+        return dataclasses.asdict(contention)
+
+    def contention_warning(self) -> str | None:
+        """The warning when the host clock's timed calls, in this process or any xdist worker, were contended."""
+        from .devices import CpuContention, slowed_sides
+        from .timers import CpuTimer
+
+        total = CpuContention()
+        for counts in (self._own_contention(), *self._absorbed_contention):
+            if counts:
+                total.add(counts)
+        return total.words(slowed_sides(self.records, CpuTimer.name))
 
     def roofline(
         self, timer: Timer, flops: float | None, nbytes: float | None, flops_dtype: str | None
@@ -259,20 +331,33 @@ class SpeedgateSession:
             ceiling = f"copy {self._ceilings.copy_gbps:.0f} GB/s"
         return floor_ms, bound, ceiling
 
+    @property
+    def assignment(self) -> Assignment | None:
+        """The device this xdist worker times on (None outside xdist): pinned at start-up, or, when pinning is off,
+        the first visible device, shared by every worker (looked up once, by the first test that uses perf)."""
+        if not self._assignment_known:
+            from .devices import unpinned_worker
+
+            self._assignment, self._assignment_known = unpinned_worker(), True
+        return self._assignment
+
     @contextlib.contextmanager
-    def device_turn(self) -> Iterator[None]:
+    def device_turn(self, nodeid: str = "", project: Path | None = None,
+                    on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
 
         A whole test, not only its timed loop: another worker's untimed kernels (its correctness check, its
-        warm-up) on the same GPU would corrupt this worker's samples just as well.
+        warm-up) on the same GPU would corrupt this worker's samples just as well. The lock says who holds it
+        (nodeid, project); on_wait is told whom this test waits for when another run holds it for over a second.
         """
-        if self.assignment is None or not self.assignment.shared:
+        assignment = self.assignment
+        if assignment is None or not assignment.shared:
             yield
             return
-        from .devices import DeviceLock
+        from .devices import DeviceLock, holder_record
 
-        lock = DeviceLock(self.assignment.device)
-        lock.acquire()
+        lock = DeviceLock(assignment.device)
+        lock.acquire(holder_record(str(project or ""), nodeid), on_wait)
         try:
             yield
         finally:
@@ -282,6 +367,12 @@ class SpeedgateSession:
         self.used = True
         self.records.append(result)
         self._note_fingerprint(result.hardware_key)
+        self._note_call_site(result.case_id)
+        if self.progress is not None:
+            self.progress(result.case_id)
+
+    def _note_call_site(self, result_id: str) -> None:
+        self.call_sites[result_id] = callers_outside_speedgate()
 
     def _note_fingerprint(self, key: str) -> None:
         # The latest view, not the first: the timer adds what NVML cannot tell (SM count, L2) when it is made,
@@ -304,9 +395,12 @@ class SpeedgateSession:
                 "gpu_state": self.gpu_state_at_start,
                 "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
                               "anchors": sorted(self.anchors)},
-                "worker": None if self.assignment is None else {
-                    "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self.assignment.device,
-                    "shared": self.assignment.shared},
+                "entries_read": {key: sorted(entries) for key, entries in self.entries_read.items()},
+                "cpu_contention": self._own_contention(),
+                # Only when a test asked for its device: a worker that never used perf looks nothing up.
+                "worker": None if self._assignment is None else {
+                    "id": os.environ.get("PYTEST_XDIST_WORKER", "?"), "device": self._assignment.device,
+                    "shared": self._assignment.shared, "pinned": self._assignment.pinned},
             }
         )
 
@@ -326,13 +420,19 @@ class SpeedgateSession:
             self.ceilings_seen.setdefault(key, ceilings)
         for key, state in data.get("gpu_state", {}).items():
             self.gpu_state_at_start.setdefault(key, state)
+        if data.get("cpu_contention"):
+            self._absorbed_contention.append(data["cpu_contention"])
+        for key, entries in data.get("entries_read", {}).items():  # what every reader saw from the start
+            mine = self.entries_read.get(key)
+            self.entries_read[key] = set(entries) if mine is None else mine & set(entries)
         collected = data.get("collected", {})
         self.collected_cases.update(collected.get("cases", []))
         self.collected_files.update(collected.get("files", []))
         self.anchors.update(collected.get("anchors", []))
         worker = data.get("worker")
         if worker:
-            self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"]}
+            self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"],
+                                          "pinned": worker.get("pinned", True)}
         self.used = self.used or bool(data["records"]) or bool(data.get("metrics"))
 
     def note_outcome(self, nodeid: str, rep: Any, perf: Any, project_root: Path) -> Path | None:
@@ -383,4 +483,4 @@ class SpeedgateSession:
         return sorted(keys) or [self.hardware_key]
 
 
-__all__ = ["SpeedgateSession", "case_anchor", "case_base", "orphaned_entries"]
+__all__ = ["SpeedgateSession", "args_folder", "case_anchor", "case_base", "orphaned_entries"]

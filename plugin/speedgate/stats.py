@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -139,8 +140,24 @@ def bootstrap_ratio(
     return RatioEstimate(point, min(low, point), max(high, point), confidence, n)
 
 
+def benchmark_quartiles(ordered: Sequence[float]) -> tuple[float, float]:
+    """(q1, q3) of sorted data as pytest-benchmark's Stats computes them, so that a file in its layout reads as one it
+    wrote: Wikipedia's method 3 for an odd count (a weighted pair of ranks), method 2 (the median of each half) for
+    an even one. numpy's linear interpolation gives other values at 15-40 rounds."""
+    n = len(ordered)
+    if n == 1:
+        return ordered[0], ordered[0]
+    if n % 2:
+        k, r = divmod(n, 4)
+        if r == 1:
+            return 0.25 * ordered[k - 1] + 0.75 * ordered[k], 0.75 * ordered[3 * k] + 0.25 * ordered[3 * k + 1]
+        return 0.75 * ordered[k] + 0.25 * ordered[k + 1], 0.25 * ordered[3 * k + 1] + 0.75 * ordered[3 * k + 2]
+    return statistics.median(ordered[: n // 2]), statistics.median(ordered[n // 2:])
+
+
 def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int | str]:
-    """Summary of one side's samples in seconds, with pytest-benchmark's field names (for its JSON layout)."""
+    """Summary of one side's samples in seconds, with pytest-benchmark's field names and its Stats's rules (for its
+    JSON layout)."""
     n = len(samples_ms)
     if n == 0:
         return {}
@@ -149,8 +166,7 @@ def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int | str]:
     data = np.sort(np.asarray(samples_ms, dtype=np.float64) / 1e3)
     mean = float(data.mean())
     stddev = float(data.std(ddof=1)) if n > 1 else 0.0
-    # Linear interpolation between closest ranks, position q * (n - 1): numpy's default method.
-    q1, q3 = (float(q) for q in np.quantile(data, [0.25, 0.75]))
+    q1, q3 = benchmark_quartiles([float(v) for v in data])
     iqr = q3 - q1
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     # data is sorted: the first sample inside the low fence and the last one inside the high fence.

@@ -89,18 +89,28 @@ class CpuTimer(Timer):
 
     name = "cpu-monotonic"
 
+    def __init__(self) -> None:
+        from ..devices import CpuContention, involuntary_switches
+
+        self.contention = CpuContention()  # other users of the CPU during the timed calls (the run's summary says it)
+        self._switches = involuntary_switches
+
     def first_call(self, fn: Fn) -> tuple[float, Any]:
         start = time.perf_counter_ns()
         out = fn()
         return (time.perf_counter_ns() - start) / 1e6, out
 
     def time_each(self, fns: Sequence[Fn]) -> list[float]:
-        times = []
-        clock = time.perf_counter_ns
+        times, preempted = [], []
+        clock, switches = time.perf_counter_ns, self._switches
         for fn in fns:
+            before = switches()  # outside the timed span
             start = clock()
             fn()
             times.append((clock() - start) / 1e6)
+            after = switches()
+            preempted.append(0 if before is None or after is None else after - before)
+        self.contention.batch(preempted)
         return times
 
     def describe(self) -> str:
