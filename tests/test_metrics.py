@@ -189,7 +189,9 @@ def optimized():
 def test_recompiles(perf):
     perf.compare(reference, optimized)
 """)
-    result = pytester.runpytest("--speedgate-budget", "0.3")
+    # In a subprocess: torch._dynamo imported inside an in-process run would be dropped after it, and importing it
+    # again registers inductor's test library twice.
+    result = pytester.runpytest_subprocess("--speedgate-budget", "0.3")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*RecompiledInRounds: speedgate: test_recompile.py::test_recompiles: torch.compile "
                                  "compiled * frame(s) during the timed rounds*"])
