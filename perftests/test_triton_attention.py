@@ -182,18 +182,12 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
 
 GLUON_BUILD = """
 import json
-from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
 from perftests.kernels.attention_gluon import CHOICE
-SWITCHES = {"pv_under": {}, "lookahead": {"LOOKAHEAD": True}, "two_warpgroups": {"WARP_SPECIALIZED": True},
-            "pingpong": {"WARP_SPECIALIZED": True, "PINGPONG": True},
-            "two_warpgroups_loader": {"WARP_SPECIALIZED": True, "LOADER": True}}
-# The kernel's own choices, and each other schedule at a tile it takes (the experiments must build unserialized too).
-builds = [(d, c, s, t) for (d, c), (s, t) in CHOICE.items()]
-builds += [(128, False, "lookahead", (64, 64, 4, 2)), (64, True, "pingpong", (128, 64, 8, 2)),
-           (128, True, "pv_under", (64, 64, 4, 2)), (128, False, "two_warpgroups", (128, 128, 8, 2))]
+from perftests.support.gluon_build import dot_ops, gluon_attention, ptxas_report
 found = {}
-for head_dim, causal, schedule, (bm, bn, warps, stages) in builds:
-    built = attention_gluon(head_dim, causal, bm, bn, warps, stages, SWITCHES[schedule], "ptx")
+for head_dim, causal in CHOICE:
+    built = gluon_attention(head_dim, causal, "ptx")
+    schedule = CHOICE[head_dim, causal][0]
     found[f"{schedule} {head_dim} {'causal' if causal else 'full'}"] = dict(ops=dot_ops(built["ttgir"]),
                                                                         **ptxas_report(built["ptx"]))
 print(json.dumps(found))
@@ -202,16 +196,14 @@ print(json.dumps(found))
 
 def test_gluon_kernel_builds_for_hopper() -> None:
     """The Gluon kernel compiles for sm_90 on any machine (perftests/support/gluon_build.py), at its own schedule
-    and tile for each head dim and mask and at each other schedule; and ptxas keeps its MMAs asynchronous (no C75xx
-    note: a serialized MMA undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (the
-    two-warpgroup schedules run it in each warpgroup) p v stays in flight while the scores are waited for (a wait
-    for 1 pending MMA, then for 0); lookahead waits for both at once."""
+    and tile for each head dim and mask; and ptxas keeps its MMAs asynchronous (no C75xx note: a serialized MMA
+    undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (two_warpgroups_loader runs it in
+    each consumer warpgroup) p v stays in flight while the scores are waited for (a wait for 1 pending MMA, then for
+    0). The lab's schedules are built by lab/tests."""
     found = gluon_build.build(GLUON_BUILD)
-    assert len(found) == 8
+    assert len(found) == 4
     pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
-    expected = {"pv_under": [pv_under], "lookahead": [["dot async", "dot async", "wait pendings=0"]],
-                "two_warpgroups": [pv_under, pv_under], "pingpong": [pv_under, pv_under],
-                "two_warpgroups_loader": [pv_under, pv_under]}
+    expected = {"pv_under": [pv_under], "two_warpgroups_loader": [pv_under, pv_under]}
     for name, built in found.items():
         assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
         assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"

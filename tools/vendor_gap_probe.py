@@ -53,7 +53,7 @@ FP8_VARIANTS: dict[str, dict[str, Any]] = {
     "warp_specialize": {"warp_specialize": True},
     "two_blocks_per_sm": {"blocks_per_sm": 2},
 }
-# warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (tools/codegen_probe.py): kept as an
+# warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (lab/codegen_probe.py): kept as an
 # A/A control, what two sides with nothing changed differ by in this run.
 FP8_SWEPT = ("default", "two_blocks_per_sm")  # --sweep: every config of these, and the extra ones below
 # 64x128x128 at 4 warps: 153 registers and 96-112 KiB of shared memory, so 2 programs fit an SM (codegen_probe), and
@@ -77,7 +77,7 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
 # default minus no_softmax is what the softmax adds to each key block that the MMAs do not hide.
 ATTENTION_DIAGNOSTICS: dict[str, dict[str, Any]] = {"no_softmax": {"softmax": False}}
 # --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
-# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: the
+# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (lab/codegen_probe.py: the
 # race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4). 64x64 at one stage (no prefetch of the next
 # key block: 48 KiB at D=128, so 3 blocks an SM by registers) asks whether residency buys more than the pipeline.
 ATTENTION_EXTRA_CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
@@ -478,9 +478,9 @@ def unchecked(out: Any) -> dict[str, Any]:
 def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
                      config: dict[str, Any] | None, built: dict[str, Any]) -> dict[str, Any]:
     """One side's programs traced (the second traced call: the first compiles the traced kernel), their residency()
-    and the blocks an SM its registers and shared memory allow (tools/codegen_probe.py's occupancy(): the traced
+    and the blocks an SM its registers and shared memory allow (lab/codegen_probe.py's occupancy(): the traced
     kernel holds a few registers more for its timestamps; the untraced one's are what `built` reports)."""
-    from tools.codegen_probe import occupancy
+    from lab.codegen_probe import occupancy
 
     tile = built.get("config") or {}
     try:

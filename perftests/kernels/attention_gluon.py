@@ -12,7 +12,7 @@ j, in program order (the MMAs named after "in flight" are running):
 The accumulator is rescaled after PV[j-1] has added into it: acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
 Schedule "lookahead" (an experiment) runs block j's softmax under S[j+1] instead, and waits for both MMAs at the end
 of each block. Neither leaves an MMA in flight over the loop's back edge: written that way (FlashAttention-3's full
-schedule, the softmax under both MMAs), ptxas serializes every MMA of the loop (C7514/C7515, tools/codegen_probe.py
+schedule, the softmax under both MMAs), ptxas serializes every MMA of the loop (C7514/C7515, lab/codegen_probe.py
 attention-gluon), which undoes the overlap. K and V come by TMA into rings of num_stages slots, each refilled as soon
 as the MMA that read it has retired.
 
@@ -428,7 +428,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def signature(head_dim: int, block_m: int, block_n: int, dtype: Any = gl.bfloat16) -> dict[str, str]:
-    """The kernel's argument types for compiling it without tensors (tests, tools/codegen_probe.py)."""
+    """The kernel's argument types for compiling it without tensors (perftests/support/gluon_build.py, the lab)."""
     types = {}
     for name, rows in (("q_desc", block_m), ("k_desc", block_n), ("v_desc", block_n), ("o_desc", block_m)):
         layout = _shared_layout(rows, head_dim, dtype)

@@ -254,7 +254,7 @@ def fp8_matmul(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w:
 
 
 def signature() -> dict[str, str]:
-    """The kernel's argument types for compiling it without tensors (tests, tools/codegen_probe.py)."""
+    """The kernel's argument types for compiling it without tensors (perftests/support/gluon_build.py, the lab)."""
     shared = layouts()
     descs = {f"{name}_desc": f"tensordesc<{dtype}[{shape[0]},{shape[1]}],{shared[name]!r}>"
              for name, (shape, dtype) in TMA_TILES.items()}
