@@ -104,11 +104,11 @@ def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: boo
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_experiments_compute_the_same_attention(device: str, causal: bool) -> None:
-    """tools/vendor_gap_probe.py's variants of the flash kernel (without the folded scale or the longest-first
+    """lab/vendor_gap_probe.py's variants of the flash kernel (without the folded scale or the longest-first
     launch order, with warp specialization) compute what the default one does, here through the interpreter; on
     the GPU the probe checks each variant against SDPA before timing it."""
     if device == "cuda":
-        pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
+        pytest.skip("on the GPU lab/vendor_gap_probe.py checks the variants beside their timing")
     g = generator(device, 0)
     q, k, v = (torch.randn(1, 2, 96, 32, generator=g, device=device, dtype=torch.float16) for _ in range(3))
     default = attn.flash_attention(q, k, v, causal)

@@ -216,13 +216,13 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
 
 
 def test_experiments_compute_the_same_product(device: str) -> None:
-    """tools/vendor_gap_probe.py's variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp
+    """lab/vendor_gap_probe.py's variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp
     specialization, two programs an SM) compute the product the default one does. Through the interpreter, whose
     fp8 dot is exact, the split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group
     and a zero-filled tile past K). On the GPU the probe checks each variant against the exact product before
     timing it."""
     if device == "cuda":
-        pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
+        pytest.skip("on the GPU lab/vendor_gap_probe.py checks the variants beside their timing")
     M, N, K = CPU_SHAPE
     x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
     default = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)

@@ -28,7 +28,7 @@ def _set_block_shapes(nargs: dict[str, Any]) -> None:
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) on the GPU. One tile, not an autotuner's race: on the H100
-# (2026-11-23, tools/vendor_gap_probe.py --sweep, every shape of the suite timed interleaved against cuDNN's SDPA)
+# (2026-11-23, lab/vendor_gap_probe.py --sweep, every shape of the suite timed interleaved against cuDNN's SDPA)
 # 64x64 at 4 warps and 3 stages was the fastest of 11 tiles in all 8 shapes, while the race picked 128x64 or
 # 128x128 in some (5-8% slower there) and picked differently from one process to the next (a calibrated bless saw
 # 0.758x and 0.805x for one case). Gated the same day: +1.2% to +9.5% on all 24 comparisons of the suite.
@@ -190,13 +190,13 @@ def flash_attention(
     """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous tensors.
 
     fold folds the softmax scale into one multiply-add per score, heavy_first launches the causal row blocks with
-    the most key blocks first; both on since the H100 measured them (+2-5% and +1-2%, tools/vendor_gap_probe.py),
+    the most key blocks first; both on since the H100 measured them (+2-5% and +1-2%, lab/vendor_gap_probe.py),
     off for the probe's comparison with the kernel before them. Experiments of the probe, off by default:
     warp_specialize=True asks Triton to split the key loop into producer (TMA) and consumer warps (it does not
     build for this loop with Triton 3.6 on sm_90); config= runs another tile (BLOCK_M, BLOCK_N, num_warps,
     num_stages; tile_configs() lists the candidates). trace= (an int64 tensor of 3 per program, GPU only) receives
     each program's start and end on the device's nanosecond clock and the SM it ran on, in launch order
-    (program_id(1) major): what tools/vendor_gap_probe.py --residency reads the achieved blocks per SM from.
+    (program_id(1) major): what lab/vendor_gap_probe.py --residency reads the achieved blocks per SM from.
     exp2_split=True computes half the softmax's exponentials with fused multiply-adds (_exp2_fma) instead of the
     special-function unit; lazy_rescale=True rescales acc and l_i only when a row's maximum grew by more than 2^8
     (one block-wide test a key block instead of a multiply per output element): experiments, off. softmax=False is

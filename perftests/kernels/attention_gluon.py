@@ -44,12 +44,12 @@ WARP_SPECIALIZED_SCHEDULES = ("two_warpgroups", "pingpong", "two_warpgroups_load
 SCHEDULES = ("pv_under", "lookahead", *WARP_SPECIALIZED_SCHEDULES)
 # The kernel's own choice by (head dim, causal): a schedule and its tile (BLOCK_M, BLOCK_N, num_warps, num_stages),
 # 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots. Chosen on the H100
-# (2026-11-24, tools/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
+# (2026-11-24, lab/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
 CHOICE = {(64, False): ("pv_under", (64, 128, 4, 2)), (64, True): ("pv_under", (64, 128, 4, 2)),
           (128, False): ("two_warpgroups_loader", (128, 128, 8, 2)),
           (128, True): ("two_warpgroups_loader", (128, 128, 8, 2))}
 # The single-partition schedules' candidate tiles (8 warps: two warpgroups in lockstep); the warp-specialized ones
-# take BLOCK_M 128 (tools/vendor_gap_probe.py --gluon times both lists).
+# take BLOCK_M 128 (lab/vendor_gap_probe.py --gluon times both lists).
 TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3)]
 WARP_SPECIALIZED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
 

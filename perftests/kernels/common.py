@@ -21,7 +21,7 @@ def best_config(kernel: Any) -> dict[str, Any] | None:
 
 def run_config(kernel: Any, grid: Any, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
     """Launch an autotuned kernel at one given config (the autotuner's race skipped), its pre_hook applied as the
-    autotuner would: for sweeps that time every config the way the gate times a case (tools/vendor_gap_probe.py)."""
+    autotuner would: for sweeps that time every config the way the gate times a case (lab/vendor_gap_probe.py)."""
     meta = dict(config)
     warps, stages = meta.pop("num_warps", None), meta.pop("num_stages", None)
     expected = set(kernel.configs[0].kwargs)

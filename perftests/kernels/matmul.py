@@ -286,7 +286,7 @@ def matmul_tma_persistent(
 ) -> torch.Tensor:
     """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper).
 
-    Experiments of tools/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
+    Experiments of lab/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
     the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
     in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
     and consumer (MMA) warps; blocks_per_sm=n launches n persistent programs an SM (with a tile small enough for n

@@ -5,7 +5,7 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 (fp8: relative L2 against the exact product of the same fp8 operands, beside the vendor's; attention: the largest
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
-Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
+Usage: python lab/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
        [--shapes 8192-128-full ...] [--residency] [--gluon [PART ...]] [--variants default no_softmax ...]
        [--sustained SECONDS]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
@@ -230,9 +230,9 @@ def energy_row(calls: int, batches_ms: Sequence[float], joules: float | None, wa
 
 def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config a side ran (the autotuner's last choice, or the one it was given) and what its compiled kernel
-    holds (tools/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
+    holds (lab/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
+    from lab.inspect_kernels import compiled_for
     from perftests.kernels.common import best_config
-    from tools.inspect_kernels import compiled_for
 
     chosen = config or best_config(tuner)
     out: dict[str, Any] = {"config": chosen}
