@@ -62,11 +62,12 @@ def loops(ops: list[str]) -> list[list[str]]:
 
 
 def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
-               last: str) -> dict[str, Any]:
+               last: str, aligned: tuple[str, ...] = ()) -> dict[str, Any]:
     """Compile a @triton.jit or @gluon.jit function through Triton's stages up to `last` ("ttgir" or "ptx") for
     sm_90, on any machine (the interpreter off). `signature` types the runtime arguments; every other argument is a
-    constexpr, from `constants` or its default. Returns each stage's text by its name, and "shared": the dynamic
-    shared memory in bytes (Triton's metadata; 0 before llir)."""
+    constexpr, from `constants` or its default; `aligned` names arguments known divisible by 16 (as a launch
+    specializes pointers and integers). Returns each stage's text by its name, and "shared": the dynamic shared
+    memory in bytes (Triton's metadata; 0 before llir)."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend
@@ -83,10 +84,11 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
             constants.setdefault(name, fn.params[fn.arg_names.index(name)].default)
     if fn.is_gluon():  # a Gluon kernel states its layouts: its source starts at TTGIR
         from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
-    source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
     target = GPUTarget("cuda", 90, 32)
     backend = CUDABackend(target)
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()},
+                       attrs={(fn.arg_names.index(name),): backend.parse_attr("D") for name in aligned})
     options = backend.parse_options({"num_warps": warps, "num_stages": stages})
     context = ir.context()
     ir.load_dialects(context)
