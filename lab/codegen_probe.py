@@ -31,14 +31,15 @@ from perftests.support.gluon_build import compile_to, dot_ops, ptxas_report  # n
 
 def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
               switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
-    """The flash kernel (bf16) at one config, compiled up to `last` (compile_to)."""
-    from perftests.kernels import attention as attn
+    """The flash kernel (bf16) at one config, compiled up to `last` (compile_to); the switches are those of
+    lab/attention_variants.py (none: the suite's kernel)."""
+    from lab import attention_variants
 
     desc = {"q_desc": block_m, "o_desc": block_m, "k_desc": block_n, "v_desc": block_n}
     signature = {name: f"tensordesc<bf16[{rows},{head_dim}]>" for name, rows in desc.items()}
     signature.update(sm_scale="fp32", S="i32")
     constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, **switches}
-    return compile_to(attn._attn_fwd_kernel.fn, signature, constants, warps, stages, last)
+    return compile_to(attention_variants._attn_fwd_variant.fn, signature, constants, warps, stages, last)
 
 
 def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, switches: dict[str, Any],

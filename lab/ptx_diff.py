@@ -12,8 +12,9 @@ working tree's perftests/support/gluon_build.py (compile_to: Triton's own stages
 Triton kernel is compiled at each config its autotuner keeps for the suite's operands). --python adds interpreters
 (another Triton: e.g. the GPU machine's 3.6 in a venv of its own); every form is compiled by each. Stripped before
 comparing: `.loc` and `.file` lines, the `$L__tmp`/`$L__func_*` labels that only debug ranges use, the DWARF
-`.section .debug_*` blocks, and the kernel's own name (`.entry NAME`, `NAME_param_N`: a lab variant is compared with
-the suite kernel it came from). Exit status 1 when any form differs or fails to compile on either side.
+`.section .debug_*` blocks, and the kernel's own name (`.entry NAME`, `NAME_param_N`, and the padding before a comment
+that its length sets: a lab variant is compared with the suite kernel it came from). Exit status 1 when any form differs, or fails to compile on one side only
+(a variant this Triton cannot build fails before and after alike: reported as `same error`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import tarfile
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,37 @@ def gluon_fp8_forms() -> list[Form]:
                        retired={"QUARTERS": False, "LOADER": True, "PERSISTENT": True}))]
 
 
+# ---------------------------------------------------------------- the lab's variants, against the switch each replaced
+
+ATTENTION_SWITCHES = {"default": {}, "fold=False": {"FOLD": False}, "heavy_first=False": {"HEAVY_FIRST": False},
+                      "warp_specialize": {"WARP_SPECIALIZE": True}, "no_softmax": {"SOFTMAX": False},
+                      "exp2_split": {"EXP2_SPLIT": True}, "lazy_rescale": {"LAZY_RESCALE": True},
+                      "lazy_rescale fold=False": {"LAZY_RESCALE": True, "FOLD": False}, "trace": {}}
+
+
+def attention_variant_forms() -> list[Form]:
+    """lab/attention_variants.py's kernel at each switch the suite's kernel had (its default: the suite's kernel),
+    at the suite's tile and at one the sweep times."""
+    forms = []
+    for head_dim, causal, (bm, bn, warps, stages) in [(64, False, (64, 64, 4, 3)), (64, True, (64, 64, 4, 3)),
+                                                      (128, False, (64, 64, 4, 3)), (128, True, (64, 64, 4, 3)),
+                                                      (128, True, (128, 128, 8, 2))]:
+        for name, switches in ATTENTION_SWITCHES.items():
+            rows = {"q_desc": bm, "k_desc": bn, "v_desc": bn, "o_desc": bm}
+            signature = {n: f"tensordesc<bf16[{r},{head_dim}]>" for n, r in rows.items()}
+            signature.update(sm_scale="fp32", S="i32", **({"trace": "*i64"} if name == "trace" else {}))
+            constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": bm, "BLOCK_N": bn, **switches}
+            before = Build("perftests.kernels.attention", "_attn_fwd_kernel", constants, warps, stages, signature,
+                           aligned=("S",))
+            after = replace(before, module="lab.attention_variants", kernel="_attn_fwd_variant")
+            forms.append(Form(f"lab attention {name} D{head_dim} {'causal' if causal else 'full'} {bm}x{bn}",
+                              before, after))
+    return forms
+
+
 def forms() -> list[Form]:
-    return [*attention_forms(), *gluon_attention_forms(), *gluon_fp8_forms(), *matmul_persistent_forms()]
+    return [*attention_forms(), *gluon_attention_forms(), *gluon_fp8_forms(), *matmul_persistent_forms(),
+            *attention_variant_forms()]
 
 
 # ---------------------------------------------------------------- compiling one side (a process of its own)
@@ -165,7 +195,9 @@ def stripped(ptx: str) -> str:
             lines.append(line)
     text = "\n".join(lines)
     entry = re.search(r"\.entry\s+([\w$]+)", text)
-    return re.sub(rf"\b{re.escape(entry.group(1))}(?=\b|_param_)", "KERNEL", text) if entry else text
+    if entry:  # the name, and the padding before comments that its length sets
+        text = re.sub(r"[ \t]+//", " //", re.sub(rf"\b{re.escape(entry.group(1))}(?=\b|_param_)", "KERNEL", text))
+    return text
 
 
 def compile_side(tree: Path, builds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -195,7 +227,8 @@ def compile_side(tree: Path, builds: list[dict[str, Any]]) -> dict[str, Any]:
             ptx = build_module.compile_to(fn, signature, constants, build.warps, build.stages, "ptx", build.aligned)["ptx"]
             out[label] = stripped(ptx)
         except Exception as exc:  # reported per form: one form that fails does not hide the others
-            out[label] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            text = str(exc)
+            out[label] = {"error": f"{type(exc).__name__}: {text if len(text) < 1200 else text[:300] + ' ... ' + text[-900:]}"}
     import triton
 
     return {"triton": triton.__version__, "forms": out}
@@ -221,12 +254,15 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def compare(before: dict[str, Any], after: dict[str, Any], labels: list[str], show: int) -> int:
-    """Print each form's verdict; return how many differ or failed."""
-    bad = 0
+def compare(before: dict[str, Any], after: dict[str, Any], labels: list[str], show: int) -> tuple[int, int]:
+    """Print each form's verdict; return how many differ or failed on one side, and how many failed alike."""
+    bad = alike = 0
     for label in labels:
         old, new = before["forms"][label], after["forms"][label]
-        if isinstance(old, dict) or isinstance(new, dict):
+        if isinstance(old, dict) and old == new:  # a variant this Triton cannot build, before as after
+            alike += 1
+            print(f"same error {label}: {old['error'].splitlines()[0][:200]}")
+        elif isinstance(old, dict) or isinstance(new, dict):
             bad += 1
             print(f"FAILED     {label}: before {old.get('error') if isinstance(old, dict) else 'built'}; "
                   f"after {new.get('error') if isinstance(new, dict) else 'built'}")
@@ -237,7 +273,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], labels: list[str], sh
             diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "before", "after", lineterm="", n=1))
             print(f"DIFFERS    {label}: {sum(line.startswith(('+', '-')) for line in diff[2:])} lines")
             print("\n".join("    " + line for line in diff[:show]))
-    return bad
+    return bad, alike
 
 
 def main() -> None:
@@ -263,8 +299,9 @@ def main() -> None:
                 new = pool.submit(run_side, python, ROOT, [(f.label, f.after or f.before) for f in chosen])
                 before, after = old.result(), new.result()
             print(f"## triton {after['triton']} ({python}): {args.before} against the working tree")
-            failed = compare(before, after, [f.label for f in chosen], args.show)
-            print(f"{len(chosen) - failed} of {len(chosen)} forms identical\n")
+            failed, alike = compare(before, after, [f.label for f in chosen], args.show)
+            print(f"{len(chosen) - failed - alike} of {len(chosen)} forms identical, {alike} failing alike before and after, "
+                  f"{failed} differing\n")
             bad += failed
     sys.exit(1 if bad else 0)
 

@@ -76,7 +76,7 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
 # alone (flash_attention(softmax=False): same waits, registers and barriers in the PTX, no softmax between), so
 # default minus no_softmax is what the softmax adds to each key block that the MMAs do not hide.
 ATTENTION_DIAGNOSTICS: dict[str, dict[str, Any]] = {"no_softmax": {"softmax": False}}
-# --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
+# --sweep: the default variant at every candidate tile (attention_variants.tile_configs(), the autotuner's old race) and at these
 # too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (lab/codegen_probe.py: the
 # race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4). 64x64 at one stage (no prefetch of the next
 # key block: 48 KiB at D=128, so 3 blocks an SM by registers) asks whether residency buys more than the pipeline.
@@ -406,10 +406,11 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from lab import attention_variants
     from perftests.kernels import attention as attn
 
-    kernel = attn._attn_fwd_kernel
-    choices = attn.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
+    kernel = attention_variants._attn_fwd_variant  # every switch at its default: the suite's kernel (lab/ptx_diff.py)
+    choices = attention_variants.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
     rows: list[dict[str, Any]] = []
     unknown = set(shapes or ()) - {shape_label(*shape) for shape in ATTENTION_SHAPES}
     if unknown:
@@ -449,7 +450,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         for name, (variant, config) in plan.items():
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
-                return attn.flash_attention(q, k, v, causal, config=config, **variant)
+                return attention_variants.flash_attention(q, k, v, causal, config=config, **variant)
             add_side(sides, info, name, run, unchecked if name in ATTENTION_DIAGNOSTICS else error,
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
@@ -465,7 +466,7 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         add_sustained(timer, info, sides, timed, sustain)
         for name, (variant, config) in plan.items() if traced else ():
             if name in sides:  # built and right: where its programs ran
-                info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))
+                info[name].update(traced_residency(torch, attention_variants, q, k, v, causal, variant, config, info[name]))
         emit(rows, label, info, timed, "sdpa", attn.attention_flops(B, H, seq, head_dim, causal))
     return rows
 
@@ -475,7 +476,7 @@ def unchecked(out: Any) -> dict[str, Any]:
     return {"diagnostic": "wrong by design, not checked"}
 
 
-def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
+def traced_residency(torch: Any, variants: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
                      config: dict[str, Any] | None, built: dict[str, Any]) -> dict[str, Any]:
     """One side's programs traced (the second traced call: the first compiles the traced kernel), their residency()
     and the blocks an SM its registers and shared memory allow (lab/codegen_probe.py's occupancy(): the traced
@@ -484,10 +485,10 @@ def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool
 
     tile = built.get("config") or {}
     try:
-        programs = attn.program_count(q, tile)
+        programs = variants.program_count(q, tile)
         trace = torch.zeros(3 * programs, dtype=torch.int64, device=q.device)
         for _ in range(2):
-            attn.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)
+            variants.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)
         torch.cuda.synchronize()
         found = residency([tuple(r) for r in trace.view(programs, 3).tolist()])
     except Exception as exc:  # a diagnostic: say why there is none

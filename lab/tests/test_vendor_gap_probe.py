@@ -22,7 +22,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 import lab.vendor_gap_probe as probe
-from perftests.kernels import attention as attn
+from lab import attention_variants
 
 probe.DEVICE = "cpu"
 probe.ATTENTION_SHAPES = [(64, 32, True), (64, 32, False)]
@@ -39,11 +39,11 @@ class Timer:
     def graphed(self, fn):
         raise RuntimeError("no CUDA graphs on the CPU")
 
-flash = attn.flash_attention
+flash = attention_variants.flash_attention
 def wrong_when_heavy_first(q, k, v, causal, **kw):
     out = flash(q, k, v, causal, **kw)
     return out * 1.5 if causal and kw.get("heavy_first", True) else out  # computes something else, the default too
-attn.flash_attention = wrong_when_heavy_first
+attention_variants.flash_attention = wrong_when_heavy_first
 try:
     probe.probe_attention(torch, Timer(), 1, True, True, ["64-32-sliding"])
 except ValueError as exc:
