@@ -16,8 +16,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer, smid
 
+from lab.sweep import run_config
 from perftests.kernels import attention as attn
-from perftests.kernels.common import INTERPRETING, run_config
+from perftests.kernels.common import INTERPRETING
 
 # The candidate tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) the suite's one tile was chosen from: the tiles its
 # autotuner used to race.

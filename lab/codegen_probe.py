@@ -45,15 +45,16 @@ def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: in
 def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, switches: dict[str, Any],
                last: str = "ttgir") -> dict[str, Any]:
     """The persistent TMA matmul with fp8 (e4m3) operands, per-tensor scales and a bf16 output, at one config;
-    FP8_PRECISE (promotion every K tile) unless a switch says otherwise."""
-    from perftests.kernels import matmul as mm
+    FP8_PRECISE (promotion every K tile) unless a switch says otherwise; the other switches are those of
+    lab/matmul_variants.py (none: the suite's kernel)."""
+    from lab import matmul_variants
 
     signature = {"x_desc": f"tensordesc<fp8e4nv[{block_m},{block_k}]>", "w_desc": f"tensordesc<fp8e4nv[{block_n},{block_k}]>",
                  "y_desc": f"tensordesc<bf16[{block_m},{block_n}]>", "bias_ptr": "*bf16", "scale_x_ptr": "*fp32",
                  "scale_w_ptr": "*fp32", "row_scale_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
     constants = {"HAS_BIAS": False, "ACTIVATION": None, "HAS_SCALE": True, "HAS_ROW_SCALE": False, "FP8_PRECISE": True,
                  "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "NUM_SMS": 132, **switches}
-    return compile_to(mm._matmul_tma_persistent_kernel.fn, signature, constants, warps, stages, last)
+    return compile_to(matmul_variants._matmul_tma_persistent_variant.fn, signature, constants, warps, stages, last)
 
 
 def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,

@@ -170,9 +170,32 @@ def attention_variant_forms() -> list[Form]:
     return forms
 
 
+def matmul_variant_forms() -> list[Form]:
+    """lab/matmul_variants.py's kernel at each switch the suite's persistent kernel had (its default: the suite's
+    kernel), fp8 precise at the 128-deep tiles the suite's autotuner keeps and at the probe's 64 x 128 one."""
+    forms = []
+    switches = {"default": {}, "promote_every=2": {"PROMOTE_TILES": 2}, "promote_every=4": {"PROMOTE_TILES": 4},
+                "warp_specialize": {"WARP_SPECIALIZE": True}}
+    for bm, bn, bk, stages, warps in [*MATMUL_8BIT_TILES, (64, 128, 128, 3, 4)]:
+        for name, switch in switches.items():
+            for fast in (False, True):
+                signature = {"x_desc": f"tensordesc<fp8e4nv[{bm},{bk}]>", "w_desc": f"tensordesc<fp8e4nv[{bn},{bk}]>",
+                             "y_desc": f"tensordesc<bf16[{bm},{bn}]>", "bias_ptr": "*bf16", "scale_x_ptr": "*fp32",
+                             "scale_w_ptr": "*fp32", "row_scale_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"}
+                constants = {"HAS_BIAS": False, "ACTIVATION": None, "HAS_SCALE": True, "HAS_ROW_SCALE": False,
+                             "FP8_PRECISE": not fast, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                             "NUM_SMS": 132, **switch}
+                before = Build("perftests.kernels.matmul", "_matmul_tma_persistent_kernel", constants, warps, stages,
+                               signature, aligned=("bias_ptr", "scale_x_ptr", "scale_w_ptr", "row_scale_ptr", "M", "N", "K"))
+                after = replace(before, module="lab.matmul_variants", kernel="_matmul_tma_persistent_variant")
+                forms.append(Form(f"lab matmul persistent {name} fp8 {'fast' if fast else 'precise'} {bm}x{bn}x{bk} "
+                                  f"s{stages} w{warps}", before, after))
+    return forms
+
+
 def forms() -> list[Form]:
     return [*attention_forms(), *gluon_attention_forms(), *gluon_fp8_forms(), *matmul_persistent_forms(),
-            *attention_variant_forms()]
+            *attention_variant_forms(), *matmul_variant_forms()]
 
 
 # ---------------------------------------------------------------- compiling one side (a process of its own)

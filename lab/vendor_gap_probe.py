@@ -321,13 +321,14 @@ def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool, gluon: Sequence
 
 def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
                     gluon: Sequence[str] | None = None, sustain: float = 0.0) -> list[dict[str, Any]]:
+    from lab import matmul_variants
     from perftests.kernels import matmul as mm
     from perftests.kernels.common import plain_config
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
 
     x8, w8, sx, sw = fp8_operands(DEVICE, n, n, n, 0)
     exact = (x8.float() @ w8.float().t()) * (sx * sw)
-    kernel = mm._matmul_tma_persistent_kernel
+    kernel = matmul_variants._matmul_tma_persistent_variant  # every switch at its default: the suite's kernel
     programs = mm.num_sms(x8.device)
     sides: dict[str, Callable[[], Any]] = {}
     info: dict[str, dict[str, Any]] = {}
@@ -340,7 +341,7 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
     choices = [plain_config(c) for c in mm._prune(kernel.configs, {"x_ptr": x8})] + FP8_EXTRA_CONFIGS  # as the race
     for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
         def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
-            return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
+            return matmul_variants.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
         add_side(sides, info, name, run, error,
                  lambda variant=variant, config=config: resources(
                      kernel, {**constants_of(variant, FP8_CONSTANTS, kernel), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
