@@ -77,13 +77,15 @@ def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, war
 
 def fp8_matmul_gluon(stages: int, last: str = "ttgir", quarters: bool = False, loader: bool = False,
                      persistent: bool = False) -> dict[str, Any]:
-    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py: 128 x 256 x 128, two consumer warpgroups, precise
-    accumulation) with `stages` ring slots, its K tiles as two MMA halves or (quarters) four quarters, with or
-    without its loader partition, one output tile a program or (persistent, with the loader) a loop over tiles."""
+    """The Gluon fp8 matmul (128 x 256 x 128, two consumer warpgroups, precise accumulation) in any of its forms
+    (lab/matmul_gluon_forms.py; the suite's own: halves, the loader, persistent) with `stages` ring slots: its K
+    tiles as two MMA halves or (quarters) four quarters, with or without its loader partition, one output tile a
+    program or (persistent, with the loader) a loop over tiles."""
+    from lab import matmul_gluon_forms
     from perftests.kernels import matmul_gluon as mg
 
-    return compile_to(mg._fp8_matmul_kernel, mg.signature(), {"STAGES": stages, "GROUP_M": 8, "QUARTERS": quarters,
-                      "LOADER": loader, "PERSISTENT": persistent}, 4, 1, last)
+    constants = {"STAGES": stages, "GROUP_M": mg.GROUP_M, "QUARTERS": quarters, "LOADER": loader, "PERSISTENT": persistent}
+    return compile_to(matmul_gluon_forms._fp8_matmul_form, mg.signature(), constants, 4, 1, last)
 
 
 SM90_REGISTERS, SM90_SHARED, SM90_CTA_RESERVED, SM90_MAX_CTAS = 65536, 228 * 1024, 1024, 32

@@ -193,9 +193,23 @@ def matmul_variant_forms() -> list[Form]:
     return forms
 
 
+def gluon_fp8_lab_forms() -> list[Form]:
+    """lab/matmul_gluon_forms.py's kernel in each form, against the suite kernel's same switches."""
+    forms = []
+    for quarters in (False, True):
+        for loader, persistent in ((False, False), (True, False), (True, True)):
+            switches = {"QUARTERS": quarters, "LOADER": loader, "PERSISTENT": persistent}
+            before = Build("perftests.kernels.matmul_gluon", "_fp8_matmul_kernel", {"STAGES": 3, "GROUP_M": 8, **switches},
+                           4, 1, ("perftests.kernels.matmul_gluon", "signature", []))
+            after = replace(before, module="lab.matmul_gluon_forms", kernel="_fp8_matmul_form")
+            name = f"{'quarters' if quarters else 'halves'}{' loader' if loader else ''}{' persistent' if persistent else ''}"
+            forms.append(Form(f"lab gluon fp8 matmul {name}", before, after))
+    return forms
+
+
 def forms() -> list[Form]:
     return [*attention_forms(), *gluon_attention_forms(), *gluon_fp8_forms(), *matmul_persistent_forms(),
-            *attention_variant_forms(), *matmul_variant_forms()]
+            *attention_variant_forms(), *matmul_variant_forms(), *gluon_fp8_lab_forms()]
 
 
 # ---------------------------------------------------------------- compiling one side (a process of its own)

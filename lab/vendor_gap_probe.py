@@ -346,18 +346,15 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
                  lambda variant=variant, config=config: resources(
                      kernel, {**constants_of(variant, FP8_CONSTANTS, kernel), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
                      config))
-    if gluon is not None:  # the Gluon kernel: promotion adds under the other warpgroup's MMAs (matmul_gluon.py)
+    if gluon is not None:  # the Gluon kernel's forms: promotion adds under the other warpgroup's MMAs
+        from lab import matmul_gluon_forms
         from perftests.kernels import matmul_gluon
 
         tile = {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N, "BLOCK_K": matmul_gluon.BLOCK_K,
                 "num_warps": 8, "num_stages": matmul_gluon.STAGES}
-        for quarters in (False, True):
-            for loader, persistent in ((False, False), (True, False), (True, True)):
-                name = (f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
-                        f"{'_persistent' if persistent else ''}")
-                add_side(sides, info, name, lambda quarters=quarters, loader=loader, persistent=persistent:
-                         matmul_gluon.fp8_matmul(x8, w8, sx, sw, quarters=quarters, loader=loader, persistent=persistent),
-                         error, lambda: {"config": tile})
+        for name, form in matmul_gluon_forms.forms().items():
+            add_side(sides, info, name, lambda form=form: matmul_gluon_forms.fp8_matmul(x8, w8, sx, sw, **form),
+                     error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     timed = interleaved_ms(timer, sides, rounds, graph)
     add_sustained(timer, info, sides, timed, sustain)

@@ -73,6 +73,7 @@ def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], wa
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.compiler.compiler import ASTSource
 
+    _ = fn.cache_key  # what a launch computes first: it hashes every function and aggregate the kernel reaches
     unknown = set(constants) - set(fn.arg_names)
     if unknown:
         raise ValueError(f"the kernel has no constexpr {sorted(unknown)}; its arguments: {fn.arg_names}")
@@ -176,5 +177,4 @@ def gluon_fp8_matmul(last: str = "ptx") -> dict[str, Any]:
     fp8_matmul launches it."""
     from perftests.kernels import matmul_gluon as mg
 
-    constants = {"STAGES": mg.STAGES, "GROUP_M": 8, "LOADER": True, "PERSISTENT": True}
-    return compile_to(mg._fp8_matmul_kernel, mg.signature(), constants, 4, 1, last)
+    return compile_to(mg._fp8_matmul_kernel, mg.signature(), {"STAGES": mg.STAGES, "GROUP_M": mg.GROUP_M}, 4, 1, last)
