@@ -59,20 +59,25 @@ def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int
 
 def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
                     switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
-    """The Gluon flash kernel (bf16, perftests/kernels/attention_gluon.py) at one tile; `stages` is its K and V
-    rings' slots. Switches: LOOKAHEAD=1 (block j's softmax under block j+1's q k^T instead of block j-1's p v);
-    WARP_SPECIALIZED=1, the two-consumer-warpgroup kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking,
-    LOADER=1 its one-warp loader partition."""
+    """The Gluon flash kernel (bf16) at one tile and schedule (perftests/kernels/attention_gluon.py's, and
+    lab/attention_gluon_schedules.py's); `stages` is its K and V rings' slots. Switches: LOOKAHEAD=1 (block j's
+    softmax under block j+1's q k^T instead of block j-1's p v); WARP_SPECIALIZED=1, the two-consumer-warpgroup
+    kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking, LOADER=1 its one-warp loader partition."""
+    from lab import attention_gluon_schedules as schedules
     from perftests.kernels import attention_gluon as ag
 
     switches = dict(switches)
+    unknown = set(switches) - {"LOOKAHEAD", "WARP_SPECIALIZED", "PINGPONG", "LOADER"}
+    if unknown:
+        raise ValueError(f"the Gluon flash kernel has no constexpr {sorted(unknown)}")
+    shape = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages}
     if switches.pop("WARP_SPECIALIZED", False):
-        constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
-                     "PINGPONG": False, "LOADER": False, "num_warps": 4, **switches}
-        return compile_to(ag._attn_fwd_ws, ag.signature(head_dim, 64, block_n), constants, 4, 1, last)
-    constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
-                 "LOOKAHEAD": False, "num_warps": warps, **switches}
-    return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+        constants = {**shape, "PINGPONG": False, "LOADER": False, **switches}
+        return compile_to(schedules._attn_fwd_ws_schedule, ag.signature(head_dim, ag.WARPGROUP_ROWS, block_n), constants,
+                          4, 1, last)
+    kernel = schedules._attn_fwd_lookahead if switches.pop("LOOKAHEAD", False) else ag._attn_fwd_pipelined
+    return compile_to(kernel, ag.signature(head_dim, block_m, block_n), {**shape, "num_warps": warps, **switches},
+                      warps, 1, last)
 
 
 def fp8_matmul_gluon(stages: int, last: str = "ttgir", quarters: bool = False, loader: bool = False,

@@ -126,11 +126,13 @@ def gluon_attention_forms() -> list[Form]:
                                 {**shape, "HEAD_DIM": 64, "BLOCK_M": 64, "num_warps": 4}, 4, 1,
                                 ("perftests.kernels.attention_gluon", "signature", [64, 64, 128]),
                                 retired={"LOOKAHEAD": False})))
-        forms.append(Form(f"gluon attention two_warpgroups_loader D128 {mask}",
-                          Build("perftests.kernels.attention_gluon", "_attn_fwd_ws",
-                                {**shape, "HEAD_DIM": 128, "BLOCK_M": 128, "num_warps": 4}, 4, 1,
-                                ("perftests.kernels.attention_gluon", "signature", [128, 64, 128]),
-                                retired={"PINGPONG": False, "LOADER": True})))
+        before = Build("perftests.kernels.attention_gluon", "_attn_fwd_ws",
+                       {**shape, "HEAD_DIM": 128, "BLOCK_M": 128, "num_warps": 4}, 4, 1,
+                       ("perftests.kernels.attention_gluon", "signature", [128, 64, 128]),
+                       retired={"PINGPONG": False, "LOADER": True})
+        # After: num_warps is no longer a constexpr of the kernel (its consumers are warpgroups of 4 warps).
+        after = replace(before, constants={**shape, "HEAD_DIM": 128, "BLOCK_M": 128})
+        forms.append(Form(f"gluon attention two_warpgroups_loader D128 {mask}", before, after))
     return forms
 
 
@@ -207,9 +209,40 @@ def gluon_fp8_lab_forms() -> list[Form]:
     return forms
 
 
+def gluon_attention_lab_forms() -> list[Form]:
+    """lab/attention_gluon_schedules.py's kernels at each schedule (and the suite's pv_under at other tiles), against
+    the suite kernel's same switches, D 64 and 128, full and causal."""
+    forms = []
+    module = "perftests.kernels.attention_gluon"
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            mask = f"D{head_dim} {'causal' if causal else 'full'}"
+            for bm, bn, warps, stages in [(64, 64, 4, 2), (128, 128, 8, 2)]:
+                shape = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": stages,
+                         "num_warps": warps}
+                signature = (module, "signature", [head_dim, bm, bn])
+                for lookahead in (False, True):
+                    before = Build(module, "_attn_fwd_pipelined", {**shape, "LOOKAHEAD": lookahead}, warps, 1, signature)
+                    after = (replace(before, module="lab.attention_gluon_schedules", kernel="_attn_fwd_lookahead",
+                                     constants=shape) if lookahead else replace(before, constants=shape))
+                    forms.append(Form(f"lab gluon attention {'lookahead' if lookahead else 'pv_under'} {mask} {bm}x{bn}",
+                                      before, after))
+            for bn, stages in [(64, 2), (128, 2)]:
+                shape = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": bn, "STAGES": stages}
+                for name, pingpong, loader in [("two_warpgroups", False, False), ("pingpong", True, False),
+                                               ("pingpong loader", True, True), ("two_warpgroups_loader", False, True)]:
+                    switches = {"PINGPONG": pingpong, "LOADER": loader}
+                    before = Build(module, "_attn_fwd_ws", {**shape, **switches, "num_warps": 4}, 4, 1,
+                                   (module, "signature", [head_dim, 64, bn]))
+                    after = replace(before, module="lab.attention_gluon_schedules", kernel="_attn_fwd_ws_schedule",
+                                    constants={**shape, **switches})
+                    forms.append(Form(f"lab gluon attention {name} {mask} 128x{bn}", before, after))
+    return forms
+
+
 def forms() -> list[Form]:
     return [*attention_forms(), *gluon_attention_forms(), *gluon_fp8_forms(), *matmul_persistent_forms(),
-            *attention_variant_forms(), *matmul_variant_forms(), *gluon_fp8_lab_forms()]
+            *attention_variant_forms(), *matmul_variant_forms(), *gluon_fp8_lab_forms(), *gluon_attention_lab_forms()]
 
 
 # ---------------------------------------------------------------- compiling one side (a process of its own)
@@ -301,8 +334,8 @@ def compare(before: dict[str, Any], after: dict[str, Any], labels: list[str], sh
             print(f"same error {label}: {old['error'].splitlines()[0][:200]}")
         elif isinstance(old, dict) or isinstance(new, dict):
             bad += 1
-            print(f"FAILED     {label}: before {old.get('error') if isinstance(old, dict) else 'built'}; "
-                  f"after {new.get('error') if isinstance(new, dict) else 'built'}")
+            print(f"FAILED     {label}: before {old['error'] if isinstance(old, dict) else 'built'}; "
+                  f"after {new['error'] if isinstance(new, dict) else 'built'}"[:show * 120])
         elif old == new:
             print(f"identical  {label} ({len(new.splitlines())} lines)")
         else:

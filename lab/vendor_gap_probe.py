@@ -23,7 +23,7 @@ start, end and SM) and reports the thread blocks an SM held while programs were 
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
 kernels: for fp8 perftests/kernels/matmul_gluon.py (one warpgroup's promotion adds under the other's MMAs), for
-attention perftests/kernels/attention_gluon.py (each block's softmax under one of the tensor cores' MMAs) at each of
+attention lab/attention_gluon_schedules.py (each block's softmax under one of the tensor cores' MMAs) at each of
 its tiles and schedules, or those whose side name contains one of the PARTs given. --sustained also runs each side
 alone, back to back for SECONDS as a training loop would (CUDA graphs of a batch of calls, no L2 flush), and reports
 its time a call there, its energy a call (NVML's counter), the SM clock and the share of the time the power cap held
@@ -372,15 +372,15 @@ def add_sustained(timer: Any, info: dict[str, dict[str, Any]], sides: dict[str, 
 
 
 def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[str, tuple[dict[str, int], str]]:
-    """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each candidate tile with each schedule that
-    takes it, the single-partition ones (`pv_under`, `lookahead`) at ag.TILES, the warp-specialized ones
-    (`two_warpgroups`, `pingpong`, `two_warpgroups_loader`) at ag.WARP_SPECIALIZED_TILES; only the sides whose name
-    contains one of `only` when it is not empty."""
-    from perftests.kernels import attention_gluon as ag
+    """The Gluon kernel's sides (lab/attention_gluon_schedules.py): each candidate tile with each schedule that takes
+    it, the single-partition ones (`pv_under`, `lookahead`) at its TILES, the warp-specialized ones (`two_warpgroups`,
+    `pingpong`, `two_warpgroups_loader`) at its WARP_SPECIALIZED_TILES; only the sides whose name contains one of
+    `only` when it is not empty."""
+    from lab import attention_gluon_schedules as ags
 
-    single = tuple(s for s in ag.SCHEDULES if s not in ag.WARP_SPECIALIZED_SCHEDULES)
+    single = tuple(s for s in ags.SCHEDULES if s not in ags.WARP_SPECIALIZED_SCHEDULES)
     plan = {}
-    for tiles, schedules in ((ag.TILES, single), (ag.WARP_SPECIALIZED_TILES, ag.WARP_SPECIALIZED_SCHEDULES)):
+    for tiles, schedules in ((ags.TILES, single), (ags.WARP_SPECIALIZED_TILES, ags.WARP_SPECIALIZED_SCHEDULES)):
         for bm, bn, warps, stages in tiles:
             tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             for schedule in schedules:
@@ -455,9 +455,9 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         for name, (tile, schedule) in (gluon_plan(head_dim, causal, gluon) if gluon is not None else {}).items():
             def run_gluon(tile: dict[str, int] = tile, schedule: str = schedule, q: Any = q, k: Any = k, v: Any = v,
                           causal: bool = causal) -> Any:
-                from perftests.kernels import attention_gluon
+                from lab import attention_gluon_schedules
 
-                return attention_gluon.flash_attention(q, k, v, causal, config=tile, schedule=schedule)
+                return attention_gluon_schedules.flash_attention(q, k, v, causal, config=tile, schedule=schedule)
             add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)

@@ -161,10 +161,10 @@ def test_gluon_sides_are_every_tile_and_schedule_or_those_named() -> None:
     script = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from perftests.kernels import attention_gluon as ag
+from lab import attention_gluon_schedules as ags
 from lab.vendor_gap_probe import gluon_plan
-print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TILES), "schedules": ag.SCHEDULES,
-                  "ws_schedules": ag.WARP_SPECIALIZED_SCHEDULES,
+print(json.dumps({"tiles": len(ags.TILES), "ws_tiles": len(ags.WARP_SPECIALIZED_TILES), "schedules": ags.SCHEDULES,
+                  "ws_schedules": ags.WARP_SPECIALIZED_SCHEDULES,
                   "all": gluon_plan(128, False), "some": gluon_plan(128, False, ["loader", "pv_under @ 64x64 w4 s2"]),
                   "none": gluon_plan(128, False, ["no such side"])}))
 """

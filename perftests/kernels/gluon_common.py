@@ -57,8 +57,13 @@ class Ring:
     def wait_ready(self, n):
         """A consumer's wait for use n's tiles; returns its slot."""
         slot = ring_slot(n, self.STAGES)
-        mbarrier.wait(self.ready.index(slot), ring_phase(n, self.STAGES))
+        self.wait_ready_in(slot, n)
         return slot
+
+    @gluon.jit
+    def wait_ready_in(self, slot, n):
+        """wait_ready with use n's slot already computed (ring_slot)."""
+        mbarrier.wait(self.ready.index(slot), ring_phase(n, self.STAGES))
 
     @gluon.jit
     def wait_empty(self, n):

@@ -166,10 +166,10 @@ def gluon_attention(head_dim: int, causal: bool, last: str = "ptx") -> dict[str,
     block_m, block_n, warps, stages = (tile[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
     shape = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages}
     if schedule == "two_warpgroups_loader":
-        constants = {**shape, "PINGPONG": False, "LOADER": True, "num_warps": 4}
-        return compile_to(ag._attn_fwd_ws, ag.signature(head_dim, 64, block_n), constants, 4, 1, last)
-    constants = {**shape, "LOOKAHEAD": False, "num_warps": warps}
-    return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+        signature = ag.signature(head_dim, ag.WARPGROUP_ROWS, block_n)
+        return compile_to(ag._attn_fwd_ws, signature, shape, 4, 1, last)
+    signature = ag.signature(head_dim, block_m, block_n)
+    return compile_to(ag._attn_fwd_pipelined, signature, {**shape, "num_warps": warps}, warps, 1, last)
 
 
 def gluon_fp8_matmul(last: str = "ptx") -> dict[str, Any]:
