@@ -35,7 +35,7 @@ class QuantizedAllReduce:
 
     Per piece, one all_to_all and one all_gather, each of a packed int8 buffer whose segments hold a chunk's codes
     and then its scales (perftests.kernels.quant.Packed): separate collectives for the scales would cost far more
-    time than the few bytes they carry (docs/results/all-reduce.md).
+    time than the few bytes they carry (docs/results/allreduce.md).
     """
 
     def __init__(self, numel: int, world: int, device: torch.device, pieces: int = 1) -> None:

@@ -449,7 +449,7 @@ _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 @functools.cache
 def _shared_layout(rows: int, head_dim: int, dtype: Any) -> Any:
     """The shared-memory layout of a (rows, head_dim) tile of q, k, v or o, computed once per shape (get_default_for
-    costs host time at every launch: docs/results/vendor-gap.md)."""
+    costs host time at every launch: docs/results/timing.md)."""
     return gl.NVMMASharedLayout.get_default_for([rows, head_dim], dtype)
 
 

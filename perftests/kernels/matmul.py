@@ -41,7 +41,7 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
     if pre_hook is None:
         # The tiled kernel: 128x256x64 loses to 256x128x64 under the gate's conditions (L2 flushed per call) but
         # sometimes wins the autotuner's race, and the case then changes config between runs. Left out, so the case
-        # measures the kernel, not the autotuner's coin (the H100's runs: docs/results/, matmul).
+        # measures the kernel, not the autotuner's coin (docs/results/timing.md).
         shapes = [shape for shape in shapes if shape != (128, 256, 64, 3, 8)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w, pre_hook=pre_hook)
@@ -52,7 +52,7 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
 def _prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
     """16-bit operands: 64-deep K tiles only (128-deep ones overflow shared memory on the wide tiles).
     8-bit operands: 128-deep K tiles only: every fp8 case chose one when all were raced (the H100's runs:
-    docs/results/, matmul), and the race is half as long without the rest."""
+    docs/results/triton-suite.md), and the race is half as long without the rest."""
     if INTERPRETING:
         return configs
     x = named_args["x_ptr"] if "x_ptr" in named_args else named_args["x_desc"].base

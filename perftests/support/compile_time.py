@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Compile seconds gate at 100%: a doubling fails. The first process of a fresh machine compiles much slower than a
 # calibrating process on a warm one, and a tighter tolerance blessed on a warm machine failed the next fresh one (the
-# H100's compile cases: docs/results/). Recompilation loops and lost caches, what these metrics exist to catch, cost
-# 2x and more. Counts (compiles, graph breaks) stay exact.
+# H100's compile cases: docs/results/calibration.md). Recompilation loops and lost caches, what these metrics exist
+# to catch, cost 2x and more. Counts (compiles, graph breaks) stay exact.
 COMPILE_TIME_TOLERANCE = 1.0
 
 
@@ -93,7 +93,7 @@ def warm_compiler(device: str) -> None:
 
     The first compile in a process also pays the compiler's one-time start (imports, its worker pool, the device's
     code generation), which would otherwise land in whichever case compiles first (the H100's compile cases:
-    docs/results/). Gated compile seconds are the case's own.
+    docs/results/gate-runs.md). Gated compile seconds are the case's own.
     """
     if device in _warmed:
         return

@@ -61,7 +61,7 @@ def compare_with_compiled(
 
 def compiled_tolerance(dtype: torch.dtype) -> dict[str, float]:
     """The vs_compile tolerance of the bf16 elementwise and row-wise cases. torch.compile's own kernel for these runs at
-    one of two speeds, chosen anew in each process (the H100's gate study: docs/results/gate-power.md). Pinned at
+    one of two speeds, chosen anew in each process (the H100: docs/results/timing.md). Pinned at
     35% so both modes pass, instead of a calibrated tolerance: calibrating in a few processes can draw one mode only
     (the gate study's one false alarm). vs_eager and vs_torch keep theirs."""
     return {"tolerance": 0.35} if dtype == torch.bfloat16 else {}
