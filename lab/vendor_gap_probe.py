@@ -14,11 +14,12 @@ in a new random order every round. --sweep adds the default variant at each cand
 (config= runs one without the race: fp8, the autotuner's configs and two of 64x128 tiles; attention, the kernel's
 one tile, the tiles its autotuner used to race and a few more): is the kernel's pick the one the gate would time
 fastest? Attention also times SDPA's FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its
-default (cuDNN on the H100). The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=,
-warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
-suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
-them. `no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax,
-what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
+default (cuDNN on the H100). The variants are the lab's forms of the suite's kernels (lab/matmul_variants.py's
+`matmul_tma_persistent(promote_every=, warp_specialize=, blocks_per_sm=)`, lab/attention_variants.py's
+`flash_attention(fold=, heavy_first=, warp_specialize=, ...)`; each at its defaults is the suite's kernel, `default`):
+attention's fold and heavy_first are the suite kernel's form, and `unfolded` times the kernel without them.
+`no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax, what
+the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
 start, end and SM) and reports the thread blocks an SM held while programs were waiting to launch, beside the number
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
