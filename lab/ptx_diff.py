@@ -10,11 +10,13 @@ and the kernel no longer has (moved to the lab) is passed only where the kernel 
 compiled in a process of its own (TRITON_INTERPRET unset), its kernels imported from its own tree, both through the
 working tree's perftests/support/gluon_build.py (compile_to: Triton's own stages, no launch, so no autotuner race: a
 Triton kernel is compiled at each config its autotuner keeps for the suite's operands). --python adds interpreters
-(another Triton: e.g. the GPU machine's 3.6 in a venv of its own); every form is compiled by each. Stripped before
-comparing: `.loc` and `.file` lines, the `$L__tmp`/`$L__func_*` labels that only debug ranges use, the DWARF
-`.section .debug_*` blocks, and the kernel's own name (`.entry NAME`, `NAME_param_N`, and the padding before a comment
-that its length sets: a lab variant is compared with the suite kernel it came from). Exit status 1 when any form differs, or fails to compile on one side only
-(a variant this Triton cannot build fails before and after alike: reported as `same error`).
+(another Triton: e.g. the GPU machine's 3.6 in a venv of its own); every form is compiled by each.
+
+Stripped before comparing: `.loc` and `.file` lines, the `$L__tmp`/`$L__func_*` labels that only debug ranges use,
+the DWARF `.section .debug_*` blocks, and the kernel's own name (`.entry NAME`, `NAME_param_N`, and the padding
+before a comment that its length sets: a lab variant is compared with the suite kernel it came from). Exit status 1
+when any form differs, or fails to compile on one side only (a variant this Triton cannot build fails before and
+after alike: reported as `same error`).
 """
 
 from __future__ import annotations
