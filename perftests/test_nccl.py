@@ -83,7 +83,7 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
                          tolerance=PIPELINED_TOLERANCE.get(size_mb))
 
 
-# Pieces per size, from a sweep on 2 x H200 (tools/allreduce_breakdown.py --pieces 1 2 4 8, 2026-11-22): at 256 MB
+# Pieces per size, from a sweep on 2 x H200 (lab/allreduce_breakdown.py --pieces 1 2 4 8, 2026-11-22): at 256 MB
 # one piece was fastest (0.855 ms; 2: 0.869, 4: 1.470, 8: 2.751), at 1 GB four (1.957 ms; 1: 2.851, 2: 2.123, 8: 3.204).
 P2P_PIECES = {256: 1, 1024: 4}
 

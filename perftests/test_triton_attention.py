@@ -103,61 +103,6 @@ def test_flash_attention(perf, device: str, seq: int, head_dim: int, causal: boo
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_experiments_compute_the_same_attention(device: str, causal: bool) -> None:
-    """tools/vendor_gap_probe.py's variants of the flash kernel (without the folded scale or the longest-first
-    launch order, with warp specialization) compute what the default one does, here through the interpreter; on
-    the GPU the probe checks each variant against SDPA before timing it."""
-    if device == "cuda":
-        pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
-    g = generator(device, 0)
-    q, k, v = (torch.randn(1, 2, 96, 32, generator=g, device=device, dtype=torch.float16) for _ in range(3))
-    default = attn.flash_attention(q, k, v, causal)
-    for variant in ({"fold": False}, {"heavy_first": False}, {"warp_specialize": True},
-                    {"fold": False, "heavy_first": False}, {"exp2_split": True}, {"lazy_rescale": True},
-                    {"lazy_rescale": True, "fold": False}):
-        got = attn.flash_attention(q, k, v, causal, **variant)
-        # fp16 outputs; the folded form rounds the scaled score once instead of twice.
-        torch.testing.assert_close(got, default, rtol=1e-3, atol=1e-3, msg=lambda m, variant=variant: f"{variant}: {m}")
-    # Keys whose scores grow along the sequence: a row's maximum jumps by more than 2^8 in later key blocks, so
-    # lazy_rescale's rescaling branch runs mid-loop as well as in the first block.
-    ramp = torch.linspace(1.0, 40.0, k.shape[2], device=device, dtype=k.dtype)[:, None]
-    for grown in (q, k * ramp, v), (q, k * ramp.flip(0), v):
-        torch.testing.assert_close(attn.flash_attention(*grown, causal, lazy_rescale=True),
-                                   attn.flash_attention(*grown, causal), rtol=1e-3, atol=1e-3)
-    # The timing diagnostic computes something else, as it says; the clock registers exist only on the GPU.
-    assert not torch.allclose(attn.flash_attention(q, k, v, causal, softmax=False).float(), default.float(), atol=0.1)
-    with pytest.raises(ValueError, match="trace needs the GPU"):
-        attn.flash_attention(q, k, v, causal, trace=torch.zeros(3 * 2 * 3, dtype=torch.int64, device=device))
-    # config= runs another tile, its pre_hook setting the TMA block shapes; a tile the causal split cannot use is
-    # refused.
-    got = attn.flash_attention(q, k, v, causal, config={"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
-    torch.testing.assert_close(got, default, rtol=1e-3, atol=1e-3)
-    with pytest.raises(ValueError, match="multiple of BLOCK_N"):
-        attn.flash_attention(q, k, v, causal, config={"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
-
-
-def test_exp2_on_fma_units_is_within_a_bf16_rounding(device: str) -> None:
-    """The exp2_split experiment's 2^x by polynomial (attention._exp2_fma): within 2.2e-4 of 2^x on the range the
-    softmax uses (x <= 0; a bf16 rounding is 2.0e-3), never negative, near 0 below 2^-126 and at -inf (masked)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def apply(x_ptr, y_ptr, N: tl.constexpr):
-        offs = tl.arange(0, N)
-        tl.store(y_ptr + offs, attn._exp2_fma(tl.load(x_ptr + offs)))
-
-    edges = torch.tensor([-0.5, -1.5, -2.5, -1e-30, 0.0, -126.0, -126.5, -200.0, -float("inf")])
-    x = torch.cat([torch.linspace(-126.0, 0.0, 4096 - len(edges)), edges]).to(device)
-    y = torch.empty_like(x)
-    apply[(1,)](x, y, N=x.numel())
-    exact = torch.exp2(x.double())
-    normal = x >= -126.0
-    assert float(((y.double() - exact) / exact)[normal].abs().max()) < 2.2e-4
-    assert bool((y >= 0).all()) and float(y[~normal].max()) < 1.2e-38
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seq", [2048, 8192])
 def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causal: bool) -> None:
@@ -182,18 +127,12 @@ def test_flash_attention_gluon(perf, device: str, seq: int, head_dim: int, causa
 
 GLUON_BUILD = """
 import json
-from tools.codegen_probe import attention_gluon, dot_ops, ptxas_report
 from perftests.kernels.attention_gluon import CHOICE
-SWITCHES = {"pv_under": {}, "lookahead": {"LOOKAHEAD": True}, "two_warpgroups": {"WARP_SPECIALIZED": True},
-            "pingpong": {"WARP_SPECIALIZED": True, "PINGPONG": True},
-            "two_warpgroups_loader": {"WARP_SPECIALIZED": True, "LOADER": True}}
-# The kernel's own choices, and each other schedule at a tile it takes (the experiments must build unserialized too).
-builds = [(d, c, s, t) for (d, c), (s, t) in CHOICE.items()]
-builds += [(128, False, "lookahead", (64, 64, 4, 2)), (64, True, "pingpong", (128, 64, 8, 2)),
-           (128, True, "pv_under", (64, 64, 4, 2)), (128, False, "two_warpgroups", (128, 128, 8, 2))]
+from perftests.support.gluon_build import dot_ops, gluon_attention, ptxas_report
 found = {}
-for head_dim, causal, schedule, (bm, bn, warps, stages) in builds:
-    built = attention_gluon(head_dim, causal, bm, bn, warps, stages, SWITCHES[schedule], "ptx")
+for head_dim, causal in CHOICE:
+    built = gluon_attention(head_dim, causal, "ptx")
+    schedule = CHOICE[head_dim, causal][0]
     found[f"{schedule} {head_dim} {'causal' if causal else 'full'}"] = dict(ops=dot_ops(built["ttgir"]),
                                                                         **ptxas_report(built["ptx"]))
 print(json.dumps(found))
@@ -202,16 +141,14 @@ print(json.dumps(found))
 
 def test_gluon_kernel_builds_for_hopper() -> None:
     """The Gluon kernel compiles for sm_90 on any machine (perftests/support/gluon_build.py), at its own schedule
-    and tile for each head dim and mask and at each other schedule; and ptxas keeps its MMAs asynchronous (no C75xx
-    note: a serialized MMA undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (the
-    two-warpgroup schedules run it in each warpgroup) p v stays in flight while the scores are waited for (a wait
-    for 1 pending MMA, then for 0); lookahead waits for both at once."""
+    and tile for each head dim and mask; and ptxas keeps its MMAs asynchronous (no C75xx note: a serialized MMA
+    undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (two_warpgroups_loader runs it in
+    each consumer warpgroup) p v stays in flight while the scores are waited for (a wait for 1 pending MMA, then for
+    0). The lab's schedules are built by lab/tests."""
     found = gluon_build.build(GLUON_BUILD)
-    assert len(found) == 8
+    assert len(found) == 4
     pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
-    expected = {"pv_under": [pv_under], "lookahead": [["dot async", "dot async", "wait pendings=0"]],
-                "two_warpgroups": [pv_under, pv_under], "pingpong": [pv_under, pv_under],
-                "two_warpgroups_loader": [pv_under, pv_under]}
+    expected = {"pv_under": [pv_under], "two_warpgroups_loader": [pv_under, pv_under]}
     for name, built in found.items():
         assert built["notes"] == [], f"{name}: ptxas {built['notes']}"
         assert built["spill_stores"] == 0, f"{name}: {built['spill_stores']} bytes spilled"

@@ -171,18 +171,17 @@ GLUON_EDGE_SHAPES = [(128, 256, 128), (256, 512, 256), (1152, 2304, 640), (4224,
 
 @pytest.mark.parametrize("M, N, K", GLUON_EDGE_SHAPES, ids=lambda v: str(v))
 def test_fp8_matmul_gluon_edge_shapes(device: str, M: int, N: int, K: int) -> None:
-    """The Gluon fp8 matmul's every form computes _scaled_mm's product at shapes that test the tile loop and the
-    ring's phases, each output element written (the output starts as NaN)."""
+    """The Gluon fp8 matmul computes _scaled_mm's product at shapes that test the tile loop and the ring's phases,
+    each output element written (the output starts as NaN). Its other forms: lab/tests/test_matmul_gluon_forms.py."""
     if reason := gluon_build.not_on_hopper(device, "test_gluon_fp8_kernel_builds_for_hopper"):
         pytest.skip(reason)
     from perftests.kernels import matmul_gluon
 
     x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
     expected = scaled_mm(x8, w8, sx, sw)
-    for form in ({}, {"persistent": False}, {"quarters": True}, {"loader": False}, {"quarters": True, "loader": False}):
-        out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
-        matmul_gluon.fp8_matmul(x8, w8, sx, sw, out=out, **form)
-        torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=reduction_atol(expected, K), msg=lambda m, form=form: f"{form}: {m}")
+    out = torch.full((M, N), float("nan"), device=device, dtype=torch.bfloat16)
+    matmul_gluon.fp8_matmul(x8, w8, sx, sw, out=out)
+    torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=reduction_atol(expected, K))
 
 
 def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
@@ -215,56 +214,17 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
     )
 
 
-def test_experiments_compute_the_same_product(device: str) -> None:
-    """tools/vendor_gap_probe.py's variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp
-    specialization, two programs an SM) compute the product the default one does. Through the interpreter, whose
-    fp8 dot is exact, the split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group
-    and a zero-filled tile past K). On the GPU the probe checks each variant against the exact product before
-    timing it."""
-    if device == "cuda":
-        pytest.skip("on the GPU tools/vendor_gap_probe.py checks the variants beside their timing")
-    M, N, K = CPU_SHAPE
-    x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
-    default = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)
-    for variant in ({"promote_every": 2}, {"promote_every": 3}, {"warp_specialize": True}, {"blocks_per_sm": 2}):
-        got = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, **variant)
-        # One bf16 rounding apart at most (the fp32 sums are associated differently); a dropped or doubled K tile
-        # would be a third of the product off.
-        ulp = 2.0**-7 * float(default.float().abs().max())
-        torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=ulp, msg=lambda m, variant=variant: f"{variant}: {m}")
-    with pytest.raises(ValueError, match="promote_every"):
-        mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, promote_every=0)
-    with pytest.raises(ValueError, match="blocks_per_sm"):
-        mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, blocks_per_sm=0)
-    # config= runs one tile the autotuner did not pick (its pre_hook setting the TMA block shapes): same product.
-    forced = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 1}
-    got = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=forced)
-    torch.testing.assert_close(got.float(), default.float(), rtol=2.0**-7, atol=2.0**-7 * float(default.float().abs().max()))
-    with pytest.raises(ValueError, match="GROUP_M"):
-        mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config={"BLOCK_M": 16, "num_warps": 4, "num_stages": 1})
-
-
 def test_gluon_fp8_kernel_builds_for_hopper() -> None:
-    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py, tools/vendor_gap_probe.py --gluon times it) compiles
-    for sm_90 on any machine (perftests/support/gluon_build.py) with no ptxas note and no spill, two consumer
-    warpgroups each running its own loop: two MMA halves, each waited for before its promotion add, or (quarters)
-    four quarter MMAs with two in flight, each partial added while the next runs; with or without the loader
-    partition, one output tile a program or (persistent, with the loader) a loop over output tiles."""
-    found = gluon_build.build("""
+    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py) compiles for sm_90 on any machine
+    (perftests/support/gluon_build.py) in its own form with no ptxas note and no spill, two consumer warpgroups each
+    running its own K loop inside the loop over output tiles: two MMA halves, each waited for before its promotion
+    add. The lab's forms are built by lab/tests."""
+    built = gluon_build.build("""
 import json
-from tools.codegen_probe import dot_ops, fp8_matmul_gluon, ptxas_report
-from perftests.kernels.matmul_gluon import STAGES
-found = {}
-for quarters in (False, True):
-    for loader, persistent in ((False, False), (True, False), (True, True)):
-        built = fp8_matmul_gluon(STAGES, "ptx", quarters, loader, persistent)
-        found[f"{quarters} {loader} {persistent}"] = dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
-print(json.dumps(found))
+from perftests.support.gluon_build import dot_ops, gluon_fp8_matmul, ptxas_report
+built = gluon_fp8_matmul("ptx")
+print(json.dumps(dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))))
 """)
     half = ["dot async", "wait pendings=0"]
-    two_in_flight = ["dot async", "dot async"] + ["wait pendings=1", "dot async"] * 2 + ["wait pendings=1", "wait pendings=0"]
-    assert len(found) == 6
-    for name, built in found.items():
-        loop = two_in_flight if name.startswith("True") else half * 2
-        assert built["notes"] == [] and built["spill_stores"] == 0, (name, built)
-        assert gluon_build.loops(built["ops"]) == [loop, loop], (name, built["ops"])
+    assert built["notes"] == [] and built["spill_stores"] == 0, built
+    assert gluon_build.loops(built["ops"]) == [half * 2, half * 2], built["ops"]

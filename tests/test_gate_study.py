@@ -1,61 +1,122 @@
-"""tools/gate_study.py: the injected slowdown is sized from the side's own time, and the table counts honestly."""
+"""tools/gate_study.py, run as a user runs it (its own process, its pytest runs in processes of their own): the
+injected slowdown is sized from the side's own time, each study process starts with empty compile caches of its own
+and only the slowed runs carry the slowdown, and the table counts false alarms and detections honestly."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
-from types import SimpleNamespace
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("gate_study", ROOT / "tools" / "gate_study.py")
-assert spec and spec.loader
-study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(study)
+TOOL = ROOT / "tools" / "gate_study.py"
+
+# A project whose pytest runs see a fake CUDA: a clock that the optimized side advances by 2 ms a call and the spin
+# kernel (torch.cuda._sleep) by 1 ms per 1000 cycles plus 4 us a launch; events read that clock. Each run records
+# the spins it was asked for and its environment.
+CONFTEST = '''
+import json
+import os
+
+import torch
+
+CLOCK = [0.0]
+SPINS = []
 
 
-class FakeCuda:
-    """Events that read back scripted times, and a _sleep that only records what it was asked to spin."""
+class Event:
+    def __init__(self, enable_timing=False):
+        self.at = None
 
-    def __init__(self, times: list[float]) -> None:
-        self.times = list(times)
-        self.spins: list[int] = []
-        outer = self
+    def record(self):
+        self.at = CLOCK[0]
 
-        class Event:
-            def __init__(self, enable_timing: bool = False) -> None:
-                pass
+    def synchronize(self):
+        pass
 
-            def record(self) -> None:
-                pass
-
-            def synchronize(self) -> None:
-                pass
-
-            def elapsed_time(self, end: object) -> float:
-                return outer.times.pop(0)
-
-        self.Event = Event
-
-    def _sleep(self, cycles: int) -> None:
-        self.spins.append(cycles)
+    def elapsed_time(self, end):
+        return end.at - self.at
 
 
-def test_the_slowdown_is_a_share_of_the_sides_own_median_time_less_the_spins_fixed_cost():
-    plain = [2.0, 2.2, 1.8, 2.0, 9.0, 2.0, 2.0]  # median 2.0 ms: one outlier does not size the spin
-    behind_spin = [2.104] * 7  # 100 cycles (0.1 ms at 1000 per ms) added 0.104 ms: the spin costs 0.004 ms more
-    cuda = FakeCuda(plain + behind_spin)
-    torch = SimpleNamespace(cuda=cuda)
-    calls = []
-    run = study.slowed(lambda *a: calls.append(a) or sum(a), 0.05, torch, lambda: 1000.0)
-    assert run(1, 2) == 3  # the first (checked) call runs plain, then 7 timed calls plain and 7 behind a spin
-    assert len(calls) == 15 and cuda.spins == [100] * 7
-    cuda.spins.clear()
-    assert run(3, 4) == 7
-    assert cuda.spins == [96]  # 5% of 2.0 ms is 0.1 ms, less the spin's own 0.004 ms, at 1000 cycles per ms
-    run()
-    assert cuda.spins == [96, 96]
+def _sleep(cycles):
+    SPINS.append(cycles)
+    CLOCK[0] += cycles / 1000.0 + 0.004
+
+
+torch.cuda.Event = Event
+torch.cuda._sleep = _sleep
+
+
+def pytest_sessionfinish(session):
+    names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SPEEDGATE_STUDY_SLOWDOWN")
+    with open(os.path.join(os.environ["STUDY_RECORD"], f"{os.getpid()}.json"), "w") as f:
+        json.dump({"spins": SPINS, "env": {name: os.environ.get(name) for name in names}}, f)
+'''
+CASE = '''
+import conftest
+import torch
+
+x = torch.ones(1000)
+
+
+def reference():
+    return x * 2
+
+
+def optimized():
+    conftest.CLOCK[0] += 2.0
+    return x + x
+
+
+def test_double(perf):
+    perf.compare(reference, optimized)
+'''
+
+
+def study(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, str(TOOL), str(out), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in folder.glob("*.json")]
+
+
+def test_a_study_sizes_the_slowdown_from_the_sides_own_time_and_gives_each_process_its_own_caches(tmp_path: Path) -> None:
+    project, record = tmp_path / "project", tmp_path / "record"
+    project.mkdir()
+    record.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text(CONFTEST)
+    (project / "test_case.py").write_text(CASE)
+    # A stale slowdown in the caller's shell never leaks into a run; the caller's warm cache is not used.
+    caller = {"STUDY_RECORD": str(record), "SPEEDGATE_STUDY_SLOWDOWN": "0.5", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "warm")}
+    out = tmp_path / "out"
+    study(out, "--calibrate", "2", "--processes", "1", "--runs", "1", "--slowdowns", "0.05", "--repeat", "1",
+          "--cases", str(project / "test_case.py"), env=caller)
+    runs = {Path(r["env"]["TRITON_CACHE_DIR"]).parent.name: r for r in records(record)}
+    assert set(runs) == {"bless0", "clean0", "slow0.05-0"}
+    for label, run in runs.items():
+        for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            assert Path(run["env"][variable]).parent == out / "caches" / label and Path(run["env"][variable]).is_dir()
+        assert run["env"]["SPEEDGATE_STUDY_SLOWDOWN"] == ("0.05" if label.startswith("slow") else None)
+        assert (run["spins"] != []) == label.startswith("slow")
+    # The slowed run: the spin clock measured (2e6-cycle spins), then 7 calls behind a spin of 5% of the side's
+    # median 2 ms (100 cycles) to learn the spin's fixed cost (4 us), then every call behind 100 - 4 = 96 cycles.
+    spins = [s for s in runs["slow0.05-0"]["spins"] if s != 2_000_000]
+    assert spins[:7] == [100] * 7 and len(spins) > 7 and set(spins[7:]) == {96}, spins[:20]
+    assert (out / "study.md").read_text().startswith("| case | tolerance |")
+    # --warm-caches: the caller's caches, shared.
+    for path in record.iterdir():
+        path.unlink()
+    study(tmp_path / "warm-out", "--calibrate", "2", "--processes", "1", "--runs", "0", "--slowdowns", "",
+          "--warm-caches", "--cases", str(project / "test_case.py"), env=caller)
+    (run,) = records(record)
+    assert run["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "warm") and run["env"]["SPEEDGATE_STUDY_SLOWDOWN"] is None
 
 
 def _report(verdicts: dict[str, tuple[str, float | None]]) -> dict:
@@ -63,29 +124,26 @@ def _report(verdicts: dict[str, tuple[str, float | None]]) -> dict:
                       for c, (v, ch) in verdicts.items()]}
 
 
-def test_the_table_counts_false_alarms_and_detections_per_case():
-    bless = {"cases": [{"case_id": "t.py::a", "timed": True, "tolerance": 0.02, "calibration": {"spread": 0.004}},
-                       {"case_id": "t.py::b", "timed": True, "tolerance": 0.06, "calibration": {"spread": 0.02}}]}
-    clean = [_report({"t.py::a": ("pass", 0.001), "t.py::b": ("pass", -0.01)}),
-             _report({"t.py::a": ("pass", -0.003), "t.py::b": ("improved", 0.07)})]
-    slowed = {0.05: [_report({"t.py::a": ("regressed", -0.048), "t.py::b": ("pass", -0.05)}),
-                     _report({"t.py::a": ("regressed", -0.047), "t.py::b": ("regressed", -0.065)})]}
-    text = study.table(bless, clean, slowed)
+def test_the_table_counts_false_alarms_and_detections_per_case(tmp_path: Path) -> None:
+    # A study resumed from its reports (a run whose report exists is not run again): only the table is made.
+    out = tmp_path / "out"
+    (out / "baselines").mkdir(parents=True)
+    entries = {"t.py::a": {"tolerance": 0.02, "calibration": {"spread": 0.004}},
+               "t.py::b": {"tolerance": 0.06, "calibration": {"spread": 0.02}}}
+    (out / "baselines" / "gpu.json").write_text(json.dumps({"cases": entries}))
+    reports = {"bless0": {"cases": [{"case_id": c, "timed": True} for c in entries]},
+               "clean0": _report({"t.py::a": ("pass", 0.001), "t.py::b": ("pass", -0.01)}),
+               "clean1": _report({"t.py::a": ("pass", -0.003), "t.py::b": ("improved", 0.07)}),
+               "slow0.05-0": _report({"t.py::a": ("regressed", -0.048), "t.py::b": ("pass", -0.05)}),
+               "slow0.05-1": _report({"t.py::a": ("regressed", -0.047), "t.py::b": ("regressed", -0.065)})}
+    for label, report in reports.items():
+        (out / f"{label}.json").write_text(json.dumps(report))
+    done = study(out, "--processes", "1", "--runs", "2", "--slowdowns", "0.05", "--repeat", "2")
+    assert done.stdout.count("kept from an earlier call") == 5
+    text = (out / "study.md").read_text()
     assert "| `a` | 2.0% | 0.40% | >= 3.0% | 0/2 | 2/2, -4.8% |" in text
     assert "| `b` | 6.0% | 2.00% | >= 3.0% | 1/2 | 1/2, -5.8% |" in text
     assert "false alarms: 1/4 case-runs (25.0%)" in text
     assert "detected at +5%: 3/4 (75%)" in text
     assert "1 of 2 cases catch a 5% regression (regressed in each of 2 slowed runs)" in text
-
-
-def test_each_study_process_starts_with_empty_compile_caches_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared/warm")
-    monkeypatch.setenv(study.SLOWDOWN_ENV, "0.5")  # a stale slowdown in the caller's shell never leaks in
-    first = study.process_env(tmp_path, "bless0", None, fresh_caches=True)
-    second = study.process_env(tmp_path, "bless1", 0.05, fresh_caches=True)
-    for variable in study.CACHE_VARIABLES:
-        assert first[variable] != second[variable] and Path(first[variable]).is_dir()
-        assert not any(Path(first[variable]).iterdir())
-    assert study.SLOWDOWN_ENV not in first and second[study.SLOWDOWN_ENV] == "0.05"
-    warm = study.process_env(tmp_path, "clean0", None, fresh_caches=False)
-    assert warm["TORCHINDUCTOR_CACHE_DIR"] == "/shared/warm"
+    assert text in done.stdout

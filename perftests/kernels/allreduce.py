@@ -34,8 +34,8 @@ class QuantizedAllReduce:
     """Buffers for one tensor size, allocated once; __call__(x, out) writes the all-reduced sum of x into out.
 
     Per piece, one all_to_all and one all_gather, each of a packed int8 buffer whose segments hold a chunk's codes
-    and then its scales (perftests.kernels.quant.Packed): separate collectives for the scales cost about 0.04 ms
-    each at 256 MB on 2 H200s, for 0.4% of the bytes.
+    and then its scales (perftests.kernels.quant.Packed): separate collectives for the scales would cost far more
+    time than the few bytes they carry (docs/results/allreduce.md).
     """
 
     def __init__(self, numel: int, world: int, device: torch.device, pieces: int = 1) -> None:

@@ -1,33 +1,32 @@
 """Flash-attention forward for Hopper in Gluon, with the softmax overlapped with the tensor cores.
 
 The Triton kernel (attention.py) waits for each key block's scores and then runs that block's softmax with no MMA
-in flight: Triton 3.6 leaves a warpgroup MMA in flight only when its result feeds the same MMA's accumulator
-(docs/NOTES.md, fifth session). Gluon states the schedule instead of asking a pipeliner for it, so this kernel
-runs each block's softmax under an MMA of the same warpgroup, FlashAttention-3's intra-warpgroup overlap. Key block
-j, in program order (the MMAs named after "in flight" are running):
+in flight: Triton leaves a warpgroup MMA in flight only when its result feeds the same MMA's accumulator
+(lab/codegen_probe.py attention shows it). Gluon states the schedule instead of asking a pipeliner for it, so this
+kernel runs each block's softmax under an MMA of the same warpgroup, FlashAttention-3's intra-warpgroup overlap. Key
+block j, in program order (the MMAs named after "in flight" are running):
     issue S[j] = q k[j]^T; issue PV[j-1] = acc + p[j-1] v[j-1]     in flight: S[j], PV[j-1]
     wait for S[j]                                                   in flight: PV[j-1]
     softmax of S[j] -> p[j], alpha[j]     (CUDA cores, under PV[j-1])
     wait for PV[j-1]; acc *= alpha[j]; refill the slots S[j] and PV[j-1] read
 The accumulator is rescaled after PV[j-1] has added into it: acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
-Schedule "lookahead" (an experiment) runs block j's softmax under S[j+1] instead, and waits for both MMAs at the end
-of each block. Neither leaves an MMA in flight over the loop's back edge: written that way (FlashAttention-3's full
-schedule, the softmax under both MMAs), ptxas serializes every MMA of the loop (C7514/C7515, tools/codegen_probe.py
-attention-gluon), which undoes the overlap. K and V come by TMA into rings of num_stages slots, each refilled as soon
-as the MMA that read it has retired.
+No MMA stays in flight over the loop's back edge: written that way (FlashAttention-3's full schedule, the softmax
+under both MMAs), ptxas serializes every MMA of the loop (notes C7514/C7515: lab/codegen_probe.py attention-gluon),
+which undoes the overlap. K and V come by TMA into rings of STAGES slots, each refilled as soon as the MMA that read
+it has retired.
 
-At D = 128 the kernel runs 128-row blocks as two consumer warpgroups (warp_specialize), each the schedule above on
-its 64 rows, both reading one K and V ring that a one-warp loader partition fills ("two_warpgroups_loader",
-FlashAttention-3's producer and consumers); "two_warpgroups" (the first consumer refills) and "pingpong" (the two
-take turns at the tensor cores) are the experiments it was measured against. choice() gives the kernel's own
-schedule and tile per head dim.
+Two forms of that schedule, chosen per head dim (CHOICE): "pv_under", one partition of BLOCK_M rows; and at
+D = 128 "two_warpgroups_loader": 128-row blocks as two consumer warpgroups (warp_specialize), each the schedule on its
+64 rows, both reading one K and one V ring that a one-warp loader partition fills (FlashAttention-3's producer and
+consumers). The other schedules they were measured against are lab/attention_gluon_schedules.py's; the measurements,
+docs/results/vendor-gap.md.
 
 Same layout as attention.flash_attention: q, k, v (B, H, S, D) contiguous, seen as (B * H * S, D). Gluon has no
 interpreter (and does not compile under TRITON_INTERPRET=1): on a machine without a GPU the kernel is compiled for
 sm_90 in a subprocess (perftests/test_triton_attention.py) but never run.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Triton's aggregates check each field against its annotation's class.
 
 import functools
 import math
@@ -39,23 +38,22 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# The warp-specialized schedules (two consumer warpgroups on 128-row blocks) and all of them.
-WARP_SPECIALIZED_SCHEDULES = ("two_warpgroups", "pingpong", "two_warpgroups_loader")
-SCHEDULES = ("pv_under", "lookahead", *WARP_SPECIALIZED_SCHEDULES)
+from .gluon_common import CONSUMER_REGS, LOADER_REGS, Ring, aggregate, ring_phase, ring_slot
+
 # The kernel's own choice by (head dim, causal): a schedule and its tile (BLOCK_M, BLOCK_N, num_warps, num_stages),
-# 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots. Chosen on the H100
-# (2026-11-24, tools/vendor_gap_probe.py --gluon, every tile and schedule interleaved against cuDNN's SDPA).
+# 16 rows of q a warp (a warpgroup's MMA covers 64 rows), num_stages the K and V rings' slots: the fastest of every
+# tile and schedule the vendor-gap probe timed against cuDNN's SDPA (docs/results/vendor-gap.md).
 CHOICE = {(64, False): ("pv_under", (64, 128, 4, 2)), (64, True): ("pv_under", (64, 128, 4, 2)),
           (128, False): ("two_warpgroups_loader", (128, 128, 8, 2)),
           (128, True): ("two_warpgroups_loader", (128, 128, 8, 2))}
-# The single-partition schedules' candidate tiles (8 warps: two warpgroups in lockstep); the warp-specialized ones
-# take BLOCK_M 128 (tools/vendor_gap_probe.py --gluon times both lists).
-TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3)]
-WARP_SPECIALIZED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
+WARPGROUP_ROWS = 64  # rows of q a consumer warpgroup of the two-warpgroup form computes (4 warps of 16)
+_WARPGROUP_ROWS = gl.constexpr(WARPGROUP_ROWS)  # the same, for the kernels
+LOG2E = 1.4426950408889634  # exp2 of scores scaled by log2(e) / sqrt(D)
 
 
 def choice(head_dim: int, causal: bool) -> tuple[str, dict[str, int]]:
-    """The kernel's own schedule and tile for a head dim, as flash_attention's schedule= and config= take them."""
+    """The kernel's own schedule and tile for a head dim, as the lab's flash_attention takes them (schedule=,
+    config=)."""
     schedule, tile = CHOICE[(head_dim, causal)]
     return schedule, dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), tile))
 
@@ -89,7 +87,8 @@ def _row_block(S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.const
 @gluon.constexpr_function
 def _mma_layouts(warps, block_n, head_dim):
     """The warpgroup MMA layouts of the scores (rows, BLOCK_N) and of the output (rows, HEAD_DIM), warps stacked
-    along the rows, and p's operand layout for the p v MMA from registers."""
+    along the rows (16 rows a warp), K 16 an instruction (16-bit operands), and p's operand layout for the p v MMA
+    from registers."""
     s_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, block_n, 16])
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, head_dim, 16])
     return s_layout, o_layout, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -123,17 +122,81 @@ def _softmax(s, m_i, l_i, qk_scale, m0, start_n, CAUSAL: gl.constexpr, BLOCK_M: 
 
 
 @gluon.jit
-def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
-                        HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        STAGES: gl.constexpr, LOOKAHEAD: gl.constexpr, num_warps: gl.constexpr):
+def _issue_scores(q_tile, k_smem, slot, s_zero):
+    """S = q k^T against the key block in ring slot `slot`, issued (s_zero: the result's layout; use_acc=False)."""
+    return warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _issue_pv(p16, v_smem, slot, acc):
+    """acc + p v against the value block in ring slot `slot`, issued."""
+    return warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
+
+
+@gluon.jit
+def _rescaled(acc, alpha, p, dtype: gl.constexpr, row_o: gl.constexpr, p_layout: gl.constexpr):
+    """acc rescaled by alpha (after the p v MMA it was waited for) and p as the next p v MMA's 16-bit operand."""
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    return acc, gl.convert_layout(p.to(dtype), p_layout)
+
+
+# ---------------------------------------------------------------- pv_under: one partition of BLOCK_M rows
+
+@aggregate
+class Pipelined:
+    """The one-partition kernel's program: descriptors, its q tile and the K and V rings (ready barriers only: the
+    warpgroups that read a slot refill it), its rows, its shape (the MMAs' layouts follow from it: _mma_layouts;
+    Triton 3.6's aggregates cannot hold layouts)."""
+
+    q_desc: tma.tensor_descriptor
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    o_desc: tma.tensor_descriptor
+    q_smem: gl.shared_memory_descriptor
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    q_bar: gl.shared_memory_descriptor
+    k_bars: gl.shared_memory_descriptor
+    v_bars: gl.shared_memory_descriptor
+    qk_scale: gl.tensor
+    row0: gl.tensor
+    m0: gl.tensor
+    n_blocks: gl.tensor
+    HEAD_DIM: gl.constexpr
+    CAUSAL: gl.constexpr
+    BLOCK_M: gl.constexpr
+    BLOCK_N: gl.constexpr
+    STAGES: gl.constexpr
+    num_warps: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, descs, smem, bars, qk_scale, rows, HEAD_DIM, CAUSAL, BLOCK_M, BLOCK_N, STAGES, num_warps):
+        self.q_desc, self.k_desc, self.v_desc, self.o_desc = descs
+        self.q_smem, self.k_smem, self.v_smem = smem
+        self.q_bar, self.k_bars, self.v_bars = bars
+        self.qk_scale = qk_scale
+        self.row0, self.m0, self.n_blocks = rows
+        self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.CAUSAL = gl.constexpr(CAUSAL)
+        self.BLOCK_M = gl.constexpr(BLOCK_M)
+        self.BLOCK_N = gl.constexpr(BLOCK_N)
+        self.STAGES = gl.constexpr(STAGES)
+        self.num_warps = gl.constexpr(num_warps)
+
+
+@gluon.jit
+def _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """Everything before the key loop: the program's rows, shared memory and barriers, q and the first STAGES K and
+    V blocks by TMA, the running state, and S[0] (retired, its K slot refilled). Returned in the order the names
+    were first defined when this was the kernel's own body: a loop carries its values in that order, and the PTX
+    follows it."""
     gl.static_assert(STAGES >= 2, "the last block's V is loaded while an earlier block is in the loop")
     dtype: gl.constexpr = q_desc.dtype
     layouts: gl.constexpr = _mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
-    s_layout: gl.constexpr = layouts[0]
+    s_layout: gl.constexpr = layouts[0]  # (named: Triton 3.6 takes a layout argument only from a constexpr name)
     o_layout: gl.constexpr = layouts[1]
-    p_layout: gl.constexpr = layouts[2]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     row0, m0, n_blocks = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
@@ -160,169 +223,192 @@ def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
 
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_bars.index(0), 0)
-    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = _issue_scores(q_smem, k_smem, 0, s_zero)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     _load_block(k_desc, k_smem, k_bars, row0 + STAGES * BLOCK_N, 0, STAGES < n_blocks)  # S[0] read slot 0
-    if LOOKAHEAD:
-        # Block j's softmax under block j+1's q k^T. The p v MMA is waited for within its iteration: left in
-        # flight over the back edge, ptxas serializes every MMA of the loop (C7514, checked on the CPU).
-        for j in range(0, n_blocks - 1):
-            slot = j % STAGES
-            nxt = (j + 1) % STAGES
-            mbarrier.wait(k_bars.index(nxt), ((j + 1) // STAGES) & 1)
-            s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, j * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            mbarrier.wait(v_bars.index(slot), (j // STAGES) & 1)
-            pv = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(slot), acc, is_async=True)
-            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, pv))
-            _load_block(k_desc, k_smem, k_bars, row0 + (j + 1 + STAGES) * BLOCK_N, nxt, j + 1 + STAGES < n_blocks)
-            _load_block(v_desc, v_smem, v_bars, row0 + (j + STAGES) * BLOCK_N, slot, j + STAGES < n_blocks)
-        last = n_blocks - 1
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, last * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-    else:
-        # Block j's softmax under block j-1's p v (FlashAttention-3's order): the accumulator is rescaled after
-        # p v has added into it, acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, 0, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        for j in range(1, n_blocks):
-            slot = j % STAGES
-            prev = (j - 1) % STAGES
-            mbarrier.wait(k_bars.index(slot), (j // STAGES) & 1)
-            s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            mbarrier.wait(v_bars.index(prev), ((j - 1) // STAGES) & 1)
-            pv = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S[j] retired; PV[j-1] still running
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, j * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-            _load_block(k_desc, k_smem, k_bars, row0 + (j + STAGES) * BLOCK_N, slot, j + STAGES < n_blocks)
-            _load_block(v_desc, v_smem, v_bars, row0 + (j - 1 + STAGES) * BLOCK_N, prev, j - 1 + STAGES < n_blocks)
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
-        last = n_blocks - 1
-    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
-    acc = warpgroup_mma(p16, v_smem.index(last % STAGES), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-
-    mbarrier.invalidate(q_bar)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(k_bars.index(i))
-        mbarrier.invalidate(v_bars.index(i))
-    _store_rows(acc, l_i, q_smem, o_desc, row0 + m0, row_o)
-
+    p = Pipelined((q_desc, k_desc, v_desc, o_desc), (q_smem, k_smem, v_smem), (q_bar, k_bars, v_bars), qk_scale,
+                  (row0, m0, n_blocks), HEAD_DIM, CAUSAL, BLOCK_M, BLOCK_N, STAGES, num_warps)
+    return p, m_i, l_i, acc, s_zero, s
 
 
 @gluon.jit
-def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                 turn, qk_scale, row0, m0_cta, n_all, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER: gl.constexpr,
-                 WG: gl.constexpr):
-    """One consumer warpgroup of the two-warpgroup kernel: rows [m0 + 64 WG, m0 + 64 WG + 64) of the CTA's 128, the
-    pv_under schedule, K and V slots released through the empty barriers (both warpgroups arrive); warpgroup 0 also
-    issues the TMA loads, refilling a slot once both have released it. PINGPONG: the two take turns issuing their
-    MMAs (a token passed through `turn`), so one's softmax runs while the other's MMAs do. LOADER: a partition of
-    its own issues the loads (_ws_loader) and neither consumer does."""
-    LOADS: gl.constexpr = WG == 0 and not LOADER
+def _pipelined_finish(p, p16, acc, l_i, last):
+    """After the key loop: the last block's p v, the barriers retired, the rows stored."""
+    mbarrier.wait(p.v_bars.index(ring_slot(last, p.STAGES)), ring_phase(last, p.STAGES))
+    acc = _issue_pv(p16, p.v_smem, ring_slot(last, p.STAGES), acc)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    mbarrier.invalidate(p.q_bar)
+    for i in gl.static_range(p.STAGES):
+        mbarrier.invalidate(p.k_bars.index(i))
+        mbarrier.invalidate(p.v_bars.index(i))
+    o_layout: gl.constexpr = _mma_layouts(p.num_warps, p.BLOCK_N, p.HEAD_DIM)[1]
+    _store_rows(acc, l_i, p.q_smem, p.o_desc, p.row0 + p.m0, gl.SliceLayout(1, o_layout))
+
+
+@gluon.jit
+def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
+                        HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        STAGES: gl.constexpr, num_warps: gl.constexpr):
+    p, m_i, l_i, acc, s_zero, s = _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM, CAUSAL,
+                                                   BLOCK_M, BLOCK_N, STAGES, num_warps)
     dtype: gl.constexpr = q_desc.dtype
-    layouts: gl.constexpr = _mma_layouts(4, BLOCK_N, HEAD_DIM)
+    layouts: gl.constexpr = _mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
+    s_layout: gl.constexpr = layouts[0]
+    p_layout: gl.constexpr = layouts[2]
+    row_o: gl.constexpr = gl.SliceLayout(1, layouts[1])
+    # Block j's softmax under block j-1's p v (FlashAttention-3's order): the accumulator is rescaled after p v has
+    # added into it, acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
+    pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, p.m0, 0, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+    p16 = gl.convert_layout(pr.to(dtype), p_layout)
+    for j in range(1, p.n_blocks):
+        slot = ring_slot(j, STAGES)
+        prev = ring_slot(j - 1, STAGES)
+        mbarrier.wait(p.k_bars.index(slot), ring_phase(j, STAGES))
+        s = _issue_scores(p.q_smem, p.k_smem, slot, s_zero)
+        mbarrier.wait(p.v_bars.index(prev), ring_phase(j - 1, STAGES))
+        pv = _issue_pv(p16, p.v_smem, prev, acc)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S[j] retired; PV[j-1] still running
+        pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, p.m0, j * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        _load_block(p.k_desc, p.k_smem, p.k_bars, p.row0 + (j + STAGES) * BLOCK_N, slot, j + STAGES < p.n_blocks)
+        _load_block(p.v_desc, p.v_smem, p.v_bars, p.row0 + (j - 1 + STAGES) * BLOCK_N, prev, j - 1 + STAGES < p.n_blocks)
+        acc, p16 = _rescaled(acc, alpha, pr, dtype, row_o, p_layout)
+    _pipelined_finish(p, p16, acc, l_i, p.n_blocks - 1)
+
+
+# ---------------------------------------------------------------- two_warpgroups_loader: two consumers and a loader
+
+@aggregate
+class TwoWarpgroups:
+    """What every partition of the two-warpgroup kernel reads: descriptors; a q tile and its barrier per consumer
+    warpgroup; the K and V rings (a slot released by both consumers); the scale; the program's rows (its first row
+    in the (B*H*S, D) view, its first query row, the key blocks it reads); the shapes."""
+
+    q_desc: tma.tensor_descriptor
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    o_desc: tma.tensor_descriptor
+    q_smem: gl.shared_memory_descriptor
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    q_bars: gl.shared_memory_descriptor
+    k_ring: Ring
+    v_ring: Ring
+    qk_scale: gl.tensor
+    row0: gl.tensor
+    m0: gl.tensor
+    n_all: gl.tensor
+    HEAD_DIM: gl.constexpr
+    CAUSAL: gl.constexpr
+    BLOCK_N: gl.constexpr
+    ROWS: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, descs, smem, q_bars, k_ring, v_ring, qk_scale, rows, HEAD_DIM, CAUSAL, BLOCK_N):
+        self.q_desc, self.k_desc, self.v_desc, self.o_desc = descs
+        self.q_smem, self.k_smem, self.v_smem = smem
+        self.q_bars = q_bars
+        self.k_ring, self.v_ring = k_ring, v_ring
+        self.qk_scale = qk_scale
+        self.row0, self.m0, self.n_all = rows
+        self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.CAUSAL = gl.constexpr(CAUSAL)
+        self.BLOCK_N = gl.constexpr(BLOCK_N)
+        self.ROWS = gl.constexpr(WARPGROUP_ROWS)
+
+
+@gluon.jit
+def _consumer_rows(p, WG: gl.constexpr):
+    """Consumer warpgroup WG's rows: its first query row, the key blocks it reads, its q tile (its load issued)."""
+    m0 = p.m0 + p.ROWS * WG
+    if p.CAUSAL:
+        n_blocks = gl.cdiv(m0 + p.ROWS, p.BLOCK_N)
+    else:
+        n_blocks = p.n_all
+    q_tile = p.q_smem.index(WG)
+    q_bar = p.q_bars.index(WG)
+    mbarrier.expect(q_bar, p.q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(p.q_desc, [p.row0 + m0, 0], q_bar, q_tile)
+    return m0, n_blocks, q_tile, q_bar
+
+
+@gluon.jit
+def _consumer_state(p):
+    """A consumer's running row maxima and sums, its accumulator, and a zero scores tile (the MMA's layout)."""
+    layouts: gl.constexpr = _mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
     s_layout: gl.constexpr = layouts[0]
     o_layout: gl.constexpr = layouts[1]
-    p_layout: gl.constexpr = layouts[2]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    m0 = m0_cta + 64 * WG
-    if CAUSAL:
-        n_blocks = gl.cdiv(m0 + 64, BLOCK_N)
-    else:
-        n_blocks = n_all
-    q_tile = q_smem.index(WG)
-    q_bar = q_bars.index(WG)
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [row0 + m0, 0], q_bar, q_tile)
-    if LOADS:
-        for i in gl.static_range(STAGES):
-            _load_block(k_desc, k_smem, k_ready, row0 + i * BLOCK_N, i, i < n_all)
-            _load_block(v_desc, v_smem, v_ready, row0 + i * BLOCK_N, i, i < n_all)
+    m_i = gl.full([p.ROWS], -float("inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([p.ROWS], gl.float32, layout=row_s)
+    acc = gl.zeros([p.ROWS, p.HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([p.ROWS, p.BLOCK_N], gl.float32, layout=s_layout)
+    return m_i, l_i, acc, s_zero
 
-    m_i = gl.full([64], -float("inf"), gl.float32, layout=row_s)
-    l_i = gl.zeros([64], gl.float32, layout=row_s)
-    acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+
+@gluon.jit
+def _last_pv(p, p16, acc, last):
+    """A consumer after its key loop: the last block's p v, retired."""
+    slot = p.v_ring.wait_ready(last)
+    acc = _issue_pv(p16, p.v_smem, slot, acc)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+
+@gluon.jit
+def _ws_consumer(p, WG: gl.constexpr):
+    """Consumer warpgroup WG: rows [m0 + ROWS WG, m0 + ROWS (WG + 1)) of the program's 2 ROWS, the pv_under
+    schedule, each K and V slot released once read (the loader refills it when both consumers have)."""
+    dtype: gl.constexpr = p.q_desc.dtype
+    layouts: gl.constexpr = _mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
+    s_layout: gl.constexpr = layouts[0]
+    p_layout: gl.constexpr = layouts[2]
+    row_o: gl.constexpr = gl.SliceLayout(1, layouts[1])
+    m0, n_blocks, q_tile, q_bar = _consumer_rows(p, WG)
+    m_i, l_i, acc, s_zero = _consumer_state(p)
 
     mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    if PINGPONG:
-        mbarrier.wait(turn.index(WG), 0)
-    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
+    slot = p.k_ring.wait_ready(0)
+    s = _issue_scores(q_tile, p.k_smem, slot, s_zero)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    if LOADS:
-        mbarrier.wait(k_empty.index(0), 0, pred=STAGES < n_all)
-        _load_block(k_desc, k_smem, k_ready, row0 + STAGES * BLOCK_N, 0, STAGES < n_all)
-    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, 0, CAUSAL, 64, BLOCK_N, s_layout)
-    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    p.k_ring.release(slot)
+    pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, p.qk_scale, m0, 0, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
+    p16 = gl.convert_layout(pr.to(dtype), p_layout)
     for j in range(1, n_blocks):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-        if PINGPONG:
-            mbarrier.wait(turn.index(WG), j & 1)
-        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        pv = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - WG), count=1)
+        slot = ring_slot(j, p.k_ring.STAGES)
+        prev = ring_slot(j - 1, p.v_ring.STAGES)
+        p.k_ring.wait_ready_in(slot, j)
+        p.v_ring.wait_ready_in(prev, j - 1)
+        s = _issue_scores(q_tile, p.k_smem, slot, s_zero)
+        pv = _issue_pv(p16, p.v_smem, prev, acc)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-        mbarrier.arrive(k_empty.index(slot), count=1)
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, m0, j * BLOCK_N, CAUSAL, 64, BLOCK_N, s_layout)
+        p.k_ring.release(slot)
+        pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, p.qk_scale, m0, j * p.BLOCK_N, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-        mbarrier.arrive(v_empty.index(prev), count=1)
-        if LOADS:
-            refill_k = j + STAGES < n_all
-            mbarrier.wait(k_empty.index(slot), (j // STAGES) & 1, pred=refill_k)
-            _load_block(k_desc, k_smem, k_ready, row0 + (j + STAGES) * BLOCK_N, slot, refill_k)
-            refill_v = j - 1 + STAGES < n_all
-            mbarrier.wait(v_empty.index(prev), ((j - 1) // STAGES) & 1, pred=refill_v)
-            _load_block(v_desc, v_smem, v_ready, row0 + (j - 1 + STAGES) * BLOCK_N, prev, refill_v)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-    last = n_blocks - 1
-    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-    acc = warpgroup_mma(p16, v_smem.index(last % STAGES), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    if PINGPONG:  # warpgroup 1 has a key block more past warpgroup 0's diagonal (causal): pass it the turn
-        for _ in range(n_blocks, n_all):
-            mbarrier.arrive(turn.index(1 - WG), count=1)
-    _store_rows(acc, l_i, q_tile, o_desc, row0 + m0, row_o)
+        p.v_ring.release(prev)
+        acc, p16 = _rescaled(acc, alpha, pr, dtype, row_o, p_layout)
+    acc = _last_pv(p, p16, acc, n_blocks - 1)
+    _store_rows(acc, l_i, q_tile, p.o_desc, p.row0 + m0, row_o)
 
 
 @gluon.jit
-def _ws_loader(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, row0, n_all,
-               BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _ws_loader(p):
     """The loader partition (one warp): every K and V block of the program into the rings, a slot refilled once both
     consumer warpgroups have released it."""
-    for b in range(n_all):
-        slot = b % STAGES
-        reuse = b >= STAGES
-        mbarrier.wait(k_empty.index(slot), ((b // STAGES) - 1) & 1, pred=reuse)
-        _load_block(k_desc, k_smem, k_ready, row0 + b * BLOCK_N, slot, True)
-        mbarrier.wait(v_empty.index(slot), ((b // STAGES) - 1) & 1, pred=reuse)
-        _load_block(v_desc, v_smem, v_ready, row0 + b * BLOCK_N, slot, True)
+    for b in range(p.n_all):
+        slot = p.k_ring.wait_empty(b)
+        _load_block(p.k_desc, p.k_smem, p.k_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
+        slot = p.v_ring.wait_empty(b)
+        _load_block(p.v_desc, p.v_smem, p.v_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
 
 
 @gluon.jit
-def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                 num_warps: gl.constexpr, LOADER: gl.constexpr = False):
-    gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 rows")
-    gl.static_assert(STAGES >= 2, "every K and V block is loaded inside warpgroup 0's loop")
+def _ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Shared memory and barriers of the two-warpgroup kernel: a q tile per consumer, the K and V rings (ready: TMA's
+    bytes; empty: both consumers), and `turn`, two barriers the lab's ping-pong schedule passes its turn through
+    (unused here; allocated so that the kernel compiles as it did when the schedules were one kernel's switches)."""
     dtype: gl.constexpr = q_desc.dtype
-    row0, m0, n_all = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
-    q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [2, _WARPGROUP_ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -340,28 +426,21 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.const
         mbarrier.init(k_empty.index(i), count=2)
         mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
-    if PINGPONG:
-        mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
-    if LOADER:
-        gl.warp_specialize([
-            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
-                            LOADER, 0)),
-            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
-                            LOADER, 1)),
-            (_ws_loader, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, row0, n_all, BLOCK_N,
-                          STAGES)),
-        ], [4, 1], [232, 24])
-    else:
-        gl.warp_specialize([
-            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
-                            LOADER, 0)),
-            (_ws_consumer, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                            v_empty, turn, qk_scale, row0, m0, n_all, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG,
-                            LOADER, 1)),
-        ], [4], [240])
+    return (q_smem, k_smem, v_smem), q_bars, turn, Ring(k_ready, k_empty, STAGES), Ring(v_ready, v_empty, STAGES)
+
+
+@gluon.jit
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    gl.static_assert(BLOCK_M == 2 * _WARPGROUP_ROWS, "two consumer warpgroups")
+    gl.static_assert(STAGES >= 2, "the loader fills a slot while the consumers read another")
+    rows = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
+    smem, q_bars, turn, k_ring, v_ring = _ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM, BLOCK_N, STAGES)
+    p = TwoWarpgroups((q_desc, k_desc, v_desc, o_desc), smem, q_bars, k_ring, v_ring, qk_scale, rows, HEAD_DIM, CAUSAL,
+                      BLOCK_N)
+    # The two consumers (the default partition, and a worker of a warpgroup) and the loader (one warp).
+    gl.warp_specialize([(_ws_consumer, (p, 0)), (_ws_consumer, (p, 1)), (_ws_loader, (p,))], [4, 1],
+                       [CONSUMER_REGS, LOADER_REGS])
 
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -369,66 +448,63 @@ _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 @functools.cache
 def _shared_layout(rows: int, head_dim: int, dtype: Any) -> Any:
-    """The shared-memory layout of a (rows, head_dim) tile of q, k, v or o, computed once per shape (each
-    get_default_for call costs about 9 us of host time a launch: H100 host, 2026-11-24)."""
+    """The shared-memory layout of a (rows, head_dim) tile of q, k, v or o, computed once per shape (get_default_for
+    costs host time at every launch: docs/results/timing.md)."""
     return gl.NVMMASharedLayout.get_default_for([rows, head_dim], dtype)
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, out: torch.Tensor | None = None,
-                    *, config: dict[str, int] | None = None, schedule: str | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous 16-bit tensors, on a Hopper GPU.
-
-    schedule (the kernel's choice() for the head dim and mask when None): "pv_under", each block's softmax under the
-    previous block's p v in one warpgroup; "lookahead", under the next block's q k^T; "two_warpgroups", 128-row
-    blocks on two consumer warpgroups (Gluon's warp_specialize), each running pv_under on its 64 rows, sharing one
-    K and V ring that the first refills once both have released a slot; "pingpong", the same with the two taking
-    turns to issue their MMAs (FlashAttention-3's ping-pong, through an mbarrier token); "two_warpgroups_loader", the
-    two with a one-warp partition of its own issuing every load (FlashAttention-3's producer). config: BLOCK_M, BLOCK_N,
-    num_warps, num_stages (the K and V rings' slots), as attention.flash_attention takes it; the two-warpgroup
-    schedules take BLOCK_M 128 and num_warps 8."""
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """Refuse what the kernels cannot run (with the reason); the output tensor to write."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         raise ValueError("q, k, v must be contiguous")
     if q.dtype not in _GL_DTYPES or not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must be bf16 or fp16, one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    B, H, S, D = q.shape
-    if (D, causal) not in CHOICE:
-        raise ValueError(f"head dim {D} not supported ({', '.join(sorted({str(d) for d, _ in CHOICE}))})")
-    own_schedule, own_tile = choice(D, causal)
-    schedule = schedule or own_schedule
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-    warp_specialized = schedule in WARP_SPECIALIZED_SCHEDULES
-    chosen = config or own_tile
-    block_m, block_n, warps, stages = (chosen.get(key) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
-    if (not all(isinstance(x, int) for x in (block_m, block_n, warps, stages)) or block_m != 16 * warps
-            or S % block_m or S % block_n or stages < 2 or (warp_specialized and block_m != 128)):
-        raise ValueError(f"config {chosen}: BLOCK_M must be 16 rows a warp and divide S ({S}), BLOCK_N divide S; "
-                         f"num_stages at least 2; the two-warpgroup schedules take BLOCK_M 128 (8 warps)")
+    if (q.shape[-1], False) not in CHOICE:
+        raise ValueError(f"head dim {q.shape[-1]} not supported ({', '.join(sorted({str(d) for d, _ in CHOICE}))})")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous()):
         raise ValueError("out must be contiguous and match q in shape and dtype")
-    o = out if out is not None else torch.empty_like(q)
+    return out if out is not None else torch.empty_like(q)
+
+
+def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, q_rows: int, block_n: int) -> list[Any]:
+    """TMA descriptors of q, k, v, o seen as (B * H * S, D): q and o by tiles of q_rows, k and v of block_n."""
+    B, H, S, D = q.shape
     dtype = _GL_DTYPES[q.dtype]
-    descs = []
-    q_rows = 64 if warp_specialized else block_m  # each consumer warpgroup loads and stores its own 64 rows
-    for t, rows in ((q, q_rows), (k, block_n), (v, block_n), (o, q_rows)):
-        layout = _shared_layout(rows, D, dtype)
-        descs.append(TensorDescriptor.from_tensor(t.view(B * H * S, D), [rows, D], layout))
-    qk_scale = 1.4426950408889634 / math.sqrt(D)  # log2(e) / sqrt(D): exp2 of scaled scores
-    if warp_specialized:
-        _attn_fwd_ws[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
-                                            BLOCK_N=block_n, STAGES=stages, PINGPONG=schedule == "pingpong",
-                                            LOADER=schedule == "two_warpgroups_loader", num_warps=4)
-        return o
-    _attn_fwd_pipelined[(S // block_m, B * H)](*descs, qk_scale, S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m,
-                                               BLOCK_N=block_n, STAGES=stages, LOOKAHEAD=schedule == "lookahead",
-                                               num_warps=warps)
+    return [TensorDescriptor.from_tensor(t.view(B * H * S, D), [rows, D], _shared_layout(rows, D, dtype))
+            for t, rows in ((q, q_rows), (k, block_n), (v, block_n), (o, q_rows))]
+
+
+def qk_scale(head_dim: int) -> float:
+    """log2(e) / sqrt(D): the scores' scale, for exp2."""
+    return LOG2E / math.sqrt(head_dim)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) [+ causal mask]) v for (B, H, S, D) contiguous 16-bit tensors, on a Hopper GPU, in the
+    kernel's own schedule and tile for the head dim and mask (choice()); S a multiple of the tile."""
+    o = check_inputs(q, k, v, out)
+    B, H, S, D = q.shape
+    schedule, tile = choice(D, causal)
+    block_m, block_n, warps, stages = (tile[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+    if S % block_m or S % block_n:
+        raise ValueError(f"sequence length {S} must be a multiple of the tile ({block_m} x {block_n})")
+    grid = (S // block_m, B * H)
+    if schedule == "two_warpgroups_loader":  # each consumer warpgroup loads and stores its own rows
+        descs = descriptors(q, k, v, o, WARPGROUP_ROWS, block_n)
+        _attn_fwd_ws[grid](*descs, qk_scale(D), S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
+                           STAGES=stages, num_warps=4)
+    else:
+        descs = descriptors(q, k, v, o, block_m, block_n)
+        _attn_fwd_pipelined[grid](*descs, qk_scale(D), S, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
+                                  STAGES=stages, num_warps=warps)
     return o
 
 
 def signature(head_dim: int, block_m: int, block_n: int, dtype: Any = gl.bfloat16) -> dict[str, str]:
-    """The kernel's argument types for compiling it without tensors (tests, tools/codegen_probe.py)."""
+    """The kernel's argument types for compiling it without tensors (perftests/support/gluon_build.py, the lab)."""
     types = {}
     for name, rows in (("q_desc", block_m), ("k_desc", block_n), ("v_desc", block_n), ("o_desc", block_m)):
         layout = _shared_layout(rows, head_dim, dtype)

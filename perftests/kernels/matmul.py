@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRETING, best_config, run_config  # noqa: F401 (best_config re-exported for the tests)
+from .common import INTERPRETING, best_config  # noqa: F401 (best_config re-exported for the tests)
 
 ACTIVATIONS = (None, "gelu_tanh")
 
@@ -40,9 +40,8 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
     ]
     if pre_hook is None:
         # The tiled kernel: 128x256x64 loses to 256x128x64 under the gate's conditions (L2 flushed per call) but
-        # sometimes wins the autotuner's race. H100, 2026-11-23: bias+GELU 8192^3 ran at 0.782x of eager with
-        # 256x128 and 0.685x with 128x256, the config changing between two runs; every other tiled 16-bit case
-        # of both runs chose 256x128. Left out, so the case measures the kernel, not the autotuner's coin.
+        # sometimes wins the autotuner's race, and the case then changes config between runs. Left out, so the case
+        # measures the kernel, not the autotuner's coin (docs/results/timing.md).
         shapes = [shape for shape in shapes if shape != (128, 256, 64, 3, 8)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w, pre_hook=pre_hook)
@@ -52,8 +51,8 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
 
 def _prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
     """16-bit operands: 64-deep K tiles only (128-deep ones overflow shared memory on the wide tiles).
-    8-bit operands: 128-deep K tiles only; every fp8 case of the 2026-11-22 H100 runs (4096^3 and 8192^3, both
-    kernels, both accumulation modes) chose one, and pruning the rest halves fp8 autotuning time."""
+    8-bit operands: 128-deep K tiles only: every fp8 case chose one when all were raced (the H100's runs:
+    docs/results/triton-suite.md), and the race is half as long without the rest."""
     if INTERPRETING:
         return configs
     x = named_args["x_ptr"] if "x_ptr" in named_args else named_args["x_desc"].base
@@ -211,7 +210,40 @@ def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
     nargs["y_desc"].block_shape = [bm, bn]
 
 
-@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE"],
+@triton.jit
+def _tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  GROUP_M: tl.constexpr):
+    """The first row and column of output tile tile_id in grouped order: GROUP_M row-tiles share each column-tile
+    while it is hot in L2."""
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
+def _k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K: tl.constexpr):
+    """K tile ki of x's rows and w's columns of one output tile, by TMA: the copy engine fills shared memory; edges
+    are zero-filled."""
+    x = x_desc.load([off_m, ki * BLOCK_K])
+    w = w_desc.load([off_n, ki * BLOCK_K])
+    return x, w
+
+
+@triton.jit
+def _store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+                    HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE)
+    y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
+
+
+@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS],
                  prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _matmul_tma_persistent_kernel(
@@ -219,7 +251,6 @@ def _matmul_tma_persistent_kernel(
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
     FP8_PRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
-    PROMOTE_TILES: tl.constexpr = 1, WARP_SPECIALIZE: tl.constexpr = False,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -227,44 +258,40 @@ def _matmul_tma_persistent_kernel(
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
     # One program per SM walks the output tiles with a stride of NUM_SMS: no tail wave, no launch per tile.
-    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WARP_SPECIALIZE):
-        group_id = tile_id // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_size_m)
-        pid_n = (tile_id % num_pid_in_group) // group_size_m
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS):
+        off_m, off_n = _tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if PROMOTE_TILES > 1:
-            # The MMAs accumulate PROMOTE_TILES K tiles in their own precision (reduced, for fp8), then the partial
-            # sum is added into the fp32 accumulator: a promotion every PROMOTE_TILES * BLOCK_K products.
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
-            x = x_desc.load([off_m, ki * BLOCK_K])  # TMA: the copy engine fills shared memory; edges are zero-filled
-            w = w_desc.load([off_n, ki * BLOCK_K])
-            if PROMOTE_TILES > 1:
-                part = tl.dot(x, w.T, part)
-                if ki % PROMOTE_TILES == PROMOTE_TILES - 1:
-                    acc += part
-                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            elif FP8_PRECISE:
+            x, w = _k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
+            if FP8_PRECISE:
                 acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
             else:
                 acc = tl.dot(x, w.T, acc)
-        if PROMOTE_TILES > 1:
-            acc += part
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
-                        HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE)
-        y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
+        _store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+                    HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE, BLOCK_M, BLOCK_N)
 
 
 def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4  # the interpreter: a few programs, so the persistent loop runs more than once
+
+
+def tma_arguments(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
+    scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, row_scale: torch.Tensor | None,
+    out_dtype: torch.dtype | None, out: torch.Tensor | None, fp8_fast_accum: bool,
+) -> tuple[torch.Tensor, tuple[Any, ...], dict[str, Any]]:
+    """The persistent kernel's output, its positional arguments (descriptors, epilogue pointers, M, N, K) and its
+    epilogue flags, the operands checked."""
+    M, N, K = _check_operands(x, w)
+    y = _output(x, M, N, out, out_dtype)
+    if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
+        raise ValueError("TMA needs 16-byte aligned rows: K and N times the item size must be multiples of 16")
+    pointers, flags = _epilogue_args(x, y, bias, activation, scale_x, scale_w, row_scale, fp8_fast_accum)
+    # Block shapes are placeholders; the autotuner's pre_hook sets them per config.
+    descs = tuple(TensorDescriptor.from_tensor(t, [32, 32]) for t in (x, w, y))
+    return y, (*descs, *pointers, M, N, K), flags
 
 
 def matmul_tma_persistent(
@@ -279,39 +306,15 @@ def matmul_tma_persistent(
     out_dtype: torch.dtype | None = None,
     out: torch.Tensor | None = None,
     fp8_fast_accum: bool = False,
-    promote_every: int = 1,
-    warp_specialize: bool = False,
-    blocks_per_sm: int = 1,
-    config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
-    """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper).
-
-    Experiments of tools/vendor_gap_probe.py, off by default: promote_every=n > 1 adds the MMAs' partial sums into
-    the fp32 accumulator every n K tiles instead of every tile (a precision trade for fp8: n * BLOCK_K products
-    in the MMAs' reduced precision); warp_specialize=True asks Triton to split the tile loop into producer (TMA)
-    and consumer (MMA) warps; blocks_per_sm=n launches n persistent programs an SM (with a tile small enough for n
-    to fit, one program's promotion adds can run under another's MMAs); config= runs one of the autotuner's
-    configs (as best_config() gives it) without the race."""
-    if promote_every < 1:
-        raise ValueError(f"promote_every must be a positive number of K tiles, got {promote_every}")
-    if blocks_per_sm < 1:
-        raise ValueError(f"blocks_per_sm must be a positive number of programs an SM, got {blocks_per_sm}")
-    M, N, K = _check_operands(x, w)
-    y = _output(x, M, N, out, out_dtype)
-    if (K * x.element_size()) % 16 or (N * y.element_size()) % 16:
-        raise ValueError("TMA needs 16-byte aligned rows: K and N times the item size must be multiples of 16")
-    pointers, flags = _epilogue_args(x, y, bias, activation, scale_x, scale_w, row_scale, fp8_fast_accum)
-    # Block shapes are placeholders; the autotuner's pre_hook sets them per config.
-    x_desc = TensorDescriptor.from_tensor(x, [32, 32])
-    w_desc = TensorDescriptor.from_tensor(w, [32, 32])
-    y_desc = TensorDescriptor.from_tensor(y, [32, 32])
-    sms = num_sms(x.device) * blocks_per_sm  # persistent programs: the grid, and the stride of their tile loop
+    """matmul() with TMA descriptors and a persistent grid of one program per SM (Hopper). Its variants (other
+    promotion intervals, warp specialization, programs an SM, one config without the race) are
+    lab/matmul_variants.py's."""
+    y, args, flags = tma_arguments(x, w, bias, activation, scale_x, scale_w, row_scale, out_dtype, out, fp8_fast_accum)
+    M, N = y.shape
+    sms = num_sms(x.device)  # persistent programs: the grid, and the stride of their tile loop
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    switches = dict(**flags, NUM_SMS=sms, PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
-    if config is None:
-        _matmul_tma_persistent_kernel[grid](x_desc, w_desc, y_desc, *pointers, M, N, K, **switches)
-    else:
-        run_config(_matmul_tma_persistent_kernel, grid, config, x_desc, w_desc, y_desc, *pointers, M, N, K, **switches)
+    _matmul_tma_persistent_kernel[grid](*args, **flags, NUM_SMS=sms)
     return y
 
 

@@ -18,12 +18,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Compile seconds gate at 100%: a doubling fails. Measured on the H100 (2026-11-23): the same compile pass ran up to
-# 1.96x slower in the first process of a fresh machine than in a calibrating process on a warm one (the buckets pass
-# 4.79 s and 5.04 s in two blessing processes, 9.37 s on a fresh machine; the whole-model pass 7.59 / 10.15 / 13.64 s;
-# every compile-seconds metric 10-96% slower there), and at 50% a bless on a warm machine failed the next fresh one.
-# Recompilation loops and lost caches, what these metrics exist to catch, cost 2x and more. Counts (compiles, graph
-# breaks) stay exact.
+# Compile seconds gate at 100%: a doubling fails. The first process of a fresh machine compiles much slower than a
+# calibrating process on a warm one, and a tighter tolerance blessed on a warm machine failed the next fresh one (the
+# H100's compile cases: docs/results/calibration.md). Recompilation loops and lost caches, what these metrics exist
+# to catch, cost 2x and more. Counts (compiles, graph breaks) stay exact.
 COMPILE_TIME_TOLERANCE = 1.0
 
 
@@ -94,8 +92,8 @@ def warm_compiler(device: str) -> None:
     """Compile and run a small function once per process and device, before any compile is timed.
 
     The first compile in a process also pays the compiler's one-time start (imports, its worker pool, the device's
-    code generation): H100, 2026-11-23, the whole-model compile pass of test_compile_regional read 17.3 s run alone
-    against 9.6 s blessed after other tests. Gated compile seconds are the case's own.
+    code generation), which would otherwise land in whichever case compiles first (the H100's compile cases:
+    docs/results/gate-runs.md). Gated compile seconds are the case's own.
     """
     if device in _warmed:
         return

@@ -1,5 +1,5 @@
 """The elementwise cases' workload (dtypes, inputs, reference/optimized pairs), shared by test_triton_elementwise.py
-and tools/stability.py, which times the same callables with triton.testing.do_bench."""
+and lab/stability.py, which times the same callables with triton.testing.do_bench."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def traffic(x: torch.Tensor) -> int:
 
 
 def pair(kind: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Callable[[], Any], Callable[[], Any], int]:
-    """(reference, optimized, bytes) as zero-argument callables on x and y: what tools/stability.py times with
+    """(reference, optimized, bytes) as zero-argument callables on x and y: what lab/stability.py times with
     do_bench beside the gate, which calls sides() on rotated input sets."""
     reference, optimized = sides(kind)
     return (lambda: reference(x, y)), (lambda: optimized(x, y)), traffic(x)

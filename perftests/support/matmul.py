@@ -1,5 +1,5 @@
 """The matmul cases' operands, per-tensor e4m3 quantization and torch._scaled_mm references, shared by
-test_triton_matmul.py and tools/graph_experiment.py."""
+test_triton_matmul.py and lab/graph_experiment.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 warm-up, a barrier before each call, median of 30 calls, the slowest rank's median), next to NCCL's bf16
 all-reduce and the raw collectives at the same byte counts.
 
-    python tools/allreduce_breakdown.py [--mb 256] [--world N] [--pieces 1 2 4 8] [--profile DIR]
+    python lab/allreduce_breakdown.py [--mb 256] [--world N] [--pieces 1 2 4 8] [--profile DIR]
     (on a machine with N >= 2 GPUs)
 
 Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds. With --profile, each piece
@@ -142,7 +142,7 @@ def main() -> None:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     kwargs = {"numel": args.mb * 2**20 // 2, "pieces": args.pieces, "profile_dir": str(args.profile.resolve()) if args.profile else None}
-    results = run_ranks("tools.allreduce_breakdown:stages", args.world, kwargs, timeout_s=300)
+    results = run_ranks("lab.allreduce_breakdown:stages", args.world, kwargs, timeout_s=300)
     result = results[0]
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

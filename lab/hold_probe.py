@@ -1,7 +1,7 @@
 """A/B in one process (GPU only): time_each with the device hold, without it, and without it on the old flush
 (a stream context and wait_stream per call), alternated 3 times per side; then the profiled events and busy time.
 
-Usage: python tools/hold_probe.py (from the repository root). The table in docs/NOTES.md (H100, 2026-11-23)
+Usage: python lab/hold_probe.py (from the repository root). The table in docs/NOTES.md (H100, 2026-11-23)
 came from it.
 """
 import json

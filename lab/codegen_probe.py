@@ -2,11 +2,11 @@
 kernel or the persistent fp8 matmul at one config and switch setting, compiled for sm_90 with Triton's own stages
 (make_ir, ttir, ttgir, llir, ptx) and the ptxas Triton ships.
 
-Usage: python tools/codegen_probe.py attention [--head-dim 128] [--causal] [--block 128x128] [--warps 8] [--stages 3]
-       python tools/codegen_probe.py attention-gluon [--head-dim 128] [--causal] [--block 64x64] [--warps 4] [--stages 2]
+Usage: python lab/codegen_probe.py attention [--head-dim 128] [--causal] [--block 128x128] [--warps 8] [--stages 3]
+       python lab/codegen_probe.py attention-gluon [--head-dim 128] [--causal] [--block 64x64] [--warps 4] [--stages 2]
            [--switch LOOKAHEAD=1 | --switch WARP_SPECIALIZED=1 [--switch PINGPONG=1]] (--block 128x128 --warps 8)
-       python tools/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
-       python tools/codegen_probe.py fp8-matmul-gluon [--stages 3] [--switch QUARTERS=1] [--switch LOADER=1]
+       python lab/codegen_probe.py fp8-matmul [--block 256x128x128] [--warps 8] [--stages 3]
+       python lab/codegen_probe.py fp8-matmul-gluon [--stages 3] [--switch QUARTERS=1] [--switch LOADER=1]
        [--switch PERSISTENT=1]
        ... [--switch NAME=0|1|N ...] (a constexpr switch: FOLD=1, PROMOTE_TILES=4, WARP_SPECIALIZE=1, FP8_PRECISE=0)
 Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot async`, `wait pendings=N`, loop
@@ -19,7 +19,6 @@ serialized for that reason). docs/NOTES.md (2026-11-23, fifth session) reads the
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,104 +26,71 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from perftests.support.gluon_build import compile_to, dot_ops, ptxas_report  # noqa: E402
+
 
 def attention(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
               switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
-    """The flash kernel (bf16) at one config, compiled up to `last` (compile_to)."""
-    from perftests.kernels import attention as attn
+    """The flash kernel (bf16) at one config, compiled up to `last` (compile_to); the switches are those of
+    lab/attention_variants.py (none: the suite's kernel)."""
+    from lab import attention_variants
 
     desc = {"q_desc": block_m, "o_desc": block_m, "k_desc": block_n, "v_desc": block_n}
     signature = {name: f"tensordesc<bf16[{rows},{head_dim}]>" for name, rows in desc.items()}
     signature.update(sm_scale="fp32", S="i32")
     constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, **switches}
-    return compile_to(attn._attn_fwd_kernel.fn, signature, constants, warps, stages, last)
+    return compile_to(attention_variants._attn_fwd_variant.fn, signature, constants, warps, stages, last)
 
 
 def fp8_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, switches: dict[str, Any],
                last: str = "ttgir") -> dict[str, Any]:
     """The persistent TMA matmul with fp8 (e4m3) operands, per-tensor scales and a bf16 output, at one config;
-    FP8_PRECISE (promotion every K tile) unless a switch says otherwise."""
-    from perftests.kernels import matmul as mm
+    FP8_PRECISE (promotion every K tile) unless a switch says otherwise; the other switches are those of
+    lab/matmul_variants.py (none: the suite's kernel)."""
+    from lab import matmul_variants
 
     signature = {"x_desc": f"tensordesc<fp8e4nv[{block_m},{block_k}]>", "w_desc": f"tensordesc<fp8e4nv[{block_n},{block_k}]>",
                  "y_desc": f"tensordesc<bf16[{block_m},{block_n}]>", "bias_ptr": "*bf16", "scale_x_ptr": "*fp32",
                  "scale_w_ptr": "*fp32", "row_scale_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
     constants = {"HAS_BIAS": False, "ACTIVATION": None, "HAS_SCALE": True, "HAS_ROW_SCALE": False, "FP8_PRECISE": True,
                  "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "NUM_SMS": 132, **switches}
-    return compile_to(mm._matmul_tma_persistent_kernel.fn, signature, constants, warps, stages, last)
+    return compile_to(matmul_variants._matmul_tma_persistent_variant.fn, signature, constants, warps, stages, last)
 
 
 def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, warps: int, stages: int,
                     switches: dict[str, Any], last: str = "ttgir") -> dict[str, Any]:
-    """The Gluon flash kernel (bf16, perftests/kernels/attention_gluon.py) at one tile; `stages` is its K and V
-    rings' slots. Switches: LOOKAHEAD=1 (block j's softmax under block j+1's q k^T instead of block j-1's p v);
-    WARP_SPECIALIZED=1, the two-consumer-warpgroup kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking,
-    LOADER=1 its one-warp loader partition."""
+    """The Gluon flash kernel (bf16) at one tile and schedule (perftests/kernels/attention_gluon.py's, and
+    lab/attention_gluon_schedules.py's); `stages` is its K and V rings' slots. Switches: LOOKAHEAD=1 (block j's
+    softmax under block j+1's q k^T instead of block j-1's p v); WARP_SPECIALIZED=1, the two-consumer-warpgroup
+    kernel (BLOCK_M 128, `warps` 8), PINGPONG=1 its turn-taking, LOADER=1 its one-warp loader partition."""
+    from lab import attention_gluon_schedules as schedules
     from perftests.kernels import attention_gluon as ag
 
     switches = dict(switches)
+    unknown = set(switches) - {"LOOKAHEAD", "WARP_SPECIALIZED", "PINGPONG", "LOADER"}
+    if unknown:
+        raise ValueError(f"the Gluon flash kernel has no constexpr {sorted(unknown)}")
+    shape = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages}
     if switches.pop("WARP_SPECIALIZED", False):
-        constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
-                     "PINGPONG": False, "LOADER": False, "num_warps": 4, **switches}
-        return compile_to(ag._attn_fwd_ws, ag.signature(head_dim, 64, block_n), constants, 4, 1, last)
-    constants = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages,
-                 "LOOKAHEAD": False, "num_warps": warps, **switches}
-    return compile_to(ag._attn_fwd_pipelined, ag.signature(head_dim, block_m, block_n), constants, warps, 1, last)
+        constants = {**shape, "PINGPONG": False, "LOADER": False, **switches}
+        return compile_to(schedules._attn_fwd_ws_schedule, ag.signature(head_dim, ag.WARPGROUP_ROWS, block_n), constants,
+                          4, 1, last)
+    kernel = schedules._attn_fwd_lookahead if switches.pop("LOOKAHEAD", False) else ag._attn_fwd_pipelined
+    return compile_to(kernel, ag.signature(head_dim, block_m, block_n), {**shape, "num_warps": warps, **switches},
+                      warps, 1, last)
 
 
 def fp8_matmul_gluon(stages: int, last: str = "ttgir", quarters: bool = False, loader: bool = False,
                      persistent: bool = False) -> dict[str, Any]:
-    """The Gluon fp8 matmul (perftests/kernels/matmul_gluon.py: 128 x 256 x 128, two consumer warpgroups, precise
-    accumulation) with `stages` ring slots, its K tiles as two MMA halves or (quarters) four quarters, with or
-    without its loader partition, one output tile a program or (persistent, with the loader) a loop over tiles."""
+    """The Gluon fp8 matmul (128 x 256 x 128, two consumer warpgroups, precise accumulation) in any of its forms
+    (lab/matmul_gluon_forms.py; the suite's own: halves, the loader, persistent) with `stages` ring slots: its K
+    tiles as two MMA halves or (quarters) four quarters, with or without its loader partition, one output tile a
+    program or (persistent, with the loader) a loop over tiles."""
+    from lab import matmul_gluon_forms
     from perftests.kernels import matmul_gluon as mg
 
-    return compile_to(mg._fp8_matmul_kernel, mg.signature(), {"STAGES": stages, "GROUP_M": 8, "QUARTERS": quarters,
-                      "LOADER": loader, "PERSISTENT": persistent}, 4, 1, last)
-
-
-def compile_to(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int,
-               last: str) -> dict[str, Any]:
-    """Compile through Triton's stages up to `last` ("ttgir" or "ptx") for sm_90, on any machine. Returns each
-    stage's text by its name, and "shared": the dynamic shared memory in bytes (Triton's metadata; 0 before llir)."""
-    from triton._C.libtriton import ir
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
-    from triton.compiler.compiler import ASTSource
-
-    unknown = set(constants) - set(fn.arg_names)
-    if unknown:
-        raise ValueError(f"the kernel has no constexpr {sorted(unknown)}; its arguments: {fn.arg_names}")
-    constants = dict(constants)
-    signature = dict(signature)
-    for name in fn.arg_names:
-        if name not in signature:
-            signature[name] = "constexpr"
-            constants.setdefault(name, fn.params[fn.arg_names.index(name)].default)
-    if fn.is_gluon():  # a Gluon kernel states its layouts: its source starts at TTGIR
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
-    source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
-    target = GPUTarget("cuda", 90, 32)
-    backend = CUDABackend(target)
-    options = backend.parse_options({"num_warps": warps, "num_stages": stages})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
-                            context)
-    stages_: dict[str, Any] = {}
-    backend.add_stages(stages_, options, source.language)
-    metadata: dict[str, Any] = {}
-    order = ["ttir", "ttgir", "llir", "ptx"]
-    found: dict[str, Any] = {}
-    for stage in order[:order.index(last) + 1]:
-        if stage not in stages_:  # Gluon: no TTIR stage, its source is TTGIR already
-            found[stage] = str(module)
-            continue
-        module = stages_[stage](module, metadata)
-        found[stage] = str(module)
-    return {**found, "shared": int(metadata.get("shared", 0))}
+    constants = {"STAGES": stages, "GROUP_M": mg.GROUP_M, "QUARTERS": quarters, "LOADER": loader, "PERSISTENT": persistent}
+    return compile_to(matmul_gluon_forms._fp8_matmul_form, mg.signature(), constants, 4, 1, last)
 
 
 SM90_REGISTERS, SM90_SHARED, SM90_CTA_RESERVED, SM90_MAX_CTAS = 65536, 228 * 1024, 1024, 32
@@ -139,53 +105,6 @@ def occupancy(registers: int, warps: int, shared_bytes: int) -> dict[str, int]:
     by_shared = SM90_SHARED // (shared_bytes + SM90_CTA_RESERVED)
     return {"blocks_by_registers": by_registers, "blocks_by_shared": by_shared,
             "blocks_per_sm": min(by_registers, by_shared, SM90_MAX_CTAS)}
-
-
-def ptxas_report(ptx: str) -> dict[str, Any]:
-    """Registers, spill bytes and performance notes (C75xx) of ptxas -v for sm_90a, with the ptxas Triton compiles
-    with."""
-    import subprocess
-    import tempfile
-
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    ptxas = get_ptxas(90).path  # Triton's own choice: TRITON_PTXAS_PATH, else the one it ships
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "kernel.ptx"
-        src.write_text(ptx)
-        done = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", str(Path(tmp) / "kernel.cubin"), str(src)],
-                              capture_output=True, text=True, timeout=300)
-    log = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {log[-1000:]}")
-    regs = re.search(r"Used (\d+) registers", log)
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    notes = sorted({m.group(1) + ": " + m.group(2).strip() for m in re.finditer(r"\((C75\d\d)\) ([^\n]*?)(?: in (?:the )?function.*)?$", log, re.M)})
-    return {"registers": int(regs.group(1)) if regs else None,
-            "spill_stores": int(spills.group(1)) if spills else None,
-            "spill_loads": int(spills.group(2)) if spills else None,
-            "notes": notes}
-
-
-def dot_ops(ttgir: str) -> list[str]:
-    """The warpgroup MMA ops and their waits, in program order, with loop boundaries: `dot async` / `dot` and
-    `wait pendings=N`, `for {` / `}` (an scf.for's body)."""
-    ops: list[str] = []
-    depth_marks: list[int] = []
-    for line in ttgir.splitlines():
-        text = line.strip()
-        if " = scf.for " in text:
-            ops.append("for {")
-            depth_marks.append(len(line) - len(line.lstrip()))
-        elif text.startswith("}") and depth_marks and len(line) - len(line.lstrip()) == depth_marks[-1]:
-            ops.append("}")
-            depth_marks.pop()
-        elif "ttng.warp_group_dot_wait" in text:
-            pendings = re.search(r"pendings = (\d+)", text)
-            ops.append(f"wait pendings={pendings.group(1) if pendings else '?'}")
-        elif "ttng.warp_group_dot " in text or "ttng.warp_group_dot\t" in text:
-            ops.append("dot async" if "isAsync = true" in text else "dot")
-    return ops
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Fault drill (GPU): five perf cases, three of which fault (an illegal memory access, a kernel that never finishes,
 an out-of-memory), run serially and under xdist with pytest-timeout, to show what the gate does after each.
 
-Usage: python tools/fault_drill.py [--timeout 30] [--limit 300] [--keep DIR]     (one command, on a GPU machine)
-       python tools/fault_drill.py --cpu                                          (dry: writes the project, collects it)
+Usage: python lab/fault_drill.py [--timeout 30] [--limit 300] [--keep DIR]     (one command, on a GPU machine)
+       python lab/fault_drill.py --cpu                                          (dry: writes the project, collects it)
 
 Writes a small pytest project into a temporary folder and runs pytest on it, printing each run's command, exit code,
 time and output tail, then whether each expectation held. Runs:
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = '''
-"""The fault drill's cases (written by tools/fault_drill.py)."""
+"""The fault drill's cases (written by lab/fault_drill.py)."""
 import torch
 import triton
 import triton.language as tl

@@ -1,6 +1,6 @@
 """Run the gate N times and set its speedups beside triton.testing.do_bench's for the same callables (GPU only).
 
-Usage: python tools/stability.py --runs 5 --out DIR [-- extra pytest args]
+Usage: python lab/stability.py --runs 5 --out DIR [-- extra pytest args]
 Writes DIR/runs.json (every run's report) and prints a table: per case, the gate's median speedup over
 the runs, their spread ((max - min) / median), the widest 95% half-width, and do_bench's ratio.
 """

@@ -5,7 +5,7 @@ alternated over rounds. Per variant: its autotuned config, registers, spills and
 (fp8: relative L2 against the exact product of the same fp8 operands, beside the vendor's; attention: the largest
 difference from SDPA). A variant that fails to compile or to match is reported and left out of the timing.
 
-Usage: python tools/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
+Usage: python lab/vendor_gap_probe.py [--only fp8|attention] [--rounds 5] [--json PATH] [--no-graph] [--sweep]
        [--shapes 8192-128-full ...] [--residency] [--gluon [PART ...]] [--variants default no_softmax ...]
        [--sustained SECONDS]
 Each side is replayed from a CUDA graph unless --no-graph (what is compared is the kernels, not their launches: the
@@ -14,16 +14,17 @@ in a new random order every round. --sweep adds the default variant at each cand
 (config= runs one without the race: fp8, the autotuner's configs and two of 64x128 tiles; attention, the kernel's
 one tile, the tiles its autotuner used to race and a few more): is the kernel's pick the one the gate would time
 fastest? Attention also times SDPA's FlashAttention-2 backend (`sdpa_flash`), the build inside PyTorch, beside its
-default (cuDNN on the H100). The variants are the kernels' experiment switches (`matmul_tma_persistent(promote_every=,
-warp_specialize=, blocks_per_sm=)`, `flash_attention(fold=, heavy_first=, warp_specialize=)`): fp8's are off in the
-suite; attention's fold and heavy_first are on since the H100 measured them, and `unfolded` times the kernel without
-them. `no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax,
-what the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
+default (cuDNN on the H100). The variants are the lab's forms of the suite's kernels (lab/matmul_variants.py's
+`matmul_tma_persistent(promote_every=, warp_specialize=, blocks_per_sm=)`, lab/attention_variants.py's
+`flash_attention(fold=, heavy_first=, warp_specialize=, ...)`; each at its defaults is the suite's kernel, `default`):
+attention's fold and heavy_first are the suite kernel's form, and `unfolded` times the kernel without them.
+`no_softmax` (a diagnostic, timed but never checked: wrong by design) is the kernel's loop without its softmax, what
+the MMAs and loads take alone. --residency traces each attention side of the kernel once (every program's
 start, end and SM) and reports the thread blocks an SM held while programs were waiting to launch, beside the number
 its registers and shared memory allow: achieved occupancy in blocks, which the device machines have no profiler to
 report. --shapes limits attention to some shapes, --variants the Triton kernel's variants. --gluon adds the Gluon
 kernels: for fp8 perftests/kernels/matmul_gluon.py (one warpgroup's promotion adds under the other's MMAs), for
-attention perftests/kernels/attention_gluon.py (each block's softmax under one of the tensor cores' MMAs) at each of
+attention lab/attention_gluon_schedules.py (each block's softmax under one of the tensor cores' MMAs) at each of
 its tiles and schedules, or those whose side name contains one of the PARTs given. --sustained also runs each side
 alone, back to back for SECONDS as a training loop would (CUDA graphs of a batch of calls, no L2 flush), and reports
 its time a call there, its energy a call (NVML's counter), the SM clock and the share of the time the power cap held
@@ -53,7 +54,7 @@ FP8_VARIANTS: dict[str, dict[str, Any]] = {
     "warp_specialize": {"warp_specialize": True},
     "two_blocks_per_sm": {"blocks_per_sm": 2},
 }
-# warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (tools/codegen_probe.py): kept as an
+# warp_specialize compiles to the default's PTX on sm_90 with Triton 3.6 and 3.7 (lab/codegen_probe.py): kept as an
 # A/A control, what two sides with nothing changed differ by in this run.
 FP8_SWEPT = ("default", "two_blocks_per_sm")  # --sweep: every config of these, and the extra ones below
 # 64x128x128 at 4 warps: 153 registers and 96-112 KiB of shared memory, so 2 programs fit an SM (codegen_probe), and
@@ -76,8 +77,8 @@ ATTENTION_VARIANTS: dict[str, dict[str, Any]] = {
 # alone (flash_attention(softmax=False): same waits, registers and barriers in the PTX, no softmax between), so
 # default minus no_softmax is what the softmax adds to each key block that the MMAs do not hide.
 ATTENTION_DIAGNOSTICS: dict[str, dict[str, Any]] = {"no_softmax": {"softmax": False}}
-# --sweep: the default variant at every candidate tile (attn.tile_configs(), the autotuner's old race) and at these
-# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (tools/codegen_probe.py: the
+# --sweep: the default variant at every candidate tile (attention_variants.tile_configs(), the autotuner's old race) and at these
+# too: fewer stages or narrower key blocks, so that more blocks fit on an SM at D=128 (lab/codegen_probe.py: the
 # race's D=128 tiles hold 1-2 blocks an SM, 64x64 at D=64 holds 3-4). 64x64 at one stage (no prefetch of the next
 # key block: 48 KiB at D=128, so 3 blocks an SM by registers) asks whether residency buys more than the pipeline.
 ATTENTION_EXTRA_CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
@@ -230,9 +231,9 @@ def energy_row(calls: int, batches_ms: Sequence[float], joules: float | None, wa
 
 def resources(tuner: Any, constants: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config a side ran (the autotuner's last choice, or the one it was given) and what its compiled kernel
-    holds (tools/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
+    holds (lab/inspect_kernels.py), the variant's constexpr switches telling apart kernels of one config."""
+    from lab.inspect_kernels import compiled_for
     from perftests.kernels.common import best_config
-    from tools.inspect_kernels import compiled_for
 
     chosen = config or best_config(tuner)
     out: dict[str, Any] = {"config": chosen}
@@ -321,13 +322,14 @@ def probe_fp8(timer: Any, rounds: int, graph: bool, sweep: bool, gluon: Sequence
 
 def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
                     gluon: Sequence[str] | None = None, sustain: float = 0.0) -> list[dict[str, Any]]:
+    from lab import matmul_variants
     from perftests.kernels import matmul as mm
     from perftests.kernels.common import plain_config
     from perftests.support.matmul import fp8_operands, scaled_mm, scaled_mm_fast
 
     x8, w8, sx, sw = fp8_operands(DEVICE, n, n, n, 0)
     exact = (x8.float() @ w8.float().t()) * (sx * sw)
-    kernel = mm._matmul_tma_persistent_kernel
+    kernel = matmul_variants._matmul_tma_persistent_variant  # every switch at its default: the suite's kernel
     programs = mm.num_sms(x8.device)
     sides: dict[str, Callable[[], Any]] = {}
     info: dict[str, dict[str, Any]] = {}
@@ -340,23 +342,20 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
     choices = [plain_config(c) for c in mm._prune(kernel.configs, {"x_ptr": x8})] + FP8_EXTRA_CONFIGS  # as the race
     for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
         def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
-            return mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
+            return matmul_variants.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)
         add_side(sides, info, name, run, error,
                  lambda variant=variant, config=config: resources(
                      kernel, {**constants_of(variant, FP8_CONSTANTS, kernel), "NUM_SMS": programs * variant.get("blocks_per_sm", 1)},
                      config))
-    if gluon is not None:  # the Gluon kernel: promotion adds under the other warpgroup's MMAs (matmul_gluon.py)
+    if gluon is not None:  # the Gluon kernel's forms: promotion adds under the other warpgroup's MMAs
+        from lab import matmul_gluon_forms
         from perftests.kernels import matmul_gluon
 
         tile = {"BLOCK_M": matmul_gluon.BLOCK_M, "BLOCK_N": matmul_gluon.BLOCK_N, "BLOCK_K": matmul_gluon.BLOCK_K,
                 "num_warps": 8, "num_stages": matmul_gluon.STAGES}
-        for quarters in (False, True):
-            for loader, persistent in ((False, False), (True, False), (True, True)):
-                name = (f"gluon_{'quarters' if quarters else 'halves'}{'_loader' if loader else ''}"
-                        f"{'_persistent' if persistent else ''}")
-                add_side(sides, info, name, lambda quarters=quarters, loader=loader, persistent=persistent:
-                         matmul_gluon.fp8_matmul(x8, w8, sx, sw, quarters=quarters, loader=loader, persistent=persistent),
-                         error, lambda: {"config": tile})
+        for name, form in matmul_gluon_forms.forms().items():
+            add_side(sides, info, name, lambda form=form: matmul_gluon_forms.fp8_matmul(x8, w8, sx, sw, **form),
+                     error, lambda: {"config": tile})
     rows: list[dict[str, Any]] = []
     timed = interleaved_ms(timer, sides, rounds, graph)
     add_sustained(timer, info, sides, timed, sustain)
@@ -374,15 +373,15 @@ def add_sustained(timer: Any, info: dict[str, dict[str, Any]], sides: dict[str, 
 
 
 def gluon_plan(head_dim: int, causal: bool, only: Sequence[str] = ()) -> dict[str, tuple[dict[str, int], str]]:
-    """The Gluon kernel's sides (perftests/kernels/attention_gluon.py): each candidate tile with each schedule that
-    takes it, the single-partition ones (`pv_under`, `lookahead`) at ag.TILES, the warp-specialized ones
-    (`two_warpgroups`, `pingpong`, `two_warpgroups_loader`) at ag.WARP_SPECIALIZED_TILES; only the sides whose name
-    contains one of `only` when it is not empty."""
-    from perftests.kernels import attention_gluon as ag
+    """The Gluon kernel's sides (lab/attention_gluon_schedules.py): each candidate tile with each schedule that takes
+    it, the single-partition ones (`pv_under`, `lookahead`) at its TILES, the warp-specialized ones (`two_warpgroups`,
+    `pingpong`, `two_warpgroups_loader`) at its WARP_SPECIALIZED_TILES; only the sides whose name contains one of
+    `only` when it is not empty."""
+    from lab import attention_gluon_schedules as ags
 
-    single = tuple(s for s in ag.SCHEDULES if s not in ag.WARP_SPECIALIZED_SCHEDULES)
+    single = tuple(s for s in ags.SCHEDULES if s not in ags.WARP_SPECIALIZED_SCHEDULES)
     plan = {}
-    for tiles, schedules in ((ag.TILES, single), (ag.WARP_SPECIALIZED_TILES, ag.WARP_SPECIALIZED_SCHEDULES)):
+    for tiles, schedules in ((ags.TILES, single), (ags.WARP_SPECIALIZED_TILES, ags.WARP_SPECIALIZED_SCHEDULES)):
         for bm, bn, warps, stages in tiles:
             tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             for schedule in schedules:
@@ -406,10 +405,11 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from lab import attention_variants
     from perftests.kernels import attention as attn
 
-    kernel = attn._attn_fwd_kernel
-    choices = attn.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
+    kernel = attention_variants._attn_fwd_variant  # every switch at its default: the suite's kernel (lab/ptx_diff.py)
+    choices = attention_variants.tile_configs()  # the kernel's tile first, then the candidates of the autotuner's old race
     rows: list[dict[str, Any]] = []
     unknown = set(shapes or ()) - {shape_label(*shape) for shape in ATTENTION_SHAPES}
     if unknown:
@@ -449,23 +449,23 @@ def probe_attention(torch: Any, timer: Any, rounds: int, graph: bool, sweep: boo
         for name, (variant, config) in plan.items():
             def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config, q: Any = q, k: Any = k,
                     v: Any = v, causal: bool = causal) -> Any:
-                return attn.flash_attention(q, k, v, causal, config=config, **variant)
+                return attention_variants.flash_attention(q, k, v, causal, config=config, **variant)
             add_side(sides, info, name, run, unchecked if name in ATTENTION_DIAGNOSTICS else error,
                      lambda variant=variant, config=config, shape=shape: resources(
                          kernel, {**constants_of(variant, ATTENTION_CONSTANTS, kernel), **shape}, config))
         for name, (tile, schedule) in (gluon_plan(head_dim, causal, gluon) if gluon is not None else {}).items():
             def run_gluon(tile: dict[str, int] = tile, schedule: str = schedule, q: Any = q, k: Any = k, v: Any = v,
                           causal: bool = causal) -> Any:
-                from perftests.kernels import attention_gluon
+                from lab import attention_gluon_schedules
 
-                return attention_gluon.flash_attention(q, k, v, causal, config=tile, schedule=schedule)
+                return attention_gluon_schedules.flash_attention(q, k, v, causal, config=tile, schedule=schedule)
             add_side(sides, info, name, run_gluon, error, lambda tile=tile: {"config": tile})
         label = f"attention {B}x{H}x{seq}x{head_dim}{' causal' if causal else ''}"
         timed = interleaved_ms(timer, sides, rounds, graph)
         add_sustained(timer, info, sides, timed, sustain)
         for name, (variant, config) in plan.items() if traced else ():
             if name in sides:  # built and right: where its programs ran
-                info[name].update(traced_residency(torch, attn, q, k, v, causal, variant, config, info[name]))
+                info[name].update(traced_residency(torch, attention_variants, q, k, v, causal, variant, config, info[name]))
         emit(rows, label, info, timed, "sdpa", attn.attention_flops(B, H, seq, head_dim, causal))
     return rows
 
@@ -475,19 +475,19 @@ def unchecked(out: Any) -> dict[str, Any]:
     return {"diagnostic": "wrong by design, not checked"}
 
 
-def traced_residency(torch: Any, attn: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
+def traced_residency(torch: Any, variants: Any, q: Any, k: Any, v: Any, causal: bool, variant: dict[str, Any],
                      config: dict[str, Any] | None, built: dict[str, Any]) -> dict[str, Any]:
     """One side's programs traced (the second traced call: the first compiles the traced kernel), their residency()
-    and the blocks an SM its registers and shared memory allow (tools/codegen_probe.py's occupancy(): the traced
+    and the blocks an SM its registers and shared memory allow (lab/codegen_probe.py's occupancy(): the traced
     kernel holds a few registers more for its timestamps; the untraced one's are what `built` reports)."""
-    from tools.codegen_probe import occupancy
+    from lab.codegen_probe import occupancy
 
     tile = built.get("config") or {}
     try:
-        programs = attn.program_count(q, tile)
+        programs = variants.program_count(q, tile)
         trace = torch.zeros(3 * programs, dtype=torch.int64, device=q.device)
         for _ in range(2):
-            attn.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)
+            variants.flash_attention(q, k, v, causal, config=config, trace=trace, **variant)
         torch.cuda.synchronize()
         found = residency([tuple(r) for r in trace.view(programs, 3).tolist()])
     except Exception as exc:  # a diagnostic: say why there is none

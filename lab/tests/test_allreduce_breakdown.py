@@ -1,17 +1,10 @@
-"""tools/allreduce_breakdown.py --profile: the traced P2P calls summarized per call, by kind of device work."""
+"""lab/allreduce_breakdown.py --profile: the traced P2P calls summarized per call, by kind of device work."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("allreduce_breakdown", ROOT / "tools" / "allreduce_breakdown.py")
-assert spec and spec.loader
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+from lab import allreduce_breakdown as tool
 
 
 def test_device_work_is_counted_per_call_by_kind_and_overlap_is_not_counted_twice() -> None:

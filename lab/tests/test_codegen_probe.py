@@ -1,4 +1,4 @@
-"""tools/codegen_probe.py: the suite's Hopper kernels compiled for sm_90 by Triton's own stages and ptxas on a
+"""lab/codegen_probe.py: the suite's Hopper kernels compiled for sm_90 by Triton's own stages and ptxas on a
 machine without a GPU (run as a user runs it: its own process, the interpreter off). The last assertions of each
 test pin what docs/NOTES.md (fifth session) builds on; a Triton release that changes them has changed the reasons
 given for the vendor gap (issue 16): measure again."""
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def probe(*args: str, interpret: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "codegen_probe.py"), *args], capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "lab" / "codegen_probe.py"), *args], capture_output=True,
                           text=True, env=env, timeout=300)
 
 
@@ -62,12 +62,8 @@ def test_bad_input_is_named() -> None:
 
 
 def test_occupancy_counts_blocks_by_registers_and_shared_memory() -> None:
-    import importlib.util
+    from lab import codegen_probe as tool
 
-    spec = importlib.util.spec_from_file_location("codegen_probe", ROOT / "tools" / "codegen_probe.py")
-    assert spec and spec.loader
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     # 106 registers round up to 112 a thread (256 a warp at a time): 4 warps hold 14 336, 4 blocks in 65 536; 56 KiB
     # and a little more of shared memory plus the 1 KiB reserved: 3 blocks in 228 KiB.
     assert tool.occupancy(106, 4, 56 * 1024 + 100) == {"blocks_by_registers": 4, "blocks_by_shared": 3, "blocks_per_sm": 3}

@@ -1,4 +1,4 @@
-"""tools/vendor_gap_probe.py's plumbing, through the Triton interpreter on tiny shapes (its timings are the GPU's
+"""lab/vendor_gap_probe.py's plumbing, through the Triton interpreter on tiny shapes (its timings are the GPU's
 business): every variant and every swept config becomes a side, each side's error is checked before it is timed,
 a side that computes something else is reported and left out, and a side that cannot be graphed is timed as it is."""
 
@@ -10,18 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from lab import vendor_gap_probe as tool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
-import tools.vendor_gap_probe as probe
-from perftests.kernels import attention as attn
+import lab.vendor_gap_probe as probe
+from lab import attention_variants
 
 probe.DEVICE = "cpu"
 probe.ATTENTION_SHAPES = [(64, 32, True), (64, 32, False)]
@@ -38,11 +39,11 @@ class Timer:
     def graphed(self, fn):
         raise RuntimeError("no CUDA graphs on the CPU")
 
-flash = attn.flash_attention
+flash = attention_variants.flash_attention
 def wrong_when_heavy_first(q, k, v, causal, **kw):
     out = flash(q, k, v, causal, **kw)
     return out * 1.5 if causal and kw.get("heavy_first", True) else out  # computes something else, the default too
-attn.flash_attention = wrong_when_heavy_first
+attention_variants.flash_attention = wrong_when_heavy_first
 try:
     probe.probe_attention(torch, Timer(), 1, True, True, ["64-32-sliding"])
 except ValueError as exc:
@@ -94,20 +95,9 @@ def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path
     assert out.count("not captured, timed ungraphed") == sum(1 for r in rows.values() if r["ms"] is not None)
 
 
-def load_tool() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("vendor_gap_probe", ROOT / "tools" / "vendor_gap_probe.py")
-    assert spec and spec.loader
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 def test_sides_meet_other_neighbours_from_round_to_round() -> None:
     # On a power-capped H100 the side always timed right after the fast-accumulation cuBLAS kernel read 16% slower
     # than the same kernel elsewhere in the order: rotating the order kept every side behind the same neighbour.
-    tool = load_tool()
     ran: list[str] = []
 
     class Timer:
@@ -126,7 +116,6 @@ def test_sides_meet_other_neighbours_from_round_to_round() -> None:
 
 
 def test_the_summary_marks_only_a_side_whose_whole_range_beats_the_default() -> None:
-    tool = load_tool()
 
     def side(name: str, vs: float, low: float, high: float) -> dict:
         return {"case": "fp8 8192^3", "side": name, "ms": 1.0 / vs, "vs_scaled_mm": vs, "vs_scaled_mm_range": [low, high],
@@ -146,7 +135,6 @@ def test_the_summary_marks_only_a_side_whose_whole_range_beats_the_default() -> 
 
 
 def test_residency_counts_the_blocks_each_sm_held_while_programs_waited() -> None:
-    tool = load_tool()
     # Two SMs. SM 0 holds 2 programs back to back twice over (0-10, 0-10, 10-20, 10-20); SM 1 holds one at a time
     # (0-10, 10-20) and then the last program alone (20-40), which starts last: the window is 0-20.
     records = [(0, 10, 0), (0, 10, 0), (10, 20, 0), (10, 20, 0), (0, 10, 1), (10, 20, 1), (20, 40, 1)]
@@ -173,10 +161,10 @@ def test_gluon_sides_are_every_tile_and_schedule_or_those_named() -> None:
     script = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from perftests.kernels import attention_gluon as ag
-from tools.vendor_gap_probe import gluon_plan
-print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TILES), "schedules": ag.SCHEDULES,
-                  "ws_schedules": ag.WARP_SPECIALIZED_SCHEDULES,
+from lab import attention_gluon_schedules as ags
+from lab.vendor_gap_probe import gluon_plan
+print(json.dumps({"tiles": len(ags.TILES), "ws_tiles": len(ags.WARP_SPECIALIZED_TILES), "schedules": ags.SCHEDULES,
+                  "ws_schedules": ags.WARP_SPECIALIZED_SCHEDULES,
                   "all": gluon_plan(128, False), "some": gluon_plan(128, False, ["loader", "pv_under @ 64x64 w4 s2"]),
                   "none": gluon_plan(128, False, ["no such side"])}))
 """
@@ -198,7 +186,6 @@ print(json.dumps({"tiles": len(ag.TILES), "ws_tiles": len(ag.WARP_SPECIALIZED_TI
 def test_a_sustained_window_reports_time_energy_clock_and_the_power_cap_per_call(monkeypatch) -> None:
     # On a power-capped H100 the faster of two kernels is the one that spends less energy a call (ninth session:
     # cuBLAS fp8 0.623 J a GEMM at 8192^3, the Gluon kernel 0.642 J, 0.95x held at the cap): the probe reports both.
-    tool = load_tool()
     monkeypatch.setattr(tool, "SUSTAIN_SETTLE_S", 0.0)
 
     class Event:
@@ -242,7 +229,6 @@ def test_a_sustained_window_reports_time_energy_clock_and_the_power_cap_per_call
 
 
 def test_the_sustained_table_compares_each_side_with_the_vendor_at_steady_state() -> None:
-    tool = load_tool()
 
     def side(name: str, vs: float, ms: float, joules: float) -> dict:
         return {"case": "fp8 8192^3", "side": name, "ms": 1.0 / vs, "vs_scaled_mm": vs, "vs_scaled_mm_range": [vs, vs],

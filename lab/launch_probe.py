@@ -1,6 +1,6 @@
 """Host launch time against device time for the 4096^3 bf16 matmul by four routes, in one process (GPU only).
 
-Usage: python tools/launch_probe.py (from the repository root; run it in several fresh processes). Prints JSON per
+Usage: python lab/launch_probe.py (from the repository root; run it in several fresh processes). Prints JSON per
 side, before and after a torch.profiler pass: the host's time to launch one call, the host's time per iteration of
 the timer's loop, the events' median with the host held ahead, and the rounds' median as time_each takes them.
 This is how the "per-process slow mode" of the persistent TMA matmul was found to be the host falling behind

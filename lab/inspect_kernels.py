@@ -1,6 +1,6 @@
 """Resources and instruction mix of the suite's autotuned kernels (GPU only): the 'why' behind their speed.
 
-Usage: python tools/inspect_kernels.py [--out DIR]
+Usage: python lab/inspect_kernels.py [--out DIR]
 For each kernel at its autotuned config: registers, spills, shared memory, and counts of the SASS instructions
 that tell the path it took (HGMMA/QGMMA: Hopper warpgroup MMAs; UTMALDG: TMA loads; LDGSTS: cp.async loads;
 LDL/STL: local-memory spills; MUFU.EX2: exp2). Writes each kernel's SASS to DIR when given.
