@@ -223,7 +223,7 @@ def test_cutlass_tile_arithmetic() -> None:
         ring = cg.stages(config, dtype, bf16)
         stage_bytes = (config.tile_m + config.tile_n) * cg.k_tile(dtype) * dtype.itemsize
         assert ring == 4 and stage_bytes == 48 * 1024
-        used = cg.BARRIER_BYTES + ring * stage_bytes + config.tile_m * config.epilogue_n * 2 * cg.EPILOGUE_STAGES
+        used = cg.BARRIER_BYTES + ring * stage_bytes + config.tile_m * config.epilogue_n * 2 * config.epilogue_stages
         assert used <= cg.SMEM_BYTES < used + stage_bytes  # as many stages as fit, no more
     # 64 x 256 fp32 per consumer thread (128 registers), plus fp8's 64 x 128 partial (64): under setmaxnreg's 232.
     assert (cg.accumulator_registers(config, "16bit"), cg.accumulator_registers(config, "fp8_precise")) == (128, 192)
@@ -231,10 +231,11 @@ def test_cutlass_tile_arithmetic() -> None:
     assert cg.tile_count(8192, 28672) == 64 * 112 and cg.tile_count(200, 136) == 2
     for bad, message in (({"tile_n": 512}, "tile_n must be"), ({"tile_m": 96}, "tile_m must be"),
                          ({"cluster_m": 3}, "cluster_m must be"), ({"cluster_m": 4, "cluster_n": 2}, "over the 4"),
-                         ({"swizzle": 0}, "swizzle must be"), ({"epilogue_n": 48}, "epilogue_n")):
+                         ({"swizzle": 0}, "swizzle must be"), ({"epilogue_n": 48}, "epilogue_n"),
+                         ({"epilogue_stages": 9}, "epilogue_stages must be 2 to tile_n / epilogue_n \\(8\\), got 9")):
         with pytest.raises(ValueError, match=message):
             cg.GemmConfig(**bad)
-    wide_epilogue = cg.GemmConfig(tile_m=256, tile_n=256, epilogue_n=256)
+    wide_epilogue = cg.GemmConfig(tile_m=256, tile_n=256, epilogue_n=128, epilogue_stages=2)
     with pytest.raises(ValueError, match="stage"):
         cg.HopperGemm(cg.Problem(256, 256, 64, "16bit", bf16, bf16), wide_epilogue)
 
@@ -258,3 +259,16 @@ def test_cutlass_kernels_build_for_hopper() -> None:
         assert report["reg"] <= 65536 // 384 and report["dynamic_smem"] + report["shared"] <= cg.SMEM_BYTES, (kind, report)
         # fp8's promotion: 64 x 256 fp32 adds a thread per K tile (the 16-bit kernel adds nothing in its loop).
         assert ops.get("FADD", 0) == (128 if kind == "fp8_precise" else 0), (kind, ops.get("FADD"))
+
+
+@pytest.mark.parametrize("kind", ["16bit", "fp8_precise"])
+def test_cutlass_register_layouts(kind: str) -> None:
+    """What the kernels store is what they computed: fp8's partial sums add into the accumulator elements of their
+    own columns, and the epilogue's subtiles take the accumulator elements of their own rows and columns
+    (cg.layout_check, at trace time, no GPU). The layouts are affine in the thread index: every lane of the first
+    warp, and two lanes of each other warp, of both consumer warpgroups."""
+    if cg.DSL_MISSING:
+        pytest.skip(cg.DSL_MISSING)
+    threads = tuple(range(32)) + tuple(w * 32 + lane for w in range(1, 8) for lane in (5, 31))
+    dtype = torch.bfloat16 if kind == "16bit" else torch.float8_e4m3fn
+    assert cg.layout_check(cg.Problem(4096, 4096, 4096, kind, dtype, torch.bfloat16), threads=threads) == {"part": 0, "epilogue": 0}

@@ -61,7 +61,6 @@ else:
 SMEM_BYTES = 232448  # sm_90's shared memory a CTA can opt into (227 KiB)
 K_TILE_BYTES = 128  # one 128-byte swizzle row of K per stage: 64 bf16 or 128 fp8 elements
 CONSUMER_REGISTERS, PRODUCER_REGISTERS = 232, 40  # setmaxnreg: 2 x 128 x 232 + 128 x 40 <= 65536
-EPILOGUE_STAGES = 4  # output subtiles in flight through shared memory to the TMA store
 BARRIER_BYTES = 1024  # the pipeline's mbarriers, with room to spare
 
 
@@ -75,6 +74,7 @@ class GemmConfig:
     cluster_n: int = 1  # ... along N share x's tile
     swizzle: int = 8  # clusters along N walked before moving down M: L2 reuse of x's rows and w's columns
     epilogue_n: int = 32  # output columns a subtile of the epilogue stores
+    epilogue_stages: int = 4  # subtile buffers in shared memory: stores in flight before one waits for an old one
 
     def __post_init__(self) -> None:
         if self.tile_m not in (64, 128, 192, 256):
@@ -91,6 +91,8 @@ class GemmConfig:
             raise ValueError(f"swizzle must be a positive number of clusters, got {self.swizzle}")
         if self.tile_n % self.epilogue_n:
             raise ValueError(f"epilogue_n ({self.epilogue_n}) must divide tile_n ({self.tile_n})")
+        if not 2 <= self.epilogue_stages <= self.tile_n // self.epilogue_n:
+            raise ValueError(f"epilogue_stages must be 2 to tile_n / epilogue_n ({self.tile_n // self.epilogue_n}), got {self.epilogue_stages}")
 
 
 DEFAULT_CONFIG = GemmConfig()
@@ -122,7 +124,7 @@ def mma_width(config: GemmConfig, kind: str) -> int:
 def stages(config: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> int:
     """Shared-memory stages of the x/w ring: what is left after the epilogue's buffers and the barriers."""
     per_stage = (config.tile_m + config.tile_n) * k_tile(in_dtype) * _itemsize(in_dtype)
-    epilogue = config.tile_m * config.epilogue_n * _itemsize(out_dtype) * EPILOGUE_STAGES
+    epilogue = config.tile_m * config.epilogue_n * _itemsize(out_dtype) * config.epilogue_stages
     return (SMEM_BYTES - epilogue - BARRIER_BYTES) // per_stage
 
 
@@ -224,6 +226,21 @@ class HopperGemm:
         if self.stages < 2:
             raise ValueError(f"{config} leaves {self.stages} shared-memory stage(s) for {problem.in_dtype}: at least 2 are needed")
 
+    def make_tiled_mma(self, ab_dtype: Any) -> Any:
+        """The consumers' wgmma: one 64-row slice a warpgroup, mma_n columns an instruction, fp32 accumulators,
+        x and w K-major from shared memory. Called while tracing (the kernel, and tests of its layouts)."""
+        k_major = cute.nvgpu.OperandMajorMode.K
+        return sm90.make_trivial_tiled_mma(ab_dtype, ab_dtype, k_major, k_major, cutlass.Float32, (self.consumers, 1, 1),
+                                           tiler_mn=(64, self.mma_n))
+
+    def make_epilogue_copy(self, tiled_mma: Any) -> Any:
+        """Registers to shared memory for the epilogue: stmatrix, laid out over the wgmma's accumulator fragment."""
+        y_layout = LayoutEnum.ROW_MAJOR
+        r2s_atom = sm90.get_smem_store_op(y_layout, cutlass.BFloat16 if self.problem.out_dtype == torch.bfloat16 else cutlass.Float16,
+                                          cutlass.Float32)
+        stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(y_layout.is_m_major_c(), 4), r2s_atom.value_type)
+        return cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma))
+
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer, scale_x_ptr: cute.Pointer,
                  scale_w_ptr: cute.Pointer, max_active_clusters: cutlass.Constexpr, stream: cuda_driver.CUstream) -> None:
@@ -240,13 +257,11 @@ class HopperGemm:
         w_layout = LayoutEnum.from_tensor(mW)
         y_layout = self.y_layout = LayoutEnum.from_tensor(mY)
 
-        tiled_mma = sm90.make_trivial_tiled_mma(
-            ab_dtype, ab_dtype, x_layout.sm90_mma_major_mode(), w_layout.sm90_mma_major_mode(), cutlass.Float32,
-            (self.consumers, 1, 1), tiler_mn=(64, self.mma_n))
+        tiled_mma = self.make_tiled_mma(ab_dtype)
         x_smem = sm90.make_smem_layout_a(x_layout, self.tile_mnk, ab_dtype, self.stages)
         w_smem = sm90.make_smem_layout_b(w_layout, self.tile_mnk, ab_dtype, self.stages)
         epi_tile = (self.config.tile_m, self.config.epilogue_n)
-        y_smem = sm90.make_smem_layout_epi(mY.element_type, y_layout, epi_tile, EPILOGUE_STAGES)
+        y_smem = sm90.make_smem_layout_epi(mY.element_type, y_layout, epi_tile, self.config.epilogue_stages)
 
         cpasync = cute.nvgpu.cpasync
         cm, cn = self.cluster_mn
@@ -367,11 +382,9 @@ class HopperGemm:
         k_blocks = cute.size(tCrX, mode=[2])
 
         # Epilogue: accumulator -> registers of the output dtype -> shared memory (stmatrix) -> global (TMA store).
-        r2s_atom = sm90.get_smem_store_op(self.y_layout, self.y_dtype, cutlass.Float32)
-        stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(self.y_layout.is_m_major_c(), 4), self.y_dtype)
-        r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma))
+        r2s = self.make_epilogue_copy(tiled_mma)
         thr_r2s = r2s.get_slice(ctid)
-        tRS_sY = thr_r2s.partition_D(sY)  # (R2S, R2S_M, R2S_N, EPILOGUE_STAGES)
+        tRS_sY = thr_r2s.partition_D(sY)  # (R2S, R2S_M, R2S_N, epilogue_stages)
         tRS_acc = r2s.retile(acc)
         sub_shape = cute.shape(thr_r2s.partition_S(sY))[:3]
         sub_acc = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
@@ -380,7 +393,7 @@ class HopperGemm:
         subtiles = self.config.tile_n // self.config.epilogue_n
         epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=consumer_threads)
         stores = pipeline.PipelineTmaStore.create(
-            num_stages=EPILOGUE_STAGES, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_threads))
+            num_stages=self.config.epilogue_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_threads))
         if cutlass.const_expr(self.precise):
             scale = mScaleX[0] * mScaleW[0]
 
@@ -430,7 +443,7 @@ class HopperGemm:
                 ring.consumer_release(release)
                 release.advance()
 
-            # Epilogue, one 128 x epilogue_n subtile at a time through EPILOGUE_STAGES shared-memory buffers.
+            # Epilogue, one tile_m x epilogue_n subtile at a time through epilogue_stages shared-memory buffers.
             gY_tile = gY_tiles[(None, None, tile_m, tile_n, 0)]
             gY_sub = cute.zipped_divide(gY_tile, (self.config.tile_m, self.config.epilogue_n))
             bSG_sY, bSG_gY = cute.nvgpu.cpasync.tma_partition(tma_y, 0, cute.make_layout(1), cute.group_modes(sY, 0, 2), gY_sub)
@@ -442,7 +455,7 @@ class HopperGemm:
                 if cutlass.const_expr(self.precise):
                     values = values * scale
                 sub_out.store(values.to(self.y_dtype))
-                buffer = (done_before + s) % EPILOGUE_STAGES
+                buffer = (done_before + s) % self.config.epilogue_stages
                 cute.copy(r2s, sub_out, tRS_sY[(None, None, None, buffer)])
                 # stmatrix writes are generic-proxy stores that the TMA engine (async proxy) reads next.
                 cute.arch.fence_proxy("async.shared", space="cta")
@@ -546,10 +559,54 @@ def compile_report(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_ac
     resources = {k.lower(): int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
     opcodes = collections.Counter(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", sass, re.M))
     per_stage = (config.tile_m + config.tile_n) * k_tile(problem.in_dtype) * _itemsize(problem.in_dtype)
-    epilogue = config.tile_m * config.epilogue_n * _itemsize(problem.out_dtype) * EPILOGUE_STAGES
+    epilogue = config.tile_m * config.epilogue_n * _itemsize(problem.out_dtype) * config.epilogue_stages
     ring = stages(config, problem.in_dtype, problem.out_dtype)
     # The allocator's order: the ring's barriers (padded to the 1024-byte alignment of what follows), x, w, y.
     return {**resources, "stages": ring, "dynamic_smem": BARRIER_BYTES + per_stage * ring + epilogue, "opcodes": dict(opcodes)}
+
+
+def layout_check(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, threads: tuple[int, ...] | None = None) -> dict[str, int]:
+    """The two register layouts the kernel's code relies on, checked at trace time for the given consumer threads
+    (default: all of them; about a minute), on any machine: (1) fp8's partial sum of part p holds the accumulator's elements of columns [p * mma_n, (p + 1) * mma_n)
+    in the same order (the promotion adds part[j] into acc[(None, 0, p)][j]); (2) element s * size + v of the
+    epilogue's retiled accumulator lies where subtile s's copy writes its element v (columns s * epilogue_n on).
+    Returns the number of elements where each does not hold: both 0 for a kernel that stores what it computed."""
+    if DSL_MISSING:
+        raise RuntimeError(DSL_MISSING)
+    found: dict[str, int] = {}
+    gemm = HopperGemm(problem, config)
+    cute.compile(_layout_probe, gemm, tuple(range(128 * gemm.consumers)) if threads is None else threads, found,
+                 options="--gpu-arch sm_90a")
+    return found
+
+
+@cute.jit
+def _layout_probe(gemm: cutlass.Constexpr, threads: cutlass.Constexpr, found: cutlass.Constexpr) -> None:
+    tiled_mma = gemm.make_tiled_mma(_dsl_dtype(gemm.problem.in_dtype))
+    r2s = gemm.make_epilogue_copy(tiled_mma)
+    tile_m, tile_n, sub_n = gemm.config.tile_m, gemm.config.tile_n, gemm.config.epilogue_n
+    part_errors, epilogue_errors = 0, 0
+    for tid in threads:  # a Python loop: traced once per thread
+        thr = tiled_mma.get_slice(tid)
+        full = thr.partition_C(cute.make_identity_tensor((tile_m, tile_n)))  # the coordinate of each accumulator
+        part = thr.partition_C(cute.make_identity_tensor((tile_m, gemm.mma_n)))[(None, 0, 0)]
+        for p in cutlass.range_constexpr(gemm.parts):
+            view = full[(None, 0, p)]
+            for j in cutlass.range_constexpr(cute.size(part)):
+                if cutlass.const_expr(view[j][0] != part[j][0] or view[j][1] != part[j][1] + p * gemm.mma_n):
+                    part_errors += 1
+        acc = cute.make_rmem_tensor(full.shape, cutlass.Float32)
+        logical = {}  # storage offset -> logical index of the accumulator fragment
+        for j in cutlass.range_constexpr(cute.size(acc)):
+            logical[acc.layout(j)] = j
+        retiled = r2s.retile(acc)
+        sub = r2s.get_slice(tid).partition_S(cute.make_identity_tensor((tile_m, sub_n)))
+        for i in cutlass.range_constexpr(cute.size(retiled)):
+            where = full[logical[retiled.layout(i)]]
+            want = sub[i % cute.size(sub)]
+            if cutlass.const_expr(where[0] != want[0] or where[1] != want[1] + sub_n * (i // cute.size(sub))):
+                epilogue_errors += 1
+    found.update(part=part_errors, epilogue=epilogue_errors)
 
 
 def config_record(problem_kind: str, config: GemmConfig = DEFAULT_CONFIG, in_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
