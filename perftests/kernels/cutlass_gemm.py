@@ -548,9 +548,9 @@ def compile_report(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_ac
 
     import triton.backends.nvidia as nvidia_backend
 
-    compiled = compile_gemm(problem, config, max_active_clusters, options="--keep-cubin")
     tools = Path(nvidia_backend.__file__).parent / "bin"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # --keep-cubin also writes the cubin into the dump folder
+        compiled = compile_gemm(problem, config, max_active_clusters, options=f"--keep-cubin --dump-dir {tmp}")
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(compiled.artifacts.CUBIN)
         usage = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
