@@ -97,7 +97,10 @@ def applies(requirement: Requirement, python: str) -> bool:
         return True
     if "extra" in requirement.marker:
         return False
-    from packaging.markers import Marker  # pip's own dependency; only the download side needs it
+    try:  # only the download side needs it: packaging, or the copy pip carries
+        from packaging.markers import Marker
+    except ImportError:
+        from pip._vendor.packaging.markers import Marker  # type: ignore[no-redef]
 
     env = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
            "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
