@@ -24,6 +24,19 @@ budget=${SUITE_BUDGET:-520}
 finish() {
     tar -C "$out" -czf "$out/cutlass_check.tgz" logs && rm -rf "$logs"
     ls -la "$out"
+    # The table again, last, where the device tool's output tail shows it.
+    [[ -f "$out/timing.json" ]] && python3 - "$out/timing.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['device']}: checks {'passed' if r.get('ok') else 'FAILED'}, graph {r.get('graph')}")
+for b in r["builds"]:
+    print(f"  build {b['kind']}: {b['compile_s']} s, {b['reg']} registers, local {b['local']}, smem {b['dynamic_smem']} + {b['shared']}")
+print(f"  {'kind':5s} {'shape':5s} {'config':14s} {'vendor':>8s} {'cutlass':>8s} {'triton':>8s} {'speedup':>8s} {'TFLOP/s':>7s}")
+for row in r["rows"]:
+    tri = f"{row['triton_ms']:8.3f}" if row["triton_ms"] else " " * 8
+    print(f"  {row['kind']:5s} {row['shape']:5s} {row['config']:14s} {row['vendor_ms']:8.3f} {row['cutlass_ms']:8.3f} {tri} "
+          f"{row['speedup_vs_vendor']:7.3f}x {row['tflops']:7.0f}")
+PY
 }
 trap finish EXIT
 
