@@ -179,9 +179,18 @@ fi
 if [[ $phase == all || $phase == suite ]]; then
     left=$(( budget - SECONDS ))
     (( left > 60 )) || { echo "no time left for the suite ($left s): run '$0 suite' in a call of its own"; exit 4; }
-    timeout "$left" python3 -m pytest -p no:cacheprovider perftests/test_cutlass_matmul.py -q -rs \
+    # SUITE_ARGS, e.g. "--update-baselines --speedgate-calibrate 2" to bless (the baseline files come back under
+    # $OUT/baselines); GATE_AFTER=1 then gates in a second process against what was just blessed.
+    timeout "$left" python3 -m pytest -p no:cacheprovider perftests/test_cutlass_matmul.py -q -rs ${SUITE_ARGS:-} \
         --speedgate-json "$out/cutlass.json" > "$logs/suite.log" 2>&1
     rc=$?
     tail -40 "$logs/suite.log"
     echo "suite rc=$rc after ${SECONDS} s"
+    mkdir -p "$out/baselines" && cp baselines/*.json "$out/baselines/"
+    left=$(( budget - SECONDS ))
+    if [[ ${GATE_AFTER:-0} == 1 ]] && (( left > 60 )); then
+        timeout "$left" python3 -m pytest -p no:cacheprovider perftests/test_cutlass_matmul.py -q -rs \
+            --speedgate-json "$out/cutlass_gate.json" > "$logs/gate.log" 2>&1
+        echo "gate rc=$? after ${SECONDS} s"; tail -25 "$logs/gate.log"
+    fi
 fi
