@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lab import matmul_variants as variants
+from lab.tests.interpreter_gaps import runtime_loop_bound_gap
 from perftests.kernels import matmul as mm
 from perftests.support.matmul import fp8_operands
 
@@ -21,6 +22,8 @@ def test_experiments_compute_the_same_product(device: str) -> None:
     timing it."""
     if device == "cuda":
         pytest.skip("on the GPU lab/vendor_gap_probe.py checks the variants beside their timing")
+    if (gap := runtime_loop_bound_gap()) is not None:
+        pytest.skip(f"{gap}; on the GPU lab/vendor_gap_probe.py checks the variants beside their timing")
     M, N, K = CPU_SHAPE
     x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
     default = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)  # the suite's kernel

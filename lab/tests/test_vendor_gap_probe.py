@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from lab import vendor_gap_probe as tool
+from lab.tests.interpreter_gaps import runtime_loop_bound_gap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +55,10 @@ print("ROWS " + json.dumps(rows))
 
 
 def test_the_probe_times_only_sides_that_compute_the_reference_function(tmp_path: Path) -> None:
+    gap = runtime_loop_bound_gap()  # the GPU machine's triton 3.6 with numpy >= 2.4: no key loop runs interpreted
+    if gap is not None:
+        pytest.skip(f"{gap}; on the GPU `python lab/vendor_gap_probe.py --only attention` checks every side against SDPA "
+                    "before timing it")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], capture_output=True, text=True, env=env,
                           timeout=600, cwd=tmp_path)
