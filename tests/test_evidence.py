@@ -80,13 +80,13 @@ def test_each_card_keeps_its_newest_processes_and_the_newest_cards() -> None:
 
 
 def report(tmp_path: Path, name: str, speedup: float, card: str, software: dict[str, str] | None = None,
-           timer: str = "cuda-events-held") -> Path:
+           timer: str = "cuda-events-held", key: str = "gpu-x") -> Path:
     doc = {"speedgate_report_version": 1, "run_time": "2026-11-24T12:00:00Z",
-           "fingerprints": {"gpu-x": {"hardware": {}, "software": software or {"torch": "2.11"}}},
+           "fingerprints": {key: {"hardware": {}, "software": software or {"torch": "2.11"}}},
            "cases": [{"case_id": CASE, "timed": True, "speedup": speedup, "timer": timer, "card": card,
-                      "hardware_key": "gpu-x", "verdict": "pass", "test_failed": False},
+                      "hardware_key": key, "verdict": "pass", "test_failed": False},
                      {"case_id": "uncalibrated::case", "timed": True, "speedup": 2.0, "timer": timer, "card": card,
-                      "hardware_key": "gpu-x", "verdict": "pass", "test_failed": False}]}
+                      "hardware_key": key, "verdict": "pass", "test_failed": False}]}
     path = tmp_path / name
     path.write_text(json.dumps(doc))
     return path
@@ -112,6 +112,23 @@ def test_gate_runs_add_evidence_through_the_command_line(tmp_path: Path) -> None
     shown = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path)], capture_output=True, text=True,
                            check=True).stdout
     assert "card card-b: 1.303, 1.306" in shown and "between cards" in shown
+
+
+def test_a_report_of_another_kind_of_machine_is_not_evidence(tmp_path: Path) -> None:
+    """The same case measured on another hardware key (an H200's gate run given to the H100's file, the same torch
+    and timer) would widen this file's tolerance with another machine's speed: it is left out, and said so."""
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    before = json.loads(path.read_text())["cases"][CASE]
+    other = report(tmp_path, "other-kind.json", 1.9, "card-h200", key="gpu-y")
+    done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), str(other)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "left out: 2 case(s) measured on hardware key gpu-y, not this file's gpu-x" in done.stdout
+    assert "0 tolerance(s) changed" in done.stdout
+    entry = json.loads(path.read_text())["cases"][CASE]
+    assert entry["calibration"] == before["calibration"] and entry["tolerance"] == before["tolerance"]
 
 
 def test_a_bad_report_leaves_the_file_untouched(tmp_path: Path) -> None:

@@ -40,6 +40,15 @@ def scaled_mm(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Te
     return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
 
 
+def fp8_reference(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+    """The product an fp8 kernel is checked against: the vendor's (scaled_mm) where torch._scaled_mm takes the
+    shape, else (K or N not a multiple of 16, which _scaled_mm refuses) the exact product of the dequantized
+    operands in fp32, rounded to bf16 once, as a precise kernel rounds it."""
+    if x8.shape[1] % 16 == 0 and w8.shape[0] % 16 == 0:
+        return scaled_mm(x8, w8, sx, sw)
+    return ((x8.float() @ w8.float().t()) * (sx * sw)).to(torch.bfloat16)
+
+
 def scaled_mm_fast(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
     """The vendor's fp8 GEMM in its fast-accumulation mode (Hopper's reduced-precision accumulator over all of K)."""
     return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True)

@@ -152,11 +152,19 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
     evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
     not fail for another reason); and a line for each entry whose tolerance changed. The reports must be runs of
-    the code the entries were blessed from: evidence of another kernel would only widen its tolerance."""
+    the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a report
+    measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are not this
+    file's evidence: they are left out, with a line saying how many and whose."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     changed: dict[str, tuple[float, float]] = {}
+    key = doc.get("hardware_key")
+    other_keys: dict[str, int] = {}
     for report in reports:
         for record in report.get("cases", []):
+            if key is not None and record.get("hardware_key") != key:
+                other = str(record.get("hardware_key"))
+                other_keys[other] = other_keys.get(other, 0) + 1
+                continue
             entry = cases.get(record.get("case_id"))
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
@@ -172,6 +180,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             first = changed.get(record["case_id"], (before, before))[0]
             changed[record["case_id"]] = (first, float(entry["tolerance"]))
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
+    lines += [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
+              for other, count in sorted(other_keys.items())]
     return {**doc, "cases": cases}, lines
 
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On a host with 2 GPUs (the device tool's nvidia-h100-x2 or nvidia-h200-x2), in one call: the cards (anonymized ids)
+# and their link, the NVSHMEM probe (lab/nvshmem_probe.py: does this stack run a Triton kernel issuing NVSHMEM puts,
+# and how fast against a copy-engine copy), the quantized all-reduce's stages with --profile (lab/allreduce_breakdown.py,
+# traces of each piece count), and test_nccl.py blessed with --speedgate-calibrate 2 into the 2-GPU key's file, then
+# gated in a second process. jsonschema comes from the carried .cutlass/ archive (tools/stage_cutlass.py), or .whl/.
+# Writes OUT/two_gpu.tgz (logs, JSON, traces), OUT/baselines/ (the files after the bless) and prints a summary.
+#
+#   bash lab/device/two_gpu_check.sh OUT [steps...]     # steps: probe breakdown nccl (default: all three)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?OUT}
+shift
+steps=${*:-probe breakdown nccl}
+work=$(mktemp -d)
+export PYTHONUNBUFFERED=1
+step() {  # label, limit seconds, command...
+  local label=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$work/$label.log" 2>&1
+  local rc=$?
+  echo "== $label: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$work/summary.txt"
+  tail -40 "$work/$label.log" | cut -c1-300 | tee -a "$work/summary.txt"
+}
+if [[ -d .cutlass ]]; then
+  eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
+elif [[ -d .whl ]]; then
+  python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 3; }
+fi
+python3 -c "import speedgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . > "$work/pip.log" 2>&1 \
+  || { cat "$work/pip.log"; exit 3; }
+python3 - <<'PY' | tee "$work/summary.txt"
+import hashlib, pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    s = pynvml.nvmlDeviceGetSerial(h)
+    s = (s.decode() if isinstance(s, bytes) else s).strip()
+    name = pynvml.nvmlDeviceGetName(h)
+    print(f"GPU {i}: {name.decode() if isinstance(name, bytes) else name}, card {hashlib.sha256(s.encode()).hexdigest()[:12]}, "
+          f"serial ending {s[-6:]}")
+PY
+nvidia-smi topo -m > "$work/topo.txt" 2>&1; head -4 "$work/topo.txt" | tee -a "$work/summary.txt"
+for s in $steps; do
+  case $s in
+    probe) step nvshmem_probe 170 python3 lab/nvshmem_probe.py --json "$work/nvshmem.json" --source "$work" ;;
+    breakdown) step breakdown 200 python3 lab/allreduce_breakdown.py --mb 256 --pieces 1 2 4 --profile "$work/traces" \
+        --json "$work/breakdown.json" ;;
+    nccl)
+      step nccl_bless 240 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --update-baselines \
+        --speedgate-calibrate 2 --speedgate-json "$work/nccl_bless.json"
+      mkdir -p "$out/baselines" && cp baselines/*.json "$out/baselines/"
+      step nccl_gate 180 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --speedgate-json "$work/nccl_gate.json" ;;
+    *) echo "unknown step $s (probe, breakdown, nccl)"; exit 2 ;;
+  esac
+done
+tar czf "$out/two_gpu.tgz" -C "$work" .
+echo "== summary"; grep -E "^== |GPU [0-9]|verdict|stopped at|all [0-9]+ steps|passed|failed|regressed|improved|\| quantized|\| nccl" "$work/summary.txt" | cut -c1-240
