@@ -150,7 +150,7 @@ def test_cutlass_edge_shapes(device: str, M: int, N: int, K: int, dtype: torch.d
     else:
         x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
         cg.matmul(x8, w8, scale_x=sx, scale_w=sw, out=out)
-        expected = fp8_reference(x8, w8, sx, sw)  # _scaled_mm refuses (200, 136, 80): the exact product there
+        expected = fp8_reference(x8, w8, sx, sw)  # _scaled_mm refuses (200, 136, 80): zero-padded there
     torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=reduction_atol(expected, K))
 
 
@@ -208,6 +208,27 @@ def test_cutlass_launcher_checks() -> None:
         cg.matmul(bf(4, 8), torch.zeros(8, 8, dtype=torch.float16))
     with pytest.raises(RuntimeError, match="run on a Hopper GPU; the operands are on cpu"):
         cg.matmul(bf(4, 8), bf(8, 8))
+
+
+def test_fp8_reference_pads_shapes_the_vendor_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp8_reference hands torch._scaled_mm only K and N that are multiples of 16 (it refuses others), zero-padded,
+    and the product cut back is the unpadded one's (here with an exact stand-in for the vendor's GEMM)."""
+    from perftests.support import matmul as support
+
+    seen = []
+
+    def exact(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
+        seen.append((tuple(x8.shape), tuple(w8.shape)))
+        return ((x8.float() @ w8.float().t()) * (sx * sw)).to(torch.bfloat16)
+
+    monkeypatch.setattr(support, "scaled_mm", exact)
+    x8, w8, sx, sw = fp8_operands("cpu", 200, 136, 80, 0)
+    padded = support.fp8_reference(x8, w8, sx, sw)
+    assert seen == [((200, 80), (144, 80))]  # N 136 -> 144; K 80 is a multiple already
+    assert padded.shape == (200, 136) and padded.is_contiguous()
+    assert torch.equal(padded, exact(x8, w8, sx, sw))
+    support.fp8_reference(*fp8_operands("cpu", 64, 32, 48, 1))
+    assert seen[-1] == ((64, 48), (32, 48))  # multiples of 16: as they are
 
 
 def test_cutlass_tile_arithmetic() -> None:

@@ -6,7 +6,8 @@
 # gated in a second process. jsonschema comes from the carried .cutlass/ archive (tools/stage_cutlass.py), or .whl/.
 # Writes OUT/two_gpu.tgz (logs, JSON, traces), OUT/baselines/ (the files after the bless) and prints a summary.
 #
-#   bash lab/device/two_gpu_check.sh OUT [steps...]     # steps: probe breakdown nccl (default: all three)
+#   bash lab/device/two_gpu_check.sh OUT [steps...]     # steps: probe breakdown nccl cutlass_edge (default: the first three)
+# cutlass_edge: the CUTLASS kernels' edge-shape checks on GPU 0 (needs the DSL, so .cutlass/ carried).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
@@ -21,6 +22,7 @@ step() {  # label, limit seconds, command...
   local rc=$?
   echo "== $label: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$work/summary.txt"
   tail -40 "$work/$label.log" | cut -c1-300 | tee -a "$work/summary.txt"
+  tar czf "$out/two_gpu.tgz" -C "$work" .  # after every step: a call cut off at its limit still brings back the rest
 }
 if [[ -d .cutlass ]]; then
   eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
@@ -43,16 +45,17 @@ PY
 nvidia-smi topo -m > "$work/topo.txt" 2>&1; head -4 "$work/topo.txt" | tee -a "$work/summary.txt"
 for s in $steps; do
   case $s in
-    probe) step nvshmem_probe 170 python3 lab/nvshmem_probe.py --json "$work/nvshmem.json" --source "$work" ;;
-    breakdown) step breakdown 200 python3 lab/allreduce_breakdown.py --mb 256 --pieces 1 2 4 --profile "$work/traces" \
+    cutlass_edge) step cutlass_edge 90 env CUDA_VISIBLE_DEVICES=0 python3 -m pytest -p no:cacheprovider -q -rs \
+        perftests/test_cutlass_matmul.py -k "edge_shapes or fp8_reference" ;;
+    probe) step nvshmem_probe 120 python3 lab/nvshmem_probe.py --json "$work/nvshmem.json" --source "$work" ;;
+    breakdown) step breakdown 150 python3 lab/allreduce_breakdown.py --mb 256 --pieces 1 2 4 --profile "$work/traces" \
         --json "$work/breakdown.json" ;;
     nccl)
-      step nccl_bless 240 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --update-baselines \
+      step nccl_bless 200 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --update-baselines \
         --speedgate-calibrate 2 --speedgate-json "$work/nccl_bless.json"
       mkdir -p "$out/baselines" && cp baselines/*.json "$out/baselines/"
-      step nccl_gate 180 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --speedgate-json "$work/nccl_gate.json" ;;
-    *) echo "unknown step $s (probe, breakdown, nccl)"; exit 2 ;;
+      step nccl_gate 150 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --speedgate-json "$work/nccl_gate.json" ;;
+    *) echo "unknown step $s (probe, breakdown, nccl, cutlass_edge)"; exit 2 ;;
   esac
 done
-tar czf "$out/two_gpu.tgz" -C "$work" .
 echo "== summary"; grep -E "^== |GPU [0-9]|verdict|stopped at|all [0-9]+ steps|passed|failed|regressed|improved|\| quantized|\| nccl" "$work/summary.txt" | cut -c1-240

@@ -41,12 +41,20 @@ def scaled_mm(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Te
 
 
 def fp8_reference(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
-    """The product an fp8 kernel is checked against: the vendor's (scaled_mm) where torch._scaled_mm takes the
-    shape, else (K or N not a multiple of 16, which _scaled_mm refuses) the exact product of the dequantized
-    operands in fp32, rounded to bf16 once, as a precise kernel rounds it."""
-    if x8.shape[1] % 16 == 0 and w8.shape[0] % 16 == 0:
+    """The vendor's product (scaled_mm) at any shape: torch._scaled_mm refuses K or N not a multiple of 16, so there
+    the operands are zero-padded up to one (zero products add nothing to a sum) and the result cut back to N columns.
+    The vendor's product, not the exact one: Hopper's fp8 tensor cores add within a K tile at less than fp32's
+    precision, as every kernel using them does."""
+    M, K = x8.shape
+    N = w8.shape[0]
+    if K % 16 == 0 and N % 16 == 0:
         return scaled_mm(x8, w8, sx, sw)
-    return ((x8.float() @ w8.float().t()) * (sx * sw)).to(torch.bfloat16)
+    Kp, Np = -(-K // 16) * 16, -(-N // 16) * 16
+    xp = torch.zeros(M, Kp, dtype=x8.dtype, device=x8.device)
+    wp = torch.zeros(Np, Kp, dtype=w8.dtype, device=w8.device)
+    xp[:, :K].copy_(x8)
+    wp[:N, :K].copy_(w8)
+    return scaled_mm(xp, wp, sx, sw)[:, :N].contiguous()
 
 
 def scaled_mm_fast(x8: torch.Tensor, w8: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
