@@ -7,14 +7,8 @@ set -uo pipefail
 out=${1:?OUT}
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
-step() {  # label, limit seconds, command...
-  local label=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$work/$label.log" 2>&1
-  local rc=$?
-  echo "== $label: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$work/summary.txt"
-  grep -E "ended and named|passed|failed|error|regressed|improved|not gated" "$work/$label.log" | tail -6 | cut -c1-240 | tee -a "$work/summary.txt"
-}
+source "$(dirname "$0")/lib.sh"
+show_step() { grep -E "ended and named|passed|failed|error|regressed|improved|not gated" "$work/$1.log" | tail -6; }
 python3 -c "import pynvml, hashlib; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); s = pynvml.nvmlDeviceGetSerial(h); s = s.decode() if isinstance(s, bytes) else s; print('card', hashlib.sha256(s.strip().encode()).hexdigest()[:12], 'serial ending', s.strip()[-6:])" | tee "$work/summary.txt"
 step hang 240 env PYTHON=python3 bash tests/gpu/hang_case/run.sh 30
 step trust 150 python3 -m pytest -p no:cacheprovider -q tests/test_trust.py tests/test_cheats.py -k gpu

@@ -15,15 +15,8 @@ shift
 steps=${*:-probe breakdown nccl}
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
-step() {  # label, limit seconds, command...
-  local label=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$work/$label.log" 2>&1
-  local rc=$?
-  echo "== $label: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$work/summary.txt"
-  tail -40 "$work/$label.log" | cut -c1-300 | tee -a "$work/summary.txt"
-  tar czf "$out/two_gpu.tgz" -C "$work" .  # after every step: a call cut off at its limit still brings back the rest
-}
+step_archive="$out/two_gpu.tgz"
+source lab/device/lib.sh
 if [[ -d .cutlass ]]; then
   eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
 elif [[ -d .whl ]]; then
