@@ -33,6 +33,15 @@ def hang(folder):
     _note_pid(folder)
     time.sleep(600)
 
+def worst(fractions_by_rank):
+    import torch.distributed as dist
+    from speedgate.distributed import worst_throttling
+    dist.init_process_group("gloo")
+    try:
+        return worst_throttling(fractions_by_rank[int(os.environ["RANK"])])
+    finally:
+        dist.destroy_process_group()
+
 def timed(ref_ms, opt_ms):
     import torch.distributed as dist
     from speedgate.distributed import measure_across_ranks
@@ -86,6 +95,14 @@ def test_a_hung_rank_is_killed_at_the_deadline(ranks_module: Path) -> None:
     _gone(ranks_module)
 
 
+def test_the_worst_ranks_throttling_is_every_ranks(ranks_module: Path) -> None:
+    """Per policy, the largest fraction of any rank; a policy no rank could read stays out."""
+    by_rank = [{"thermal": 0.1}, {"thermal": 0.3, "power": 0.2}]
+    assert run_ranks("ranks_mod:worst", 2, {"fractions_by_rank": by_rank}, timeout_s=60) == [
+        {"power": 0.2, "thermal": 0.3}, {"power": 0.2, "thermal": 0.3}]
+    assert run_ranks("ranks_mod:worst", 2, {"fractions_by_rank": [{}, {}]}, timeout_s=60) == [{}, {}]
+
+
 def test_bad_target_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="package.module:function"):
         run_ranks("no_colon", 2)
@@ -126,3 +143,28 @@ def test_samples_from_ranks_are_gated_under_their_own_key(project: pytest.Pytest
     record = json.loads((project.path / "r.json").read_text())["cases"][0]
     assert record["verdict"] == "regressed" and record["remeasured"]
     slow.stdout.fnmatch_lines(["*2x-test-box*"])
+
+
+THROTTLED_TEST = '''
+def test_hot(perf):
+    samples = {"reference_ms": [2.0, 2.01, 1.99] * 10, "optimized_ms": [1.0, 1.01, 0.99] * 10, "seconds": 0.1,
+               "stopped_by": "converged", "timer": "cuda-events-slowest-rank", "throttled": {"power": 0.5, "thermal": 0.2}}
+    perf.compare_samples(lambda: samples, name="hot", world_size=2)
+'''
+
+
+def test_a_multi_gpu_cases_throttling_reaches_its_record_and_note(project: pytest.Pytester) -> None:
+    """The ranks' worst throttling (measure_across_ranks's "throttled") is the case's, as an in-process case's own
+    GPU's is: recorded, and a thermal fraction over the note's threshold named in the verdict's note. On the CPU the
+    ranks read none."""
+    project.makepyfile(test_hot=THROTTLED_TEST)
+    project.runpytest("--update-baselines").assert_outcomes(passed=1)
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=1)
+    record = json.loads((project.path / "r.json").read_text())["cases"][0]
+    assert record["throttled"] == {"power": 0.5, "thermal": 0.2}
+    assert "GPU thermally throttled for 20% of the comparison" in record["note"]
+
+
+def test_ranks_on_the_cpu_report_no_throttling(ranks_module: Path) -> None:
+    results = run_ranks("ranks_mod:timed", 2, {"ref_ms": 1.0, "opt_ms": 0.5}, timeout_s=120)
+    assert [r["throttled"] for r in results] == [{}, {}]

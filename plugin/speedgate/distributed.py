@@ -5,7 +5,9 @@ Call measure_across_ranks(reference, optimized) on every rank after torch.distri
 preceded by a barrier, so the ranks start together; each rank times it (CUDA events on the GPU, perf_counter on the
 CPU); the per-call times are reduced with MAX across ranks, so a sample is the collective's time as its slowest
 member saw it. Rank 0 decides when to stop (interval narrow enough, or the time budget spent) and broadcasts it.
-Returns, on every rank, the samples and first-call times that Perf.compare_samples gates.
+Returns, on every rank, the samples and first-call times that Perf.compare_samples gates, and the fraction of the
+measurement's time that NVML saw each rank's GPU held down by the power cap and by heat (the worst rank's; an
+in-process comparison reads its own GPU's the same way).
 """
 
 from __future__ import annotations
@@ -55,6 +57,29 @@ def _on_gpu() -> bool:
     return torch.cuda.is_available() and dist.get_backend() == "nccl"
 
 
+_POLICY_NAMES = ("power", "thermal")
+
+
+def _violations_reader() -> Callable[[], dict[str, int]] | None:
+    """This rank's GPU's NVML violation counters (cumulative ns per policy), or None off the GPU or without NVML."""
+    if not _on_gpu():
+        return None
+    import torch
+
+    from .gpu_state import open_monitor
+    from .hardware import visible_gpu_tokens
+
+    tokens, index = visible_gpu_tokens(), torch.cuda.current_device()
+    monitor = open_monitor(tokens[index] if index < len(tokens) else str(index))
+    return monitor.violations if monitor else None
+
+
+def worst_throttling(fractions: Mapping[str, float]) -> dict[str, float]:
+    """Per policy, the largest fraction any rank's GPU was held down (a MAX across ranks; every rank calls it)."""
+    merged = slowest([float(fractions.get(name, -1.0)) for name in _POLICY_NAMES])
+    return {name: value for name, value in zip(_POLICY_NAMES, merged) if value >= 0}
+
+
 def _device() -> Any:
     """Where this rank's collectives' tensors live: its GPU under NCCL, else the CPU."""
     import torch
@@ -89,6 +114,8 @@ def measure_across_ranks(
         policy = Policy.from_json(policy)
     policy = dataclasses.replace(policy, max_rounds=min(policy.max_rounds, MAX_ROUNDS))
     cuda = _on_gpu()
+    violations = _violations_reader()
+    before, started = (violations() if violations else {}), time.monotonic()
     first = slowest([timed_on_rank(reference), timed_on_rank(optimized)])
     for _ in range(policy.warmup_calls):
         timed_on_rank(reference)
@@ -112,7 +139,11 @@ def measure_across_ranks(
 
     rounds = run_rounds(take, policy, batch_size=lambda _ms: BATCH, per_pair_ms=sum(first),
                         decides=dist.get_rank() == 0, agree=agree)
+    from .gpu_state import throttled_fractions
+
+    mine = throttled_fractions(before, violations(), time.monotonic() - started) if violations else {}
     return {
+        "throttled": worst_throttling(mine),
         "reference_ms": rounds.reference,
         "optimized_ms": rounds.optimized,
         "reference_first_ms": first[0],

@@ -131,7 +131,8 @@ class Perf:
         """Gate samples timed elsewhere: in child processes, on several ranks (see speedgate.distributed).
 
         measure() returns paired rounds, {"reference_ms": [...], "optimized_ms": [...], "reference_first_ms",
-        "optimized_first_ms", "seconds", "stopped_by", "timer"} (what measure_across_ranks returns); it is called
+        "optimized_first_ms", "seconds", "stopped_by", "timer", optionally "throttled": {"power": fraction,
+        "thermal": fraction}} (what measure_across_ranks returns); it is called
         once, and once more to re-measure before a regression fails. The statistics, verdict, baselines and
         reports are compare()'s. world_size > 1 files the result under the hardware key '<N>x-<key>' (its own
         baseline file, for example baselines/2x-nvidia-h200.json). Correctness is the caller's to check (the
@@ -150,9 +151,13 @@ class Perf:
             self._record(result)
             return result
 
+        throttled: list[dict[str, float]] = []  # the first measurement's, as compare() reports its own
+
         def take() -> Measurement:
             raw = measure()
             try:
+                if not throttled:
+                    throttled.append({str(k): float(v) for k, v in dict(raw.get("throttled") or {}).items()})
                 m = measurement_from_samples(
                     list(raw["reference_ms"]), list(raw["optimized_ms"]),
                     reference_first_ms=_optional_ms(raw.get("reference_first_ms")),
@@ -168,8 +173,9 @@ class Perf:
                                 f"optimized {m.optimized_ms} ms): the work is below the clock's resolution")
             return m
 
-        result, samples = judge_case(self._session, spec, take(), take, {"established": CALLER}, graphed=False,
-                                     throttled={}, closeness=[])
+        first = take()
+        result, samples = judge_case(self._session, spec, first, take, {"established": CALLER}, graphed=False,
+                                     throttled=throttled[0], closeness=[])
         self.samples[result.case_id] = samples
         self._record(result)
         return result
