@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from speedgate.gpu_state import read
+from speedgate.gpu_state import GpuState, read
 
 
 class FakeNVML:
@@ -96,3 +96,57 @@ def test_the_monitor_reads_energy_and_clock_or_none_where_the_card_has_no_counte
 
     monitor._pynvml = NoCounter(0, [])
     assert monitor.energy_mj() is None
+
+
+class Cools:
+    """GpuStates in turn (the last one repeats), and a clock that sleep() advances."""
+
+    def __init__(self, *states: GpuState) -> None:
+        self.states, self.now, self.reads = list(states), 0.0, 0
+
+    def read(self) -> GpuState:
+        self.reads += 1
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+HOT = GpuState(sm_clock_mhz=885, max_sm_clock_mhz=1980, temperature_c=86, reasons=["sw-thermal-slowdown"])
+WARM = GpuState(sm_clock_mhz=345, max_sm_clock_mhz=1980, temperature_c=74, reasons=["gpu-idle", "sw-thermal-slowdown"])
+COOL = GpuState(sm_clock_mhz=345, max_sm_clock_mhz=1980, temperature_c=70, reasons=["gpu-idle"])
+
+
+def test_a_hot_gpu_is_waited_for_until_it_cools_and_a_cool_one_not_at_all() -> None:
+    from speedgate.gpu_state import wait_until_cool
+
+    cool = Cools(COOL)
+    assert wait_until_cool(cool.read, 60, sleep=cool.sleep, clock=cool.clock) is None and cool.now == 0
+    cooling = Cools(HOT, WARM, WARM, COOL)
+    seen = wait_until_cool(cooling.read, 60, sleep=cooling.sleep, clock=cooling.clock)
+    assert seen is not None and seen.cooled and seen.waited_s == 3.0
+    assert seen.describe() == "waited 3 s for the GPU to cool (86 C -> 70 C)"
+    stuck = Cools(HOT)
+    seen = wait_until_cool(stuck.read, 10, poll_s=2, sleep=stuck.sleep, clock=stuck.clock)
+    assert seen is not None and not seen.cooled and seen.waited_s == 10.0
+    assert seen.describe() == "the GPU was still thermally throttled after 10 s (86 C -> 86 C): verdicts are suspect"
+
+
+def test_a_re_measurement_waits_for_the_gpu_to_cool_only_after_heat_held_the_measurement_down() -> None:
+    """The gate re-measures a regression once before it stands; when the heat held the first measurement's GPU
+    down for more than the note's threshold, the GPU cools first and the note says how long that took."""
+    from speedgate.gpu_state import cool_before
+
+    calls: list[str] = []
+    again = lambda: calls.append("measured") or 1.0  # noqa: E731
+    notes: list[str] = []
+    hot = Cools(HOT, COOL)
+    wrapped = cool_before(again, hot.read, 0.13, 0.05, notes, sleep=hot.sleep, clock=hot.clock)
+    assert wrapped() == 1.0 and calls == ["measured"] and hot.now == 1.0
+    assert notes == ["waited 1 s for the GPU to cool (86 C -> 70 C)"]
+    below = Cools(HOT)
+    assert cool_before(again, below.read, 0.04, 0.05, notes) is again and below.reads == 0  # power, not heat
+    assert cool_before(again, None, 0.5, 0.05, notes) is again  # no NVML: nothing to wait on

@@ -111,6 +111,66 @@ def throttled_fractions(before: dict[str, int], after: dict[str, int], seconds: 
     return {name: (after[name] - before[name]) / 1e9 / seconds for name in after if name in before}
 
 
+THERMAL = ("sw-thermal-slowdown", "hw-thermal-slowdown")
+# How long the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
+# before re-measuring a regression whose measurement the heat held down): long enough for an idle H100 to leave
+# its slowdown temperature, short beside a run.
+COOL_WAIT_S = 60.0
+
+
+@dataclass
+class Cooling:
+    """What a wait for the GPU to cool saw: seconds waited, the state before and after, and whether it cooled."""
+
+    waited_s: float
+    before: GpuState
+    after: GpuState
+
+    @property
+    def cooled(self) -> bool:
+        return not any(r in THERMAL for r in self.after.reasons)
+
+    def describe(self) -> str:
+        temps = f"{self.before.temperature_c} C -> {self.after.temperature_c} C"
+        if self.cooled:
+            return f"waited {self.waited_s:.0f} s for the GPU to cool ({temps})"
+        return f"the GPU was still thermally throttled after {self.waited_s:.0f} s ({temps}): verdicts are suspect"
+
+
+def wait_until_cool(read_state: Any, limit_s: float = COOL_WAIT_S, *, poll_s: float = 1.0,
+                    sleep: Any = None, clock: Any = None) -> Cooling | None:
+    """None if the GPU is not thermally throttled now; else poll read_state() every poll_s until it is not, or
+    limit_s has passed, and say what was seen. The GPU is idle while this waits."""
+    import time
+
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    before = read_state()
+    if not any(r in THERMAL for r in before.reasons):
+        return None
+    start, state = clock(), before
+    while any(r in THERMAL for r in state.reasons) and clock() - start < limit_s:
+        sleep(poll_s)
+        state = read_state()
+    return Cooling(clock() - start, before, state)
+
+
+def cool_before(again: Any, read_state: Any, thermal_fraction: float, threshold: float, notes: list[str],
+                **wait: Any) -> Any:
+    """again, made to wait first for the GPU to cool (wait_until_cool) when heat held it down for more than threshold
+    of the measurement being re-done; what the wait saw goes to notes."""
+    if read_state is None or thermal_fraction <= threshold:
+        return again
+
+    def cooled_again() -> Any:
+        cooling = wait_until_cool(read_state, **wait)
+        if cooling is not None:
+            notes.append(cooling.describe())
+        return again()
+
+    return cooled_again
+
+
 class Monitor:
     """An NVML handle on the GPU this process times on; None-safe when NVML is missing."""
 

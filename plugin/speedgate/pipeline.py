@@ -300,10 +300,20 @@ class Comparison:
             _check_measurable(spec.case_id, m)
             return m
 
+        from .gpu_state import cool_before
+
+        # If heat held the GPU down, it cools before a re-measurement (gpu_state.COOL_WAIT_S at most).
+        cooling: list[str] = []
+        monitor = self.services.monitor
+        again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
+                            judging.THROTTLE_NOTE_FRACTION, cooling)
         extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence)}
-        return judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
-                          throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
-                          bound=evidence.bound)
+        result, samples = judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
+                                     throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
+                                     bound=evidence.bound)
+        if cooling:
+            result = replace(result, note=f"{result.note}; before re-measuring, {'; '.join(cooling)}")
+        return result, samples
 
     def _violations(self) -> dict[str, int]:
         monitor = self.services.monitor

@@ -269,7 +269,11 @@ class SpeedgateSession:
                 tokens = visible_gpu_tokens()
                 self.monitor = open_monitor(tokens[0] if tokens else "0")
                 if self.monitor is not None:
-                    self.gpu_state_at_start[self.hardware_key] = self.monitor.read().describe()
+                    from .gpu_state import wait_until_cool
+
+                    cooling = wait_until_cool(self.monitor.read)
+                    state = self.monitor.read().describe()
+                    self.gpu_state_at_start[self.hardware_key] = f"{state} ({cooling.describe()})" if cooling else state
             # What NVML does not report (SM count, L2) the CUDA timer read off the device: keep it.
             for name, value in self._timer.properties.items():
                 self.fingerprint.hardware.setdefault(name, value)
