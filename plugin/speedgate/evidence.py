@@ -148,13 +148,13 @@ def card_count(calibration: Mapping[str, Any]) -> int:
     return sum(1 for name in cards(calibration) if name != UNRECORDED)
 
 
-def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
     evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
-    not fail for another reason); and a line for each entry whose tolerance changed. The reports must be runs of
-    the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a report
-    measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are not this
-    file's evidence: they are left out, with a line saying how many and whose."""
+    not fail for another reason); a line for each entry whose tolerance changed; and a line for each kind of machine
+    left out. The reports must be runs of the code the entries were blessed from: evidence of another kernel would
+    only widen its tolerance. Cases a report measured on another kind of machine (another hardware key: an H200's
+    run given to the H100's file) are not this file's evidence either."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     changed: dict[str, tuple[float, float]] = {}
     key = doc.get("hardware_key")
@@ -180,9 +180,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             first = changed.get(record["case_id"], (before, before))[0]
             changed[record["case_id"]] = (first, float(entry["tolerance"]))
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
-    lines += [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
-              for other, count in sorted(other_keys.items())]
-    return {**doc, "cases": cases}, lines
+    left_out = [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
+                for other, count in sorted(other_keys.items())]
+    return {**doc, "cases": cases}, lines, left_out
 
 
 def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any) -> bool:

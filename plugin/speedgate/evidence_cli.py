@@ -54,12 +54,14 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         parser.exit(2, f"speedgate evidence: {exc}\n")
     changed: list[str] = []
+    notes: list[str] = []
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
         if existing is None:
             raise baseline_file.BaselineError(f"{args.baseline}: no such baseline file")
-        doc, lines = add_reports(existing, reports)
+        doc, lines, left_out = add_reports(existing, reports)
         changed.extend(lines)
+        notes.extend(left_out)
         return doc if reports else None
 
     try:
@@ -68,11 +70,10 @@ def main(argv: Sequence[str]) -> int:
         parser.exit(2, f"speedgate evidence: {exc}; the file was left untouched\n")
     if doc is None:
         parser.exit(2, f"speedgate evidence: {args.baseline}: no such baseline file\n")
-    for line in changed if reports else show(doc):
+    for line in [*changed, *notes] if reports else show(doc):
         print(line)
     if reports:
-        tolerances = sum(1 for line in changed if not line.startswith("left out: "))
-        print(f"{args.baseline}: {len(reports)} report(s) added; {tolerances} tolerance(s) changed")
+        print(f"{args.baseline}: {len(reports)} report(s) added; {len(changed)} tolerance(s) changed")
     return 0
 
 
