@@ -112,9 +112,9 @@ def throttled_fractions(before: dict[str, int], after: dict[str, int], seconds: 
 
 
 THERMAL = ("sw-thermal-slowdown", "hw-thermal-slowdown")
-# How long the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
-# before re-measuring a regression whose measurement the heat held down): long enough for an idle H100 to leave
-# its slowdown temperature, short beside a run.
+# The longest the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
+# before re-measuring a regression whose measurement the heat held down): a bound on the delay, not a measured
+# cooling time; what each wait saw is printed where it happened.
 COOL_WAIT_S = 60.0
 
 

@@ -272,7 +272,7 @@ class SpeedgateSession:
                     from .gpu_state import wait_until_cool
 
                     cooling = wait_until_cool(self.monitor.read)
-                    state = self.monitor.read().describe()
+                    state = (cooling.after if cooling else self.monitor.read()).describe()
                     self.gpu_state_at_start[self.hardware_key] = f"{state} ({cooling.describe()})" if cooling else state
             # What NVML does not report (SM count, L2) the CUDA timer read off the device: keep it.
             for name, value in self._timer.properties.items():
