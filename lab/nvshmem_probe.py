@@ -165,7 +165,7 @@ def probe(numel: int, reps: int = 20, source_dir: str | None = None) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--mb", type=int, default=128, help="MiB of bf16 each rank puts (a multiple of 2)")
     parser.add_argument("--world", type=int, default=None, help="ranks (default: every visible GPU)")
     parser.add_argument("--json", type=Path)
