@@ -2,12 +2,13 @@
 warm-up, a barrier before each call, median of 30 calls, the slowest rank's median), next to NCCL's bf16
 all-reduce and the raw collectives at the same byte counts.
 
-    python lab/allreduce_breakdown.py [--mb 256] [--world N] [--pieces 1 2 4 8] [--profile DIR]
+    python lab/allreduce_breakdown.py [--mb 256] [--world N] [--pieces 1 2 4 8] [--graph] [--profile DIR]
     (on a machine with N >= 2 GPUs)
 
-Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds. With --profile, each piece
-count of the P2P form is also traced (torch.profiler, 5 calls, every rank; Chrome traces in DIR) and summarized per
-call and rank: the host's time to queue a call, the device span of a call, and by kind of device work (copies,
+Prints a Markdown table: stage, ms, and GB/s of the bytes each rank's buffer holds, and the host's time to queue one
+call of each P2P form. With --graph, each P2P form is also captured once as a CUDA graph and timed as its replay (or
+the capture's error is printed). With --profile, each piece count of the P2P form is also traced (torch.profiler, 5
+calls, every rank; Chrome traces in DIR) and summarized per call and rank: the host's time to queue a call, the device span of a call, and by kind of device work (copies,
 symmetric-memory barriers, the three quantization kernels, the rest) how many ran and how long the device was busy
 with them: where the cost that grows with the piece count goes.
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -81,7 +83,45 @@ def profile_p2p(forms: dict, x: object, out: object, directory: Path, rank: int,
     return found
 
 
-def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4), profile_dir: str | None = None) -> dict:
+def graphed(fn: Callable[[], object]) -> Callable[[], object] | str:
+    """fn captured once as a CUDA graph (after a warm-up call on a side stream, as capture wants): its replay; or,
+    where capture fails (a collective or barrier that cannot be captured), why, as one line."""
+    try:
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return graph.replay
+    except Exception as exc:  # noqa: BLE001 - the refusal is the finding
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def host_queue_ms(fn: Callable[[], object], reps: int) -> float:
+    """The host's median milliseconds to queue one call of fn (the device idle and every rank ready before each)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        dist.barrier()
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4), profile_dir: str | None = None,
+           graph: bool = False) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -113,13 +153,24 @@ def stages(numel: int, reps: int = 30, pieces: tuple[int, ...] = (1, 4), profile
                for k, f in p2p.items()},
             "all_to_all bf16 (for comparison)": (lambda: dist.all_to_all_single(a2a_bf16_out, x), 2 * numel),
         }
+        found: dict = {"world": world, "numel": numel, "gpu": torch.cuda.get_device_name(), "rank": rank}
+        # The host's time to queue one call of each P2P form, without a profiler's own host cost.
+        found["host_queue_ms"] = {str(k): host_queue_ms(lambda f=f: f(x, out), reps) for k, f in p2p.items()}
+        if graph:  # each P2P form as one CUDA graph replay: the host's per-piece launches gone
+            found["graph_errors"] = {}
+            for k, f in p2p.items():
+                replay = graphed(lambda f=f: f(x, out))
+                if isinstance(replay, str):
+                    found["graph_errors"][str(k)] = replay
+                else:
+                    steps[f"quantized all-reduce over P2P copies, {k} piece(s), one CUDA graph replay"] = (replay, 2 * numel)
         rows = {}
         for name, (fn, nbytes) in steps.items():
             for _ in range(3):
                 fn()
             median = statistics.median(timed_on_rank(fn) for _ in range(reps))
             rows[name] = {"ms": slowest([median])[0], "bytes": nbytes}
-        found = {"world": world, "numel": numel, "rows": rows, "gpu": torch.cuda.get_device_name(), "rank": rank}
+        found["rows"] = rows
         if profile_dir:
             found["profile"] = profile_p2p(p2p, x, out, Path(profile_dir), rank)
         return found
@@ -138,10 +189,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--pieces", type=int, nargs="+", default=[1, 4], help="piece counts of the P2P form to time")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="trace each piece count too (Chrome traces here)")
+    parser.add_argument("--graph", action="store_true", help="time each P2P form as one CUDA graph replay too")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    kwargs = {"numel": args.mb * 2**20 // 2, "pieces": args.pieces, "profile_dir": str(args.profile.resolve()) if args.profile else None}
+    kwargs = {"numel": args.mb * 2**20 // 2, "pieces": args.pieces, "graph": args.graph,
+              "profile_dir": str(args.profile.resolve()) if args.profile else None}
     results = run_ranks("lab.allreduce_breakdown:stages", args.world, kwargs, timeout_s=300)
     result = results[0]
     if args.json:
@@ -154,6 +207,10 @@ def main() -> None:
             parts += row["ms"]
         print(f"| {name} | {row['ms']:.3f} | {row['bytes'] / row['ms'] / 1e6:.0f} |")
     print(f"| sum of the quantized stages, run one at a time | {parts:.3f} | - |")
+    for k, ms in result.get("host_queue_ms", {}).items():
+        print(f"host time to queue one call of the P2P form, {k} piece(s): {ms:.3f} ms (rank 0, no profiler)")
+    for k, why in result.get("graph_errors", {}).items():
+        print(f"P2P form, {k} piece(s): no CUDA graph: {why}")
     if args.profile:
         print(profile_table(results))
 

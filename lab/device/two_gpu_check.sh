@@ -41,7 +41,7 @@ for s in $steps; do
     cutlass_edge) step cutlass_edge 90 env CUDA_VISIBLE_DEVICES=0 python3 -m pytest -p no:cacheprovider -q -rs \
         perftests/test_cutlass_matmul.py -k "edge_shapes or fp8_reference" ;;
     probe) step nvshmem_probe 120 python3 lab/nvshmem_probe.py --json "$work/nvshmem.json" --source "$work" ;;
-    breakdown) step breakdown 150 python3 lab/allreduce_breakdown.py --mb 256 --pieces 1 2 4 --profile "$work/traces" \
+    breakdown) step breakdown 150 python3 lab/allreduce_breakdown.py --mb 256 --pieces 1 2 4 --graph --profile "$work/traces" \
         --json "$work/breakdown.json" ;;
     nccl)
       step nccl_bless 200 python3 -m pytest -p no:cacheprovider -q -rs perftests/test_nccl.py --update-baselines \
