@@ -65,6 +65,17 @@ KIND_CHECK = "Check the runner's kind"
 MULTI_GPU = re.compile(r"(?P<gpus>\d+)x-(?P<key>.+)")
 
 
+KIND_CHECK_SCRIPT = ROOT / ".github" / "scripts" / "check-runner-kind.sh"
+
+
+def kind_check(workflow: Path) -> str:
+    """The kind-check step's command: the one script both workflows share, run from the repository's root."""
+    found = re.search(r"^\s+run: (.+)$", step(workflow.read_text(), KIND_CHECK), re.MULTILINE)
+    assert found and found[1].strip() == f"bash {KIND_CHECK_SCRIPT.relative_to(ROOT)}", (
+        f"{workflow.name}: the kind check must run {KIND_CHECK_SCRIPT.relative_to(ROOT)}")
+    return found[1].strip()
+
+
 def steps(text: str) -> list[str]:
     """A workflow's steps, in order, each as its text (from its '- name:' or '- uses:' to the next step)."""
     return re.split(r"^(?=\s+- (?:name|uses): )", text, flags=re.MULTILINE)[1:]
@@ -214,7 +225,7 @@ def test_the_kind_check_fails_naming_both_keys(tmp_path: Path, workflow: Path, f
     env["KIND"] = "nvidia-h200"
     if override is not None:
         env["SPEEDGATE_HARDWARE_KEY"] = override
-    proc = run_bash(script(step(workflow.read_text(), KIND_CHECK)), env, tmp_path)
+    proc = run_bash(kind_check(workflow), env, ROOT)
     if passes:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     else:
@@ -228,7 +239,8 @@ def test_the_kind_check_fails_naming_both_keys(tmp_path: Path, workflow: Path, f
 
 @pytest.mark.parametrize("workflow", FLEET, ids=lambda p: p.name)
 def test_the_kind_check_computes_speedgates_own_key(workflow: Path) -> None:
-    code = re.findall(r'python -c "([^"]+)"', script(step(workflow.read_text(), KIND_CHECK)))
+    kind_check(workflow)  # both workflows run the one script
+    code = re.findall(r'python -c "([^"]+)"', KIND_CHECK_SCRIPT.read_text())
     assert len(code) == 1
     # Run for real, on this machine's CPU: it prints the key a run here would use.
     proc = subprocess.run([sys.executable, "-c", code[0]], env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
