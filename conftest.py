@@ -8,11 +8,12 @@ import zlib
 
 import pytest
 
-from speedgate.hardware import visible_gpu_tokens
+from speedgate.hardware import nvml_device_count, visible_gpu_tokens
 
 # Must happen before any @triton.jit is defined (kernel modules are imported at collection), and after the
-# speedgate plugin pinned this xdist worker's GPU: both hold, since the plugin runs before conftests load.
-HAS_GPU = bool(visible_gpu_tokens())
+# speedgate plugin pinned this xdist worker's GPU: both hold, since the plugin runs before conftests load. A GPU is
+# one CUDA_VISIBLE_DEVICES leaves visible that NVML sees: the variable alone, set on a CPU runner, names none.
+HAS_GPU = bool(visible_gpu_tokens()) and nvml_device_count() > 0
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -10,7 +10,7 @@ from perftests.kernels.elementwise import (
     add_relu_scale_eager,
     vector_add,
 )
-from perftests.support.compiled import compare_with_compiled, compiled_tolerance
+from perftests.support.compiled import compare_with_compiled
 from perftests.support.elementwise import DTYPE_IDS, DTYPES, SCALE, inputs, sides, traffic
 
 pytestmark = pytest.mark.triton
@@ -29,7 +29,7 @@ def test_vector_add(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, torch.add(x, y))
     reference, optimized = sides("vector_add")
     perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
-    compare_with_compiled(perf, device, add, optimized, make, bytes=traffic(x), **compiled_tolerance(dtype))
+    compare_with_compiled(perf, device, add, optimized, make, bytes=traffic(x))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -43,5 +43,15 @@ def test_add_relu_scale(perf, device: str, dtype: torch.dtype) -> None:
     perf.assert_close(out, expected)
     reference, optimized = sides("add_relu_scale")
     perf.compare(reference, optimized, bytes=traffic(x), inputs=make)
-    compare_with_compiled(perf, device, add_relu_scale_eager, optimized, make, fixed=(SCALE,), bytes=traffic(x),
-                          **compiled_tolerance(dtype))
+    compare_with_compiled(perf, device, add_relu_scale_eager, optimized, make, fixed=(SCALE,), bytes=traffic(x))
+
+
+def test_compiled_reference_times_no_choice_on_the_device() -> None:
+    """The vs_compile reference is torch.compile with inductor's deterministic mode (no candidate timed on the
+    device, so every process builds the same reference; perftests/support/compiled.py), built once per function:
+    torch refuses an option it does not know when compile is called, so this fails if the mode goes away."""
+    from perftests.support import compiled as support
+
+    assert support.OPTIONS == {"deterministic": True}
+    built = support.compiled(add)
+    assert support.compiled(add) is built

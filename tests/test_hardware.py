@@ -72,3 +72,24 @@ def test_assign_workers_round_robin() -> None:
     cpu = assign(0, 2, [])
     assert cpu.device == "cpu" and cpu.shared
     assert not assign(0, 1, []).shared
+
+
+def test_the_suite_runs_on_the_cpu_when_cuda_visible_devices_names_a_gpu_that_is_not_there() -> None:
+    """CUDA_VISIBLE_DEVICES=0 set on a machine without a GPU (a CI template's environment): the suite's conftest once
+    took the variable for a GPU and stopped every run with "a GPU is visible to NVML but torch.cuda.is_available() is
+    False"; it must run on the CPU (the Triton interpreter) as it does without the variable."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if hardware.nvml_device_count() > 0:
+        pytest.skip("NVML sees a GPU here: the case is a machine without one")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "perftests/test_triton_elementwise.py", "-k", "vector_add and float32"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout

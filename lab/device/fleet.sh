@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# On a host with 1 or 2 GPUs (the device tool's nvidia-h100-x2, nvidia-h200-x2, ...): each GPU runs its own queue
+# of jobs, one pytest process at a time, the queues side by side; every job stops (SIGINT, so pytest writes its
+# report and blesses what finished) before the call's deadline. Baseline files, compile caches and logs live in
+# .gpu-state/ (git-ignored), which stays on a warm machine between chained calls: a first call blesses, the next
+# gates on the other card against what the first one wrote, with the caches it filled.
+#
+#   bash lab/device/fleet.sh OUT "GPU0 JOBS" ["GPU1 JOBS"]     e.g.  "probe gate_compile" "bless_triton gate_compile"
+# Jobs: bless_triton / gate_triton (`-k "triton or cutlass"`: the Triton files, CUTLASS, the compiler suite's
+# Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), probe
+# (lab/compiled_reference_spread.py, 2 processes per mode; its reports stay in .gpu-state/probe, so a
+# probe cut off at the deadline goes on in the next call). bless_* calibrate (--speedgate-calibrate 2).
+# DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
+# OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files after the queues).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?OUT}
+shift
+start=$(date +%s)
+deadline=$((start + ${DEADLINE:-560}))
+state=.gpu-state
+mkdir -p "$state/baselines" "$state/cache" "$state/logs"
+[[ -n $(ls "$state/baselines") ]] || cp baselines/*.json "$state/baselines/"
+call=$(($(ls "$state/logs" | grep -c '^call-') + 1))
+work="$state/logs/call-$call"
+mkdir -p "$work"
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR="$PWD/$state/cache/triton" TORCHINDUCTOR_CACHE_DIR="$PWD/$state/cache/inductor"
+if [[ -d .cutlass ]]; then
+  eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
+elif [[ -d .whl ]]; then
+  python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 3; }
+fi
+python3 -c "import speedgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . > "$work/pip.log" 2>&1 \
+  || { cat "$work/pip.log"; exit 3; }
+python3 - <<'PY' | tee -a "$work/summary.txt"
+import hashlib, pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    s = pynvml.nvmlDeviceGetSerial(h)
+    s = (s.decode() if isinstance(s, bytes) else s).strip()
+    name = pynvml.nvmlDeviceGetName(h)
+    clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+    temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    print(f"GPU {i}: {name.decode() if isinstance(name, bytes) else name}, card {hashlib.sha256(s.encode()).hexdigest()[:12]}, "
+          f"serial ending {s[-6:]}, SM {clock} MHz, {temp} C")
+PY
+echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(torch.__version__)'), triton $(python3 -c 'import triton; print(triton.__version__)')" | tee -a "$work/summary.txt"
+
+pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
+  tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe)
+}
+
+job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SIGINT at the deadline
+  local gpu=$1 name=$2 left t0 rc
+  left=$((deadline - $(date +%s)))
+  if ((left < 20)); then echo "== gpu$gpu $name: not started, ${left} s left" >> "$work/summary.txt"; return; fi
+  local log="$work/gpu$gpu-$name.log" report="$work/gpu$gpu-$name.json"
+  local common=(-p no:cacheprovider -q -rs --durations=25 --baseline-dir "$state/baselines" --speedgate-json "$report")
+  t0=$(date +%s)
+  case $name in
+    bless_triton) set -- perftests -k "triton or cutlass" --update-baselines --speedgate-calibrate 2 ;;
+    gate_triton) set -- perftests -k "triton or cutlass" ;;
+    bless_compile) set -- perftests -k "not triton and not cutlass" --update-baselines --speedgate-calibrate 2 ;;
+    gate_compile) set -- perftests -k "not triton and not cutlass" ;;
+    probe) set -- probe ;;
+    *) echo "unknown job $name"; return ;;
+  esac
+  if [[ $1 == probe ]]; then
+    CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "$left" python3 -m lab.compiled_reference_spread "$state/probe" \
+      --processes 2 -- perftests/test_triton_rowwise.py perftests/test_triton_matmul.py \
+      -k "(rowwise and bfloat16) or (fp8_matmul and tiled-4096)" > "$log" 2>&1
+  else
+    CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "$left" python3 -m pytest "$@" "${common[@]}" > "$log" 2>&1
+  fi
+  rc=$?
+  {
+    echo "== gpu$gpu $name: exit $rc, $(($(date +%s) - t0)) s"
+    grep -E "^(FAILED|ERROR)|passed|failed|no entry|regressed|improved|first calls|where the time|^\|" "$log" | tail -30 | cut -c1-260
+  } >> "$work/summary.txt"
+  pack "$out/fleet-gpu$gpu.tgz"  # per queue: a call cut off at its limit still brings these
+}
+
+queue() {  # queue GPU JOB...
+  local gpu=$1; shift
+  for name in "$@"; do job "$gpu" "$name"; done
+}
+
+pids=()
+gpu=0
+for jobs in "$@"; do
+  # shellcheck disable=SC2086  # a queue is a list of job names
+  queue "$gpu" $jobs &
+  pids+=($!)
+  gpu=$((gpu + 1))
+done
+wait "${pids[@]}"
+mkdir -p "$out/baselines" && cp "$state/baselines/"*.json "$out/baselines/"
+pack "$out/fleet.tgz"
+echo "== call $call took $(($(date +%s) - start)) s"
+cat "$work/summary.txt"

@@ -1,0 +1,57 @@
+"""lab/compiled_reference_spread.py's plumbing on the CPU (its timings are the GPU's business): the table it prints
+from the reports of its processes, and its plugin, which swaps the suite's compiled reference for the autotuned one
+only in the mode that asks for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lab import compiled_reference_spread as tool
+from perftests.support import compiled as suite
+
+
+def _report(path: Path, cases: list[tuple[str, float, float, float]]) -> Path:
+    path.write_text(json.dumps({"cases": [
+        {"case_id": f"perftests/test_x.py::{name}", "timed": True, "reference_ms": ms, "speedup": speedup,
+         "reference_first_ms": first_ms}
+        for name, ms, speedup, first_ms in cases
+    ] + [{"case_id": "perftests/test_x.py::test_a::vs_eager", "timed": True, "reference_ms": 1.0, "speedup": 9.0}]}))
+    return path
+
+
+def test_table_has_a_row_per_case_and_mode_with_the_spread_of_its_processes(tmp_path: Path) -> None:
+    reports = {
+        "autotune": [_report(tmp_path / "a0.json", [("test_a::vs_compile", 0.10, 1.00, 20000.0)]),
+                     _report(tmp_path / "a1.json", [("test_a::vs_compile", 0.14, 1.40, 30000.0)])],
+        "suite": [_report(tmp_path / "s0.json", [("test_a::vs_compile", 0.12, 1.20, 1000.0)]),
+                  _report(tmp_path / "s1.json", [("test_a::vs_compile", 0.12, 1.21, 3000.0)]),
+                  tmp_path / "missing.json"],
+    }
+    lines = tool.table(reports)
+    rows = [line for line in lines[2:]]
+    assert len(rows) == 2, lines  # vs_eager is not a compiled pair; the missing report is skipped
+    autotune, mine = rows
+    assert autotune.startswith("| `test_a::vs_compile` | autotune | 0.1200 | 25.0 | 1.000, 1.400 | 33.3% |")
+    assert mine.startswith("| `test_a::vs_compile` | suite | 0.1200 | 2.0 | 1.200, 1.210 | 0.8% |")
+
+
+@pytest.mark.parametrize("mode, swapped", [("autotune", True), ("suite", False), (None, False)])
+def test_plugin_swaps_the_reference_only_in_autotune_mode(monkeypatch: pytest.MonkeyPatch, mode: str | None,
+                                                          swapped: bool) -> None:
+    if mode is None:
+        monkeypatch.delenv(tool.VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(tool.VARIABLE, mode)
+    cleanups: list = []
+    plain = suite.compiled
+    tool.pytest_configure(SimpleNamespace(add_cleanup=cleanups.append))
+    try:
+        assert (suite.compiled is not plain) == swapped
+    finally:
+        for cleanup in cleanups:
+            cleanup()
+    assert suite.compiled is plain
