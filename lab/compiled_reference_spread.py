@@ -58,7 +58,8 @@ def run(out: Path, mode: str, index: int, cases: list[str]) -> Path:
         return report
     with tempfile.TemporaryDirectory() as caches:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{caches}/inductor", "TRITON_CACHE_DIR": f"{caches}/triton",
-               VARIABLE: mode, "PYTHONPATH": str(ROOT)}
+               VARIABLE: mode,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
         subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "lab.compiled_reference_spread",
                         "-q", "--speedgate-json", str(report), *cases], cwd=ROOT, env=env, check=False,
                        stdout=subprocess.DEVNULL)

@@ -141,3 +141,22 @@ def test_a_bad_report_leaves_the_file_untouched(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "broken.json: cannot be read as JSON" in done.stderr
     assert path.read_bytes() == before
+
+
+def test_a_calibrating_runs_report_adds_its_in_process_spread(tmp_path: Path) -> None:
+    """Two calibrating processes that blessed two copies of the file (two runners, or a checkout reset between
+    them): the second file takes the first one's report, and its in-process spread counts as its own file's would."""
+    doc = bless_one(None, calibrated(1.348, "card-a", spread=0.004))
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    first = report(tmp_path, "bless-1.json", 1.346, "card-a")
+    data = json.loads(first.read_text())
+    data["cases"][0].update(calibration_runs=3, calibration_spread=0.02)
+    first.write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), str(first)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(path.read_text())["cases"][CASE]
+    assert entry["calibration"]["machines"]["card-a"]["speedups"] == [1.348, 1.346]
+    assert entry["calibration"]["machines"]["card-a"]["run_spreads"] == [0.004, 0.02]
+    assert entry["tolerance"] == pytest.approx(0.06)  # 3 x the wider in-process spread (the processes differ by 0.15%)

@@ -55,3 +55,17 @@ def test_plugin_swaps_the_reference_only_in_autotune_mode(monkeypatch: pytest.Mo
         for cleanup in cleanups:
             cleanup()
     assert suite.compiled is plain
+
+
+def test_each_process_keeps_the_callers_python_path_and_gets_caches_of_its_own(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU machine's plugin dependencies come from a PYTHONPATH the device script exports (/tmp/site): a child
+    that replaced it with the repository's root could not import jsonschema (the first GPU run of this probe)."""
+    seen: list[dict[str, str]] = []
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    monkeypatch.setattr(tool.subprocess, "run", lambda *a, **k: seen.append(k["env"]))
+    tool.run(tmp_path, "autotune", 0, ["perftests/test_x.py"])
+    tool.run(tmp_path, "suite", 0, ["perftests/test_x.py"])
+    assert [env["PYTHONPATH"].split(tool.os.pathsep) for env in seen] == [[str(tool.ROOT), "/tmp/site"]] * 2
+    assert [env[tool.VARIABLE] for env in seen] == ["autotune", "suite"]
+    assert seen[0]["TRITON_CACHE_DIR"] != seen[1]["TRITON_CACHE_DIR"]

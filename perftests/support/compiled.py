@@ -4,7 +4,7 @@ Each eager reference is a module-level function of its tensors, compiled once (f
 inductor's deterministic mode: no choice is made by timing candidates on the device (a GEMM takes the vendor
 library's kernel, a reduction inductor's heuristic config), so every process, on every card, compiles the same
 reference. With max-autotune's races instead, the reference settled into one of two speeds per process, and its
-compile was most of a cold run's time (docs/results/compiled-reference.md). A new shape recompiles under its own
+compile was most of a cold run's time (docs/results/suite-time.md). A new shape recompiles under its own
 guards. The compiled function's first call (trace, inductor) is the case's `reference_first_ms`: compile time is
 recorded, never timed.
 """

@@ -151,9 +151,10 @@ def card_count(calibration: Mapping[str, Any]) -> int:
 def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
     evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
-    not fail for another reason); a line for each entry whose tolerance changed; and a line for each kind of machine
-    left out. The reports must be runs of the code the entries were blessed from: evidence of another kernel would
-    only widen its tolerance. Cases a report measured on another kind of machine (another hardware key: an H200's
+    not fail for another reason; a calibrating bless's report adds its in-process spread too: a bless on another
+    runner, or in a checkout whose file was not kept, joins the evidence as its own file would have); a line for
+    each entry whose tolerance changed; and a line for each kind of machine left out. The reports must be runs of
+    the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a report measured on another kind of machine (another hardware key: an H200's
     run given to the H100's file) are not this file's evidence either."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     changed: dict[str, tuple[float, float]] = {}
@@ -173,7 +174,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
                 continue
             before = float(entry["tolerance"])
-            calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), None,
+            spread = record.get("calibration_spread")  # a calibrating run's in-process spread; None for a gate run
+            run_spread = float(spread) if isinstance(spread, (int, float)) and math.isfinite(spread) and spread >= 0 else None
+            calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), run_spread,
                                       str(report.get("run_time") or entry["calibration"].get("measured_at", "")))
             entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}
             cases[record["case_id"]] = entry
