@@ -154,8 +154,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     not fail for another reason; a calibrating bless's report adds its in-process spread too: a bless on another
     runner, or in a checkout whose file was not kept, joins the evidence as its own file would have); a line for
     each entry whose tolerance changed; and a line for each kind of machine left out. The reports must be runs of
-    the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a report measured on another kind of machine (another hardware key: an H200's
-    run given to the H100's file) are not this file's evidence either."""
+    the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a
+    report measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are
+    not this file's evidence either."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     changed: dict[str, tuple[float, float]] = {}
     key = doc.get("hardware_key")
