@@ -24,27 +24,10 @@ mkdir -p "$state/baselines" "$state/cache" "$state/logs"
 call=$(($(ls "$state/logs" | grep -c '^call-') + 1))
 work="$state/logs/call-$call"
 mkdir -p "$work"
+source lab/device/lib.sh
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR="$PWD/$state/cache/triton" TORCHINDUCTOR_CACHE_DIR="$PWD/$state/cache/inductor"
-if [[ -d .cutlass ]]; then
-  eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
-elif [[ -d .whl ]]; then
-  python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 3; }
-fi
-python3 -c "import speedgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . > "$work/pip.log" 2>&1 \
-  || { cat "$work/pip.log"; exit 3; }
-python3 - <<'PY' | tee -a "$work/summary.txt"
-import hashlib, pynvml
-pynvml.nvmlInit()
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    s = pynvml.nvmlDeviceGetSerial(h)
-    s = (s.decode() if isinstance(s, bytes) else s).strip()
-    name = pynvml.nvmlDeviceGetName(h)
-    clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-    temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
-    print(f"GPU {i}: {name.decode() if isinstance(name, bytes) else name}, card {hashlib.sha256(s.encode()).hexdigest()[:12]}, "
-          f"serial ending {s[-6:]}, SM {clock} MHz, {temp} C")
-PY
+install_deps
+list_cards | tee -a "$work/summary.txt"
 echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(torch.__version__)'), triton $(python3 -c 'import triton; print(triton.__version__)')" | tee -a "$work/summary.txt"
 
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports

@@ -12,3 +12,33 @@ step() {
   if declare -F show_step > /dev/null; then show_step "$label"; else tail -40 "$work/$label.log"; fi | cut -c1-300 | tee -a "$work/summary.txt"
   if [[ -n ${step_archive:-} ]]; then tar czf "$step_archive" -C "$work" .; fi
 }
+
+# install_deps: the Python packages the GPU machine lacks, from the carried .cutlass/ archive (tools/stage_cutlass.py)
+# or .whl/, and this checkout (pip -e, offline); logs in $work; exits 3 naming the failure.
+install_deps() {
+  if [[ -d .cutlass ]]; then
+    eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
+  elif [[ -d .whl ]]; then
+    python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 3; }
+  fi
+  python3 -c "import speedgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . > "$work/pip.log" 2>&1 \
+    || { cat "$work/pip.log"; exit 3; }
+}
+
+# list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
+# the serial's last six characters, its SM clock and temperature now.
+list_cards() {
+  python3 - <<'PY'
+import hashlib, pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    s = pynvml.nvmlDeviceGetSerial(h)
+    s = (s.decode() if isinstance(s, bytes) else s).strip()
+    name = pynvml.nvmlDeviceGetName(h)
+    clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+    temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    print(f"GPU {i}: {name.decode() if isinstance(name, bytes) else name}, card {hashlib.sha256(s.encode()).hexdigest()[:12]}, "
+          f"serial ending {s[-6:]}, SM {clock} MHz, {temp} C")
+PY
+}

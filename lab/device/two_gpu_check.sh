@@ -17,24 +17,8 @@ work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 step_archive="$out/two_gpu.tgz"
 source lab/device/lib.sh
-if [[ -d .cutlass ]]; then
-  eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
-elif [[ -d .whl ]]; then
-  python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 3; }
-fi
-python3 -c "import speedgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . > "$work/pip.log" 2>&1 \
-  || { cat "$work/pip.log"; exit 3; }
-python3 - <<'PY' | tee "$work/summary.txt"
-import hashlib, pynvml
-pynvml.nvmlInit()
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    s = pynvml.nvmlDeviceGetSerial(h)
-    s = (s.decode() if isinstance(s, bytes) else s).strip()
-    name = pynvml.nvmlDeviceGetName(h)
-    print(f"GPU {i}: {name.decode() if isinstance(name, bytes) else name}, card {hashlib.sha256(s.encode()).hexdigest()[:12]}, "
-          f"serial ending {s[-6:]}")
-PY
+install_deps
+list_cards | tee "$work/summary.txt"
 nvidia-smi topo -m > "$work/topo.txt" 2>&1; head -4 "$work/topo.txt" | tee -a "$work/summary.txt"
 for s in $steps; do
   case $s in
