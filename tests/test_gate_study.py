@@ -147,3 +147,20 @@ def test_the_table_counts_false_alarms_and_detections_per_case(tmp_path: Path) -
     assert "detected at +5%: 3/4 (75%)" in text
     assert "1 of 2 cases catch a 5% regression (regressed in each of 2 slowed runs)" in text
     assert text in done.stdout
+
+
+def test_every_default_case_is_a_test_the_suite_has() -> None:
+    """The study's default cases are node ids of perftests/: one renamed or dropped there would leave its family out
+    of the study without a word (pytest runs what it finds and says nothing of an id it could not find inside a
+    file it collected)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools.gate_study import CASES
+    finally:
+        sys.path.remove(str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *CASES],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    collected = {line.strip() for line in done.stdout.splitlines() if "::" in line}
+    for case in CASES:
+        assert any(node == case or node.startswith(case + "[") for node in collected), f"{case} collects nothing"

@@ -39,14 +39,27 @@ from speedgate.timers import median_event_ms, spin_cycles_per_ms
 ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 
-# Elementwise, softmax, matmul, attention (short and long, causal and full) and a compile mode.
+# One case or two of each family whose sides are plain callables (the slowdown wraps the optimized one): element-wise,
+# row-wise, matmul bf16 and fp8 (Triton, Gluon, CUTLASS), attention (short and long, causal and full; Triton, Gluon),
+# the fused MLP, the L2 hints, a compile mode, FlexAttention, a custom op. Left out: the ladder (graph replay: a spin
+# kernel in the captured graph is not what the slowdown sizes), the latency=True cases (graph breaks, regional,
+# dynamic shapes, training: their time is host work from an idle device, which a spin kernel does not slow as it
+# slows device time) and the all-reduce cases (compare_samples: no callable to wrap).
 CASES = [
     "perftests/test_triton_elementwise.py::test_add_relu_scale",
     "perftests/test_triton_rowwise.py::test_softmax",
     "perftests/test_triton_matmul.py::test_matmul[tma_persistent-4096-bfloat16]",
+    "perftests/test_triton_matmul.py::test_fp8_matmul[tma_persistent-4096]",
+    "perftests/test_triton_matmul.py::test_fp8_matmul_gluon[4096]",
+    "perftests/test_cutlass_matmul.py::test_cutlass_matmul[4096]",
     "perftests/test_triton_attention.py::test_flash_attention[2048-64-causal]",
     "perftests/test_triton_attention.py::test_flash_attention[8192-128-full]",
+    "perftests/test_triton_attention.py::test_flash_attention_gluon[2048-128-causal]",
+    "perftests/test_triton_mlp.py::test_fused_mlp_block",
+    "perftests/test_triton_l2.py::test_l2_eviction_hints[16]",
     "perftests/test_compile_modes.py::test_compile_mode[default]",
+    "perftests/test_compile_flex.py::test_flex_attention[causal]",
+    "perftests/test_compile_custom_op.py::test_triton_kernel_in_compiled_model[triton_op]",
 ]
 
 
