@@ -9,7 +9,9 @@
 # Jobs: bless_triton / gate_triton (`-k "triton or cutlass"`: the Triton files, CUTLASS, the compiler suite's
 # Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), probe
 # (lab/compiled_reference_spread.py, 2 processes per mode; its reports stay in .gpu-state/probe, so a
-# probe cut off at the deadline goes on in the next call). bless_* calibrate (--speedgate-calibrate 2).
+# probe cut off at the deadline goes on in the next call), study (tools/gate_study.py against the committed files:
+# 3 clean runs, 2 per injected slowdown; resumes the same way from .gpu-state/study). bless_* calibrate
+# (--speedgate-calibrate 2).
 # DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
 # OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files after the queues).
 set -uo pipefail
@@ -31,7 +33,7 @@ list_cards | tee -a "$work/summary.txt"
 echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(torch.__version__)'), triton $(python3 -c 'import triton; print(triton.__version__)')" | tee -a "$work/summary.txt"
 
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
-  tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe)
+  tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study)
 }
 
 job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SIGINT at the deadline
@@ -47,9 +49,13 @@ job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SI
     bless_compile) set -- perftests -k "not triton and not cutlass" --update-baselines --speedgate-calibrate 2 ;;
     gate_compile) set -- perftests -k "not triton and not cutlass" ;;
     probe) set -- probe ;;
+    study) set -- study ;;
     *) echo "unknown job $name"; return ;;
   esac
-  if [[ $1 == probe ]]; then
+  if [[ $1 == study ]]; then
+    CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "$left" python3 tools/gate_study.py "$state/study" --against baselines \
+      --runs 3 --repeat 2 --warm-caches > "$log" 2>&1
+  elif [[ $1 == probe ]]; then
     CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "$left" python3 -m lab.compiled_reference_spread "$state/probe" \
       --processes 2 -- perftests/test_triton_rowwise.py perftests/test_triton_matmul.py \
       -k "(rowwise and bfloat16) or (fp8_matmul and tiled-4096)" > "$log" 2>&1
