@@ -3,7 +3,8 @@ measured it, and the tolerance that evidence gives. Pure: dicts in, dicts out (b
 evidence` write them).
 
 A calibrating bless (--speedgate-calibrate N) adds one process: its speedup and the spread of its N measurements. A
-gate run's report can add its speedups too (evidence.add_reports): one process each, with no in-process spread. A
+run's report can add its speedups too (evidence.add_reports): one process each, with its in-process spread if the
+run calibrated, with none if it was a gate run. A
 card is named by an anonymized identity (hardware.card_id); evidence written before cards were recorded sits under
 UNRECORDED. The tolerance is max(floor, K x spread), the spread the widest of every kept process's in-process spread
 and the spread of all kept processes' speedups pooled over the cards, so the spread between cards of one kind (power
