@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "gate_study.py"
 
@@ -164,3 +166,31 @@ def test_every_default_case_is_a_test_the_suite_has() -> None:
     collected = {line.strip() for line in done.stdout.splitlines() if "::" in line}
     for case in CASES:
         assert any(node == case or node.startswith(case + "[") for node in collected), f"{case} collects nothing"
+
+
+@pytest.mark.parametrize("ending", ["interrupted", "exit 2"])
+def test_a_run_cut_off_midway_is_run_again_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
+    """A deadline's SIGINT (or a crash) leaves a report of the cases the run got to: the study must not take it for
+    a finished run when it is started again with the same OUT."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools import gate_study
+    finally:
+        sys.path.remove(str(ROOT))
+    calls: list[str] = []
+
+    def cut_off(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        report = Path(cmd[cmd.index("--speedgate-json") + 1])
+        report.write_text(json.dumps({"cases": [{"case_id": "half::done", "timed": True}]}))
+        calls.append(report.name)
+        if ending == "interrupted":
+            raise KeyboardInterrupt
+        return subprocess.CompletedProcess(cmd, 2, "", "")
+
+    monkeypatch.setattr(gate_study.subprocess, "run", cut_off)
+    with pytest.raises(KeyboardInterrupt if ending == "interrupted" else SystemExit):
+        gate_study.run_pytest(tmp_path, "clean0", ["perftests/test_x.py"], [])
+    assert not (tmp_path / "clean0.json").exists() and (tmp_path / "clean0.incomplete.json").exists()
+    with pytest.raises(KeyboardInterrupt if ending == "interrupted" else SystemExit):
+        gate_study.run_pytest(tmp_path, "clean0", ["perftests/test_x.py"], [])
+    assert calls == ["clean0.json", "clean0.json"]  # run again, not "kept from an earlier call"

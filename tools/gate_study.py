@@ -147,14 +147,26 @@ def run_pytest(out: Path, label: str, cases: list[str], extra: list[str], *, ble
            "--baseline-dir", str(out / "baselines"), "--speedgate-json", str(report), *extra]
     if bless:
         cmd += ["--update-baselines", "--speedgate-calibrate", str(bless)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=process_env(out, label, slowdown, fresh_caches), capture_output=True,
-                          text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=process_env(out, label, slowdown, fresh_caches), capture_output=True,
+                              text=True)
+    except KeyboardInterrupt:  # a deadline's SIGINT: the run may have written a report of the cases it got to
+        set_aside(report)
+        raise
     (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     print(f"{label}: exit {proc.returncode}: {last}", flush=True)
     if proc.returncode not in (0, 1) or not report.exists():
-        raise SystemExit(f"{label}: pytest exited {proc.returncode} without a report; see {out / f'{label}.log'}")
+        set_aside(report)
+        raise SystemExit(f"{label}: pytest exited {proc.returncode} without a complete report; see {out / f'{label}.log'}")
     return json.loads(report.read_text())
+
+
+def set_aside(report: Path) -> None:
+    """An interrupted or failed run's report holds only the cases it got to: renamed, so that the next call runs it
+    again instead of keeping it as done."""
+    if report.exists():
+        report.replace(report.with_suffix(".incomplete.json"))
 
 
 def timed_cases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -246,4 +258,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("stopped: the same command again goes on from the last run that finished")

@@ -69,3 +69,22 @@ def test_each_process_keeps_the_callers_python_path_and_gets_caches_of_its_own(t
     assert [env["PYTHONPATH"].split(tool.os.pathsep) for env in seen] == [[str(tool.ROOT), "/tmp/site"]] * 2
     assert [env[tool.VARIABLE] for env in seen] == ["autotune", "suite"]
     assert seen[0]["TRITON_CACHE_DIR"] != seen[1]["TRITON_CACHE_DIR"]
+
+
+def test_a_process_cut_off_midway_is_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadline's SIGINT leaves a report of the cases the process got to: the next call must run it again, not
+    take it for done (the probe resumes from the reports it finds)."""
+    calls: list[str] = []
+
+    def cut_off(cmd: list[str], **kwargs: object) -> None:
+        report = Path(cmd[cmd.index("--speedgate-json") + 1])
+        report.write_text(json.dumps({"cases": []}))
+        calls.append(report.name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tool.subprocess, "run", cut_off)
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            tool.run(tmp_path, "suite", 0, ["perftests/test_x.py"])
+        assert not (tmp_path / "suite-0.json").exists() and (tmp_path / "suite-0.incomplete.json").exists()
+    assert calls == ["suite-0.json", "suite-0.json"]
