@@ -176,8 +176,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
                 continue
             before = float(entry["tolerance"])
-            spread = record.get("calibration_spread")  # a calibrating run's in-process spread; None for a gate run
-            run_spread = float(spread) if isinstance(spread, (int, float)) and math.isfinite(spread) and spread >= 0 else None
+            # A calibrating run's in-process spread, read as the file's own evidence is; a gate run has none.
+            run_spread = next(iter(_numbers([record.get("calibration_spread")], positive=False)), None)
             calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), run_spread,
                                       str(report.get("run_time") or entry["calibration"].get("measured_at", "")))
             entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}

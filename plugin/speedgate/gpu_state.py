@@ -112,6 +112,12 @@ def throttled_fractions(before: dict[str, int], after: dict[str, int], seconds: 
 
 
 THERMAL = ("sw-thermal-slowdown", "hw-thermal-slowdown")
+
+
+def thermally_throttled(state: GpuState) -> bool:
+    """Whether NVML names heat among the reasons the GPU's clocks are held down now."""
+    return any(r in THERMAL for r in state.reasons)
+
 # The longest the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
 # before re-measuring a regression whose measurement the heat held down): a bound on the delay, not a measured
 # cooling time; what each wait saw is printed where it happened.
@@ -128,7 +134,7 @@ class Cooling:
 
     @property
     def cooled(self) -> bool:
-        return not any(r in THERMAL for r in self.after.reasons)
+        return not thermally_throttled(self.after)
 
     def describe(self) -> str:
         temps = f"{self.before.temperature_c} C -> {self.after.temperature_c} C"
@@ -146,10 +152,10 @@ def wait_until_cool(read_state: Any, limit_s: float = COOL_WAIT_S, *, poll_s: fl
     sleep = sleep or time.sleep
     clock = clock or time.monotonic
     before = read_state()
-    if not any(r in THERMAL for r in before.reasons):
+    if not thermally_throttled(before):
         return None
     start, state = clock(), before
-    while any(r in THERMAL for r in state.reasons) and clock() - start < limit_s:
+    while thermally_throttled(state) and clock() - start < limit_s:
         sleep(poll_s)
         state = read_state()
     return Cooling(clock() - start, before, state)
