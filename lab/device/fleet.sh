@@ -10,8 +10,11 @@
 # Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), probe
 # (lab/compiled_reference_spread.py, 2 processes per mode; its reports stay in .gpu-state/probe, so a
 # probe cut off at the deadline goes on in the next call), study (tools/gate_study.py against the committed files:
-# 3 clean runs, 2 per injected slowdown; resumes the same way from .gpu-state/study). bless_* calibrate
-# (--speedgate-calibrate 2).
+# 3 clean runs, 2 per injected slowdown; resumes the same way from .gpu-state/study), gate_suite (the whole
+# single-GPU suite gated in one pytest process, which may take longer than one call: it starts in a session of its
+# own (setsid), so it runs on after the call returns, until the machine goes back; each call that names it waits for
+# it until the deadline, and the first to find it finished reports it; its log and report stay in
+# .gpu-state/suite-gpuN). bless_* calibrate (--speedgate-calibrate 2).
 # DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
 # OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files after the queues).
 set -uo pipefail
@@ -33,11 +36,39 @@ list_cards | tee -a "$work/summary.txt"
 echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(torch.__version__)'), triton $(python3 -c 'import triton; print(triton.__version__)')" | tee -a "$work/summary.txt"
 
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
-  tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study)
+  tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study) \
+    $(cd "$state" && ls -d suite-gpu* 2>/dev/null)
+}
+
+summarize() {  # summarize LOG: a job's verdict lines, for summary.txt
+  grep -E "^(FAILED|ERROR)|passed|failed|no entry|regressed|improved|first calls|where the time|^\|" "$1" | tail -30 | cut -c1-260
+}
+
+suite() {  # suite GPU: the gate_suite job (see above)
+  local gpu=$1 dir="$state/suite-gpu$1"
+  mkdir -p "$dir"
+  if [[ ! -f $dir/pid ]]; then
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 't0=$(date +%s); timeout -s INT -k 15 1700 python3 -m pytest "${@:2}" > "$1/log" 2>&1
+      echo $? > "$1/rc.tmp"; echo $(($(date +%s) - t0)) > "$1/seconds"; mv "$1/rc.tmp" "$1/rc"' \
+      _ "$dir" perftests -p no:cacheprovider -q -rs --durations=40 --baseline-dir "$state/baselines" \
+      --speedgate-json "$dir/report.json" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$dir/pid"
+    echo "== gpu$gpu gate_suite: started in call $call at $(date -u +%T)" >> "$work/summary.txt"
+  fi
+  while [[ ! -f $dir/rc ]] && (($(date +%s) < deadline)); do sleep 5; done
+  if [[ ! -f $dir/rc ]]; then
+    echo "== gpu$gpu gate_suite: still running at the deadline (pid $(cat "$dir/pid"))" >> "$work/summary.txt"
+  elif [[ ! -f $dir/reported ]]; then
+    { echo "== gpu$gpu gate_suite: exit $(cat "$dir/rc"), $(cat "$dir/seconds") s in one process"; summarize "$dir/log"; } >> "$work/summary.txt"
+    touch "$dir/reported"
+  fi
+  pack "$out/fleet-gpu$gpu.tgz"
 }
 
 job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SIGINT at the deadline
   local gpu=$1 name=$2 left t0 rc
+  if [[ $name == gate_suite ]]; then suite "$gpu"; return; fi
   left=$((deadline - $(date +%s)))
   if ((left < 20)); then echo "== gpu$gpu $name: not started, ${left} s left" >> "$work/summary.txt"; return; fi
   local log="$work/gpu$gpu-$name.log" report="$work/gpu$gpu-$name.json"
@@ -65,7 +96,7 @@ job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SI
   rc=$?
   {
     echo "== gpu$gpu $name: exit $rc, $(($(date +%s) - t0)) s"
-    grep -E "^(FAILED|ERROR)|passed|failed|no entry|regressed|improved|first calls|where the time|^\|" "$log" | tail -30 | cut -c1-260
+    summarize "$log"
   } >> "$work/summary.txt"
   pack "$out/fleet-gpu$gpu.tgz"  # per queue: a call cut off at its limit still brings these
 }
