@@ -55,3 +55,25 @@ def _seed(request: pytest.FixtureRequest) -> int:
     torch.manual_seed(seed)
     random.seed(seed)
     return seed
+
+
+@pytest.fixture
+def hold_blessed(perf):  # type: ignore[no-untyped-def]
+    """hold_blessed(kernel, name, part=None): for this test, an autotuned kernel runs the config its comparison `name`
+    was blessed with (perf.blessed_config; part= picks one kernel's config from a record of several), not the winner
+    of a new race: near-equal candidates win on some cards and processes and lose on others, and the config that
+    won is a different kernel (docs/results/calibration.md). Call it before the kernel's first launch; the
+    candidates come back after the test."""
+    from perftests.kernels.common import hold
+
+    restores = []
+
+    def hold_blessed_(kernel, name, part=None):  # type: ignore[no-untyped-def]
+        config = perf.blessed_config(name)
+        if part is not None and config is not None:
+            config = config.get(part)
+        restores.append(hold(kernel, config))
+
+    yield hold_blessed_
+    for restore in reversed(restores):
+        restore()

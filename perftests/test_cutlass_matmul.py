@@ -54,7 +54,7 @@ def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192", "llm"])
-def test_cutlass_matmul(perf, device: str, shape_id: str) -> None:
+def test_cutlass_matmul(perf, hold_blessed, device: str, shape_id: str) -> None:
     """bf16: the CUTLASS kernel computes F.linear's product (every element written), then is timed against cuBLAS
     and against the persistent Triton kernel on the same input sets."""
     skip_unless_runnable(device)
@@ -69,8 +69,10 @@ def test_cutlass_matmul(perf, device: str, shape_id: str) -> None:
     work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16")
     cutlass = lambda x, w: cg.matmul(x, w)  # noqa: E731
     triton = lambda x, w: mm.matmul_tma_persistent(x, w)  # noqa: E731
+    hold_blessed(mm._matmul_tma_persistent_kernel, "vs_triton", part="triton")  # the reference's config
     compare_on_inputs(perf, linear, cutlass, make, name="vs_cublas", **tol, **work, config=cg.config_record("16bit"))
-    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work)
+    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work,
+                      config={"triton": mm.best_config(mm._matmul_tma_persistent_kernel)})
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192", "llm"])
@@ -98,7 +100,8 @@ def test_cutlass_fp8_matmul(perf, device: str, shape_id: str) -> None:
     triton = lambda x8, w8, sx, sw: mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
     compare_on_inputs(perf, scaled_mm, cutlass, make, name="vs_scaled_mm", **tol, **work,
                       config=cg.config_record("fp8_precise", in_dtype=torch.float8_e4m3fn))
-    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work)
+    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work,
+                      config={"triton": mm.best_config(mm._matmul_tma_persistent_kernel)})
     if gluon_build.not_on_hopper(device, "test_gluon_fp8_kernel_builds_for_hopper") is None:
         from perftests.kernels import matmul_gluon
 

@@ -111,7 +111,7 @@ def test_backward_allreduce_overlap(perf, device: str) -> None:
                          bytes=float(result["gradient_bytes"]))
 
 
-def test_quant_kernels(perf, device: str) -> None:
+def test_quant_kernels(perf, hold_blessed, device: str) -> None:
     """The three Triton kernels against their eager references, on one device (the interpreter on the CPU)."""
     n = 96 * quant.QBLOCK if device == "cuda" else 6 * quant.QBLOCK  # chunks of n / 3 whole blocks
     world = 3
@@ -171,10 +171,10 @@ def test_quant_kernels(perf, device: str) -> None:
     if device == "cuda" and not INTERPRETING:
         # The kernels' cost at the all-reduce's size (256 MB of bf16, two ranks' chunks for the reduction), each
         # against its eager reference, with the bytes each must move (the floor is bytes over copy bandwidth).
-        time_at_allreduce_size(perf, device, 128 * 2**20)
+        time_at_allreduce_size(perf, hold_blessed, device, 128 * 2**20)
 
 
-def time_at_allreduce_size(perf, device: str, n: int) -> None:
+def time_at_allreduce_size(perf, hold_blessed, device: str, n: int) -> None:  # type: ignore[no-untyped-def]
     """The three kernels on n bf16 values, each side on rotating input sets (inputs=): every call reads data it has
     not read before. The kernels write into preallocated buffers, as the all-reduce's do; unchecked here (checked
     above at a small size, against the same eager references)."""
@@ -194,7 +194,10 @@ def time_at_allreduce_size(perf, device: str, n: int) -> None:
     red_q = torch.empty(n // 2, dtype=torch.int8, device=device)
     red_s = torch.empty(n // 2 // quant.QBLOCK, device=device)
     scale_bytes = s8.numel() * 4.0
-    # Each kernel autotuned at this size before its config is read.
+    for kernel, name in ((quant._quantize_kernel, "quantize_vs_eager"), (quant._dequantize_kernel, "dequantize_vs_eager"),
+                         (quant._reduce_requantize_kernel, "reduce_requantize_vs_eager")):
+        hold_blessed(kernel, name)
+    # Each kernel autotuned at this size (or held to its blessed config) before its config is read.
     quant.quantize(*values(0), q8, s8)
     quant.reduce_requantize(q8.view(2, -1), s8.view(2, -1), red_q, red_s)
     quant.dequantize(q8, s8, out16)

@@ -58,13 +58,14 @@ def skip_bf16_on_cpu(device: str, dtype: torch.dtype) -> None:
     ids=["4096-bfloat16", "8192-bfloat16", "llm-bfloat16", "4096-float16"],
 )
 @pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
-def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtype) -> None:
+def test_matmul(perf, hold_blessed, device: str, kernel: str, shape_id: str, dtype: torch.dtype) -> None:
     skip_bf16_on_cpu(device, dtype)
     M, N, K = dims(device, shape_id)
     make = lambda seed: operands(device, dtype, M, N, K, generator(device, seed))  # noqa: E731
     x, w = make(0)
     out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
     launch, tuner = mm.launcher(kernel)
+    hold_blessed(tuner, "vs_cublas")
     launch(x, w, out=out)
     expected = F.linear(x, w)
     tol = dict(rtol=1.6e-2 if dtype == torch.bfloat16 else 1e-3, atol=reduction_atol(expected, K))
@@ -77,8 +78,9 @@ def test_matmul(perf, device: str, kernel: str, shape_id: str, dtype: torch.dtyp
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
 @pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
-def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None:
+def test_matmul_bias_gelu(perf, hold_blessed, device: str, kernel: str, shape_id: str) -> None:
     launch, tuner = mm.launcher(kernel)
+    hold_blessed(tuner, "vs_eager")
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     M, N, K = dims(device, shape_id)
 
@@ -109,8 +111,9 @@ def test_matmul_bias_gelu(perf, device: str, kernel: str, shape_id: str) -> None
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
 @pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
-def test_fp8_matmul(perf, device: str, kernel: str, shape_id: str) -> None:
+def test_fp8_matmul(perf, hold_blessed, device: str, kernel: str, shape_id: str) -> None:
     launch, tuner = mm.launcher(kernel)
+    hold_blessed(tuner, "vs_scaled_mm")
     M, N, K = dims(device, shape_id)
     make = lambda seed: fp8_operands(device, M, N, K, seed)  # noqa: E731
     x8, w8, sx, sw, xb, wb = fp8_operands(device, M, N, K, 0, bf16=True)
@@ -190,7 +193,7 @@ def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
 @pytest.mark.parametrize("kernel", ["tiled", "tma_persistent"])
-def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) -> None:
+def test_fp8_matmul_fast_accum(perf, hold_blessed, device: str, kernel: str, shape_id: str) -> None:
     """FP8 with the MMAs' reduced-precision accumulation kept over all of K, against the vendor's same mode.
 
     A precision trade, so named: both sides are held to the exact product of the same fp8 operands (fp32
@@ -200,6 +203,7 @@ def test_fp8_matmul_fast_accum(perf, device: str, kernel: str, shape_id: str) ->
     if device != "cuda":
         pytest.skip("fast accumulation is a property of Hopper's fp8 MMAs; the interpreter's dot is exact")
     launch, tuner = mm.launcher(kernel)
+    hold_blessed(tuner, "vs_scaled_mm_fast_accum")
     M, N, K = dims(device, shape_id)
     make = lambda seed: fp8_operands(device, M, N, K, seed)  # noqa: E731
     x8, w8, sx, sw = make(0)
@@ -228,3 +232,26 @@ print(json.dumps(dict(ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))
     half = ["dot async", "wait pendings=0"]
     assert built["notes"] == [] and built["spill_stores"] == 0, built
     assert gluon_build.loops(built["ops"]) == [half * 2, half * 2], built["ops"]
+
+
+def test_hold_runs_the_blessed_candidate_and_gives_the_others_back() -> None:
+    """The autotuner held to a blessed config runs it without a race (one candidate); the candidates come back after;
+    a config that is no longer a candidate leaves the race as it was (the report then names the change)."""
+    import triton
+
+    from perftests.kernels.common import hold, plain_config
+
+    class Tuner:
+        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=8, num_stages=3) for m, n in ((128, 256), (256, 128))]
+
+    tuner = Tuner()
+    candidates = list(tuner.configs)
+    restore = hold(tuner, {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3})
+    assert [plain_config(c) for c in tuner.configs] == [{"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}]
+    restore()
+    assert tuner.configs == candidates
+    for gone in ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}, None):
+        restore = hold(tuner, gone)
+        assert tuner.configs == candidates
+        restore()
+        assert tuner.configs == candidates

@@ -131,6 +131,29 @@ def test_a_report_of_another_kind_of_machine_is_not_evidence(tmp_path: Path) -> 
     assert entry["calibration"] == before["calibration"] and entry["tolerance"] == before["tolerance"]
 
 
+def test_a_run_of_another_config_is_not_the_entrys_evidence(tmp_path: Path) -> None:
+    """A gate run whose autotuner ran another config than the entry recorded measured another kernel (on the H100,
+    2026-11-26: the persistent matmul at the LLM shape ran 256x128 tiles where the entry's 128x256 were blessed,
+    11% slower): its speedup is left out, and said so; a run of the entry's config is added."""
+    doc = bless_one(None, calibrated(1.348, "card-a"))
+    doc = bless_one(doc, calibrated(1.346, "card-a"))
+    doc["cases"][CASE]["config"] = {"BLOCK_M": 128, "BLOCK_N": 256}
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    runs = []
+    for name, speedup, config in [("other.json", 1.2, {"BLOCK_M": 256, "BLOCK_N": 128}), ("same.json", 1.34, {"BLOCK_M": 128, "BLOCK_N": 256})]:
+        run = json.loads(report(tmp_path, name, speedup, "card-b").read_text())
+        run["cases"][0].update(config=config, nodeid=CASE.rpartition("::")[0])
+        (tmp_path / name).write_text(json.dumps(run))
+        runs.append(str(tmp_path / name))
+    done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), *runs],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"left out: {CASE}: its test ran another config than the file recorded (another kernel)" in done.stdout
+    entry = json.loads(path.read_text())["cases"][CASE]
+    assert entry["calibration"]["machines"]["card-b"]["speedups"] == [1.34]
+
+
 def test_a_bad_report_leaves_the_file_untouched(tmp_path: Path) -> None:
     path = tmp_path / "gpu-x.json"
     path.write_text(json.dumps(baseline_doc({CASE: 1.3}, key="gpu-x")))

@@ -197,6 +197,36 @@ def test_tuned(perf):
     result.stdout.fnmatch_lines(["*configuration changed since the baseline: {'BLOCK_M': 128, 'num_warps': 8} -> {'BLOCK_M': 64, 'num_warps': 8}*"])
 
 
+def test_a_case_gets_the_config_it_was_blessed_with(project: pytest.Pytester) -> None:
+    """perf.blessed_config: what a case holds its autotuner to. A gate run and a calibrating bless get the entry's
+    config; a plain re-bless gets None (the autotuner chooses afresh), as do a comparison with no entry and one whose
+    entry recorded no config."""
+    make_tests(
+        project,
+        """
+import json, os
+def test_tuned(perf):
+    seen = {"tuned": perf.blessed_config(), "plain": perf.blessed_config("plain"), "absent": perf.blessed_config("absent")}
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(json.dumps(seen) + "\\n")
+    perf.compare(ref_2ms, opt_1ms, config={"BLOCK_M": 128, "num_warps": 8})
+    perf.compare(ref_2ms, opt_1ms, name="plain")
+""",
+    )
+    seen = project.path / "seen.jsonl"
+    env = {"SEEN": str(seen)}
+    for args in (["--update-baselines"], [], ["--update-baselines"], ["--update-baselines", "--speedgate-calibrate", "2"]):
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            project.runpytest(*args).assert_outcomes(passed=1)
+    first, gate, plain_bless, calibrating = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert first == {"tuned": None, "plain": None, "absent": None}  # nothing blessed yet
+    assert gate == {"tuned": {"BLOCK_M": 128, "num_warps": 8}, "plain": None, "absent": None}
+    assert plain_bless["tuned"] is None
+    assert calibrating["tuned"] == {"BLOCK_M": 128, "num_warps": 8}
+
+
 def test_bad_flops_dtype_and_config(project: pytest.Pytester) -> None:
     make_tests(
         project,

@@ -67,8 +67,9 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: s
     and on others; the tolerance covers all of it (speedgate.evidence).
 
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
-    differs between processes, and that is the between-process spread the gate must tolerate (an example:
-    docs/results/plugin-constants.md)."""
+    differs between processes, and for a case that races in every run that is the between-process spread the gate
+    must tolerate (an example: docs/results/plugin-constants.md). A case that holds its autotuner to the blessed
+    config (Perf.blessed_config) races only in a plain re-bless, so its calibrating processes measure one kernel."""
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry

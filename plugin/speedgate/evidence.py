@@ -157,13 +157,21 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     each entry whose tolerance changed; and a line for each kind of machine left out. The reports must be runs of
     the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a
     report measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are
-    not this file's evidence either."""
+    not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
+    recorded (an autotuner's other choice: another kernel, on every side it runs)."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     changed: dict[str, tuple[float, float]] = {}
     key = doc.get("hardware_key")
     other_keys: dict[str, int] = {}
+    other_configs: list[str] = []
     for report in reports:
-        for record in report.get("cases", []):
+        records = report.get("cases", [])
+        other_kernel = set()
+        for record in records:
+            blessed = (cases.get(record.get("case_id")) or {}).get("config")
+            if blessed is not None and record.get("config") is not None and record["config"] != blessed:
+                other_kernel.add(record.get("nodeid"))
+        for record in records:
             if key is not None and record.get("hardware_key") != key:
                 other = str(record.get("hardware_key"))
                 other_keys[other] = other_keys.get(other, 0) + 1
@@ -174,6 +182,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if record.get("timer") != entry.get("timer") or (record.get("test_failed") and record.get("verdict") != "regressed"):
                 continue
             if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
+                continue
+            if record.get("nodeid") in other_kernel:
+                other_configs.append(record["case_id"])
                 continue
             before = float(entry["tolerance"])
             # A calibrating run's in-process spread, read as the file's own evidence is; a gate run has none.
@@ -187,6 +198,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
     left_out = [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
                 for other, count in sorted(other_keys.items())]
+    left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
+                 for case_id in sorted(other_configs)]
     return {**doc, "cases": cases}, lines, left_out
 
 

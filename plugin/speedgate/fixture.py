@@ -180,6 +180,20 @@ class Perf:
         self._record(result)
         return result
 
+    def blessed_config(self, name: str | None = None) -> dict[str, Any] | None:
+        """The configuration this test's comparison `name` was blessed with (compare(..., config=): an autotuner's
+        choice), so that the case can hold its kernel to it instead of racing the autotuner again: which candidate
+        wins a race of near-equal ones differs between cards and processes, and a gate measures the blessed kernel.
+        A calibrating bless gets it too (its processes add evidence to the entry, and another config's would be
+        another kernel's); a plain --update-baselines gets None (a re-bless chooses afresh), as does a case with no
+        entry or an entry that recorded no config."""
+        settings = self._session.settings
+        if settings.update_baselines and settings.calibrate_runs is None:
+            return None
+        entry = self._session.baseline_entry(self._session.case_id(self.nodeid, name))
+        config = (entry or {}).get("config")
+        return dict(config) if isinstance(config, Mapping) else None
+
     @property
     def policy(self) -> Policy:
         """The run's measurement policy (--speedgate-budget, --speedgate-noise): pass policy.to_json() to the ranks
