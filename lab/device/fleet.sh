@@ -16,7 +16,7 @@
 # it until the deadline, and the first to find it finished reports it; its log and report stay in
 # .gpu-state/suite-gpuN). bless_* calibrate (--speedgate-calibrate 2).
 # DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
-# OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files after the queues).
+# OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files a bless changed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
