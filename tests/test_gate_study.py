@@ -132,8 +132,11 @@ def test_the_table_counts_false_alarms_and_detections_per_case(tmp_path: Path) -
     (out / "baselines").mkdir(parents=True)
     entries = {"t.py::a": {"tolerance": 0.02, "calibration": {"spread": 0.004}},
                "t.py::b": {"tolerance": 0.06, "calibration": {"spread": 0.02}}}
-    (out / "baselines" / "gpu.json").write_text(json.dumps({"cases": entries}))
-    reports = {"bless0": {"cases": [{"case_id": c, "timed": True} for c in entries]},
+    (out / "baselines" / "gpu.json").write_text(json.dumps({"hardware_key": "gpu", "cases": entries}))
+    # Another kind's file with the same cases (a folder holds every kind's): the runs were not judged against it.
+    other = {c: {"tolerance": 0.5, "calibration": {"spread": 0.1}} for c in entries}
+    (out / "baselines" / "other-gpu.json").write_text(json.dumps({"hardware_key": "other-gpu", "cases": other}))
+    reports = {"bless0": {"cases": [{"case_id": c, "timed": True, "hardware_key": "gpu"} for c in entries]},
                "clean0": _report({"t.py::a": ("pass", 0.001), "t.py::b": ("pass", -0.01)}),
                "clean1": _report({"t.py::a": ("pass", -0.003), "t.py::b": ("improved", 0.07)}),
                "slow0.05-0": _report({"t.py::a": ("regressed", -0.048), "t.py::b": ("pass", -0.05)}),

@@ -173,6 +173,21 @@ def timed_cases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["case_id"]: c for c in report["cases"] if c.get("timed")}
 
 
+def blessed_entries(folder: Path, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries the gate runs were judged against (their calibrated tolerances), for the cases the report timed:
+    each case's from the file of the hardware key it ran on, as the plugin picks it (a folder holds every kind's)."""
+    docs = {}
+    for f in sorted(folder.glob("*.json")):
+        doc = json.loads(f.read_text())
+        docs[doc.get("hardware_key", f.stem)] = doc.get("cases", {})
+    found = []
+    for case in report["cases"]:
+        entry = docs.get(case.get("hardware_key"), {}).get(case["case_id"])
+        if case.get("timed") and entry is not None:
+            found.append({**entry, "case_id": case["case_id"], "timed": True})
+    return found
+
+
 def table(bless: dict[str, Any], clean: list[dict[str, Any]], slowed_runs: dict[float, list[dict[str, Any]]]) -> str:
     blessed = timed_cases(bless)
     shares = sorted(slowed_runs)
@@ -234,19 +249,17 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if args.against is not None:  # the committed files, copied: the study never writes the repository's
-        (out / "baselines").mkdir(exist_ok=True)
-        for f in args.against.glob("*.json"):
-            (out / "baselines" / f.name).write_bytes(f.read_bytes())
+    if args.against is not None:
+        if not (out / "baselines").is_dir():
+            # The committed files, copied once: the study never writes the repository's, and a study that goes on
+            # after a cut-off judges every run against the files its first runs were judged against.
+            (out / "baselines").mkdir()
+            for f in args.against.glob("*.json"):
+                (out / "baselines" / f.name).write_bytes(f.read_bytes())
         bless = run_pytest(out, "clean-first", args.cases, args.extra, fresh_caches=args.fresh_caches)
     for i in range(0 if args.against is not None else args.processes):  # each a fresh process, its evidence added
         bless = run_pytest(out, f"bless{i}", args.cases, args.extra, bless=args.calibrate, fresh_caches=args.fresh_caches)
-    # The blessed entries carry the calibrated tolerances the gate runs use; the table reads them from the file.
-    entries: dict[str, Any] = {}
-    for f in sorted((out / "baselines").glob("*.json")):
-        entries.update(json.loads(f.read_text()).get("cases", {}))
-    bless_view = {"cases": [{**entries[c["case_id"]], "case_id": c["case_id"], "timed": True}
-                            for c in bless["cases"] if c.get("timed") and c["case_id"] in entries]}
+    bless_view = {"cases": blessed_entries(out / "baselines", bless)}
     clean = [run_pytest(out, f"clean{i}", args.cases, args.extra, fresh_caches=args.fresh_caches) for i in range(args.runs)]
     slowed_runs = {}
     for share in (float(s) for s in args.slowdowns.split(",") if s):
