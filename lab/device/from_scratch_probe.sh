@@ -13,15 +13,14 @@ source lab/device/lib.sh
 install_deps
 list_cards | tee "$work/summary.txt"
 export PYTHONUNBUFFERED=1
-run() {  # run LABEL VARIANT [pytest args]
-  local label=$1 variant=$2; shift 2
-  local caches; caches=$(mktemp -d)
-  SPEEDGATE_FROM_SCRATCH=$variant TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
-    timeout 300 python3 -m pytest -p no:cacheprovider -p lab.from_scratch_variants -q "$@" \
-    --speedgate-json "$work/$label.json" > "$work/$label.log" 2>&1
-  echo "== $label (from_scratch: ${variant:-suite}): exit $?" | tee -a "$work/summary.txt"
-  grep -E "ladder_rung\[(3-compile|2-sdpa)\]::vs_(sdpa|fp32_manual|tf32)  " "$work/$label.log" | cut -c1-200 | tee -a "$work/summary.txt"
-  tar czf "$out/probe.tgz" -C "$work" .
+step_archive=$out/probe.tgz  # lib.sh's step packs $work there after each process
+show_step() { grep -E "ladder_rung\[(3-compile|2-sdpa)\]::vs_(sdpa|fp32_manual|tf32)  " "$work/$1.log"; }
+run() {  # run LABEL VARIANT [pytest args]: one gate process with empty cache folders of its own
+  local label=$1 variant=$2 caches; shift 2
+  caches=$(mktemp -d)
+  step "$label" 300 env SPEEDGATE_FROM_SCRATCH="$variant" TORCHINDUCTOR_CACHE_DIR="$caches/inductor" \
+    TRITON_CACHE_DIR="$caches/triton" python3 -m pytest -p no:cacheprovider -p lab.from_scratch_variants -q "$@" \
+    --speedgate-json "$work/$label.json"
 }
 ladder=(perftests/test_compile_ladder.py -k "2-sdpa or 3-compile")
 run suite-1 "" "${ladder[@]}"
