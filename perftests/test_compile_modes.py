@@ -8,7 +8,6 @@ fresh processes with empty and with filled compile caches (cold and warm), each 
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,10 @@ from perftests.models.transformer import (
 from perftests.support.compile_time import (
     COMPILE_TIME_TOLERANCE,
     cold_and_warm,
+    from_scratch,
     no_compile_caches,
     no_grad,
+    peak_gib_in_fresh_process,
     timed_call,
 )
 from perftests.support.inputs import compare_on_inputs
@@ -41,6 +42,7 @@ MODES = ["default", "reduce-overhead", "max-autotune"]
 # "No valid triton configs" for several GEMMs) and 0.977x (-11%) in fresh processes on two other H100s on 2026-11-23.
 # Pinned above that swing on the GPU; the CPU keeps its default.
 GPU_MODE_TOLERANCE = {"max-autotune": 0.25}
+BUILDER = "perftests.models.transformer:compile_time_builder"  # the same model and batch shape, in a fresh process
 
 
 def logits_tolerance(expected: torch.Tensor, layers: int) -> dict[str, float]:
@@ -54,12 +56,6 @@ def logits_tolerance(expected: torch.Tensor, layers: int) -> dict[str, float]:
 def test_compile_mode(perf, device: str, mode: str) -> None:
     cfg, batch, seq, dtype = workload(device)
     torch._dynamo.reset()
-    if device == "cuda":
-        # What the process holds before this test allocates anything: earlier tests' leftovers, which depend on which
-        # tests ran before in this process (another xdist worker's share, or garbage not yet collected), not on the
-        # mode. Collected first, so that none of it is freed halfway through the peak below.
-        gc.collect()
-        held_at_start = torch.cuda.memory_allocated()
     model = build(cfg, device, dtype)
     # The weights are the model's; each input set is a batch of tokens (the same shape: no recompile).
     make = lambda seed: token_ids(cfg, batch, (seq,), device, seed)  # noqa: E731
@@ -69,17 +65,18 @@ def test_compile_mode(perf, device: str, mode: str) -> None:
 
     expected = eager(batch_0)
     tol = logits_tolerance(expected, cfg.layers)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    # The first compiled call is the compile (trace, inductor, autotuning in max-autotune): timed here, by itself.
-    first, compile_s = timed_call(no_grad(compiled, batch_0), device)
-    if device == "cuda":
-        # The peak of this test's own memory while compiling and running the first call (the model, its batch, the
-        # compile's autotuning, the compiled forward's buffers), above what the process held when the test began;
-        # read before the comparison allocates input sets and graph pools of its own: those change with the harness,
-        # not the mode. Why both: docs/results/gate-runs.md (2026-11-26).
-        own_peak = torch.cuda.max_memory_allocated() - held_at_start
-        perf.metric("peak_memory_own_first_call_gib", own_peak / 2**30, tolerance=0.10, unit="GiB")
+    # The first compiled call is the compile (trace, inductor, autotuning in max-autotune): timed here, by itself,
+    # from empty caches.
+    with from_scratch():
+        first, compile_s = timed_call(no_grad(compiled, batch_0), device, from_empty=False)
+        if device == "cuda":
+            # Peak memory in a fresh process that compiles the same model in this mode with the kernels and the
+            # autotuner's picks the compile above left: the model, its batch, the compiled forward's buffers and
+            # graph pools. Read in this process it carried what earlier tests left here (a CUDA graph pool, tensors
+            # not yet freed), so it changed with the tests run before it: with -k, under -n 2, between cards
+            # (docs/results/gate-runs.md, 2026-11-26).
+            perf.metric("peak_memory_fresh_process_gib", peak_gib_in_fresh_process(BUILDER, mode), tolerance=0.10,
+                        unit="GiB")
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
     flops = linear_flops(model, batch * seq)
     # default: both sides replayed from CUDA graphs (the device's work), as the ladder's rungs are: timed behind the
@@ -96,7 +93,7 @@ def test_compile_mode(perf, device: str, mode: str) -> None:
 
 def test_compile_time_cold_and_warm(perf, device: str) -> None:
     """Default mode, each measurement in a fresh process: an empty cache, then the cache that run filled."""
-    cold, warm = cold_and_warm("perftests.models.transformer:compile_time_builder", "default")
+    cold, warm = cold_and_warm(BUILDER, "default")
     assert warm < cold, f"a warm compile cache did not help: cold {cold:.1f} s, warm {warm:.1f} s"
     perf.metric("compile_s_cold", cold, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
     perf.metric("compile_s_warm", warm, tolerance=COMPILE_TIME_TOLERANCE, unit="s")

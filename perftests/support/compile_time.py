@@ -39,29 +39,52 @@ def first_compiled_call_s(builder: str, mode: str) -> float:
     return seconds
 
 
-def _run(builder: str, mode: str, cache: Path, timeout_s: float) -> float:
+def first_call_peak_gib(builder: str, mode: str) -> float:
+    """In the child process: the device's peak allocated memory (GiB) through the first call of
+    torch.compile(builder's callable), the model and its input included; nothing else has run in the process."""
+    import importlib
+
+    import torch
+
+    module, function = builder.split(":")
+    fn, args = getattr(importlib.import_module(module), function)()
+    compiled = torch.compile(fn, mode=None if mode == "default" else mode)
+    no_grad(compiled, *args)()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def _run(target: str, builder: str, mode: str, cache: Path | None, timeout_s: float) -> float:
+    """target(builder, mode) in a fresh process, with its compile caches in cache (None: this process's, which
+    inside from_scratch() is the fresh folder)."""
     from speedgate.launch import RankError, run_ranks
 
     env = dict(os.environ)
-    env.update(
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-        TRITON_CACHE_DIR=str(cache / "triton"),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
-    )
+    if cache is not None:
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     payload = {"builder": builder, "mode": mode}
     try:
-        [seconds] = run_ranks(f"{__name__}:first_compiled_call_s", 1, payload, timeout_s=timeout_s, env=env)
+        [value] = run_ranks(f"{__name__}:{target}", 1, payload, timeout_s=timeout_s, env=env)
     except RankError as exc:
         raise RuntimeError(f"compiling {builder} ({mode}) in a fresh process failed:\n{exc}") from exc
-    return float(seconds)
+    return float(value)
 
 
 def cold_and_warm(builder: str, mode: str = "default", timeout_s: float = 900.0) -> tuple[float, float]:
     """(cold seconds, warm seconds): the first in an empty cache directory, the second in the same one after it."""
     with tempfile.TemporaryDirectory(prefix="speedgate-compile-cache-") as cache:
-        cold = _run(builder, mode, Path(cache), timeout_s)
-        warm = _run(builder, mode, Path(cache), timeout_s)
+        cold = _run("first_compiled_call_s", builder, mode, Path(cache), timeout_s)
+        warm = _run("first_compiled_call_s", builder, mode, Path(cache), timeout_s)
     return cold, warm
+
+
+def peak_gib_in_fresh_process(builder: str, mode: str, timeout_s: float = 900.0) -> float:
+    """first_call_peak_gib in a fresh process, whose compile finds the kernels and autotuner picks of the compile
+    that ran before it under the same from_scratch() (called inside one): a peak that no earlier test in this
+    process can change (their leftovers, a CUDA graph pool they created), and that the autotuner's benchmarking
+    does not set."""
+    return _run("first_call_peak_gib", builder, mode, None, timeout_s)
 
 
 def no_compile_caches() -> contextlib.ExitStack:
@@ -130,7 +153,8 @@ def warm_compiler(device: str) -> None:
 def timed_call(fn: Callable[[], Any], device: str, *, from_empty: bool = True) -> tuple[Any, float]:
     """(fn()'s result, the wall seconds of that one call, the device's work included): a first compiled call,
     after the compiler's one-time start (warm_compiler), compiled from scratch (from_scratch) unless from_empty is
-    False (cold_and_warm's children, whose caches are what they measure)."""
+    False: the caller's caches (cold_and_warm's children, whose caches are what they measure; or a caller inside a
+    from_scratch() of its own, to run more in the caches this compile filled)."""
     import torch
 
     warm_compiler(device)
