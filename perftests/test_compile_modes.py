@@ -71,10 +71,10 @@ def test_compile_mode(perf, device: str, mode: str) -> None:
         first, compile_s = timed_call(no_grad(compiled, batch_0), device, from_empty=False)
         if device == "cuda":
             # Peak memory in a fresh process that compiles the same model in this mode with the kernels and the
-            # autotuner's picks the compile above left: the model, its batch, the compiled forward's buffers and
-            # graph pools. Read in this process it carried what earlier tests left here (a CUDA graph pool, tensors
-            # not yet freed), so it changed with the tests run before it: with -k, under -n 2, between cards
-            # (docs/results/gate-runs.md, 2026-11-26).
+            # autotuner's picks the compile above left, through three calls: the model, its batch, the compiled
+            # forward's buffers and its CUDA graphs' pool (recorded on the second call). Read in this process, it
+            # carried what earlier tests left here (a CUDA graph pool, tensors not yet freed), so it changed with
+            # the tests run before it: with -k, under -n 2, between cards (docs/results/gate-runs.md).
             perf.metric("peak_memory_fresh_process_gib", peak_gib_in_fresh_process(BUILDER, mode), tolerance=0.10,
                         unit="GiB")
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
