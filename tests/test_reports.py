@@ -267,8 +267,11 @@ def test_the_summary_says_what_it_could_not_gate_and_why_a_tolerance_is_wide(pyt
     pytester.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
     pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
     pytester.makepyfile(test_cases=CASES + """
+import os
+
 def test_blessed(perf):
     perf.compare(ref_2ms, opt_1ms, tolerance=0.35)
+    perf.metric(os.environ.get("METRIC_NAME", "peak_gib"), 1.0, tolerance=0.1, unit="GiB")
 
 def test_added_later(perf):
     perf.compare(ref_2ms, opt_500us)
@@ -279,6 +282,21 @@ def test_added_later(perf):
     lines = result.stdout.lines
     top = lines.index(next(line for line in lines if "= speedgate =" in line)) + 1
     assert lines[top].startswith("speedgate: not gated: 1 of the 2 comparisons measured on test-box have no entry in ")
+
+    def top_line(*args: str, metric: str) -> str:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("METRIC_NAME", metric)
+            run = pytester.runpytest(*args)
+        run.assert_outcomes(passed=2)
+        return run.stdout.lines[run.stdout.lines.index(next(x for x in run.stdout.lines if "= speedgate =" in x)) + 1]
+
+    # A metric the file lacks (here renamed, as a case's metric is when what it measures changes) is said there too:
+    # with the comparisons the file lacks in one line, or alone.
+    assert top_line(metric="peak_fresh_process_gib").startswith(
+        "speedgate: not gated: 1 of the 2 comparisons and 1 of the 1 metrics measured on test-box have no entry in ")
+    top_line("--update-baselines", metric="peak_gib")
+    assert top_line(metric="peak_fresh_process_gib").startswith(
+        "speedgate: not gated: 1 of the 1 metrics measured on test-box have no entry in ")
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])

@@ -86,18 +86,23 @@ def check_unmatched(state: SpeedgateSession, done: Finish) -> None:
 
 
 def ungated(state: SpeedgateSession) -> list[str]:
-    """One line per hardware key whose baseline file exists but lacks entries for cases this run measured: those
-    cases read "new" and nothing gates them on this hardware."""
+    """One line per hardware key whose baseline file exists but lacks entries for comparisons or metrics this run
+    measured: those read "new" and nothing gates them on this hardware."""
     from .verdict import Verdict
 
     lines = []
     for key in state.result_keys():
+        if state.docs.get(key) is None:
+            continue
         timed = [r for r in state.records if r.hardware_key == key and r.timed]
-        new = [r for r in timed if r.verdict == Verdict.NEW]
-        if new and state.docs.get(key) is not None:
-            lines.append(f"{len(new)} of the {len(timed)} comparisons measured on {key} have no entry in "
-                         f"{state.baseline_path_for(key)}: nothing gates them on this hardware (bless them there with "
-                         "`pytest --update-baselines`, on this kind of GPU)")
+        metrics = [m for m in state.metric_records if m.hardware_key == key]
+        missing = [f"{len(new)} of the {len(measured)} {what}"
+                   for what, measured in (("comparisons", timed), ("metrics", metrics))
+                   for new in [[r for r in measured if r.verdict == Verdict.NEW]] if new]
+        if missing:
+            lines.append(f"{' and '.join(missing)} measured on {key} have no entry in {state.baseline_path_for(key)}: "
+                         "nothing gates them on this hardware (bless them there with `pytest --update-baselines`, on "
+                         "this kind of GPU)")
     return lines
 
 
