@@ -277,25 +277,25 @@ def test_added_later(perf):
     perf.compare(ref_2ms, opt_500us)
 """)
     pytester.runpytest("--update-baselines", "-k", "blessed").assert_outcomes(passed=1, deselected=1)
-    result = pytester.runpytest()
-    result.assert_outcomes(passed=2)
-    lines = result.stdout.lines
-    top = lines.index(next(line for line in lines if "= speedgate =" in line)) + 1
-    assert lines[top].startswith("speedgate: not gated: 1 of the 2 comparisons measured on test-box have no entry in ")
 
-    def top_line(*args: str, metric: str) -> str:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("METRIC_NAME", metric)
-            run = pytester.runpytest(*args)
+    def top_line(run: pytest.RunResult) -> str:
         run.assert_outcomes(passed=2)
         return run.stdout.lines[run.stdout.lines.index(next(x for x in run.stdout.lines if "= speedgate =" in x)) + 1]
 
+    result = pytester.runpytest()
+    assert top_line(result).startswith("speedgate: not gated: 1 of the 2 comparisons measured on test-box have no entry in ")
+
+    def run_with(*args: str, metric: str) -> pytest.RunResult:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("METRIC_NAME", metric)
+            return pytester.runpytest(*args)
+
     # A metric the file lacks (here renamed, as a case's metric is when what it measures changes) is said there too:
     # with the comparisons the file lacks in one line, or alone.
-    assert top_line(metric="peak_fresh_process_gib").startswith(
+    assert top_line(run_with(metric="peak_fresh_process_gib")).startswith(
         "speedgate: not gated: 1 of the 2 comparisons and 1 of the 1 metrics measured on test-box have no entry in ")
-    top_line("--update-baselines", metric="peak_gib")
-    assert top_line(metric="peak_fresh_process_gib").startswith(
+    run_with("--update-baselines", metric="peak_gib").assert_outcomes(passed=2)
+    assert top_line(run_with(metric="peak_fresh_process_gib")).startswith(
         "speedgate: not gated: 1 of the 1 metrics measured on test-box have no entry in ")
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "

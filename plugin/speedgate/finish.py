@@ -96,9 +96,11 @@ def ungated(state: SpeedgateSession) -> list[str]:
             continue
         timed = [r for r in state.records if r.hardware_key == key and r.timed]
         metrics = [m for m in state.metric_records if m.hardware_key == key]
-        missing = [f"{len(new)} of the {len(measured)} {what}"
-                   for what, measured in (("comparisons", timed), ("metrics", metrics))
-                   for new in [[r for r in measured if r.verdict == Verdict.NEW]] if new]
+        missing = []
+        for what, measured in (("comparisons", timed), ("metrics", metrics)):
+            new = [r for r in measured if r.verdict == Verdict.NEW]
+            if new:
+                missing.append(f"{len(new)} of the {len(measured)} {what}")
         if missing:
             lines.append(f"{' and '.join(missing)} measured on {key} have no entry in {state.baseline_path_for(key)}: "
                          "nothing gates them on this hardware (bless them there with `pytest --update-baselines`, on "
