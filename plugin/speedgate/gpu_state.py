@@ -112,16 +112,15 @@ def throttled_fractions(before: dict[str, int], after: dict[str, int], seconds: 
 
 
 THERMAL = ("sw-thermal-slowdown", "hw-thermal-slowdown")
+# The longest the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
+# before re-measuring a regression whose measurement the heat held down): a bound on the delay, not a measured
+# cooling time; what each wait saw is printed where it happened.
+COOL_WAIT_S = 60.0
 
 
 def thermally_throttled(state: GpuState) -> bool:
     """Whether NVML names heat among the reasons the GPU's clocks are held down now."""
     return any(r in THERMAL for r in state.reasons)
-
-# The longest the gate waits for a thermally throttled GPU to cool before it times (at the run's first timing, and
-# before re-measuring a regression whose measurement the heat held down): a bound on the delay, not a measured
-# cooling time; what each wait saw is printed where it happened.
-COOL_WAIT_S = 60.0
 
 
 @dataclass
