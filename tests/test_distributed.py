@@ -95,6 +95,26 @@ def test_a_hung_rank_is_killed_at_the_deadline(ranks_module: Path) -> None:
     _gone(ranks_module)
 
 
+def test_ctrl_c_while_ranks_run_leaves_none_behind(ranks_module: Path) -> None:
+    """Ctrl-C in the process that waits for its ranks (a compile-time case's fresh process, a multi-GPU case): the
+    ranks run in sessions of their own, so the terminal's SIGINT reaches only the parent; they must not outlive it."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.path.insert(0, {str(ranks_module)!r})\n"
+            "from speedgate.launch import run_ranks\n"
+            f"run_ranks('ranks_mod:hang', 2, {{'folder': {str(ranks_module)!r}}}, timeout_s=600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(ranks_module.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    parent.send_signal(signal.SIGINT)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode != 0 and "KeyboardInterrupt" in err, err
+    _gone(ranks_module)
+
+
 def test_the_worst_ranks_throttling_is_every_ranks(ranks_module: Path) -> None:
     """Per policy, the largest fraction of any rank; a policy no rank could read stays out."""
     by_rank = [{"thermal": 0.1}, {"thermal": 0.3, "power": 0.2}]
