@@ -66,15 +66,16 @@ def test_compile_mode(perf, device: str, mode: str) -> None:
     expected = eager(batch_0)
     tol = logits_tolerance(expected, cfg.layers)
     # The first compiled call is the compile (trace, inductor, autotuning in max-autotune): timed here, by itself,
-    # from empty caches.
-    with from_scratch():
+    # from empty caches, saving what it compiled for the fresh process below.
+    with from_scratch(saving=True):
         first, compile_s = timed_call(no_grad(compiled, batch_0), device, from_empty=False)
         if device == "cuda":
-            # Peak memory in a fresh process that compiles the same model in this mode with the kernels and the
-            # autotuner's picks the compile above left, through three calls: the model, its batch, the compiled
-            # forward's buffers and its CUDA graphs' pool (recorded on the second call). Read in this process, it
-            # carried what earlier tests left here (a CUDA graph pool, tensors not yet freed), so it changed with
-            # the tests run before it: with -k, under -n 2, between cards (docs/results/gate-runs.md).
+            # Peak memory in a fresh process that loads the same model's graph in this mode, as the compile above
+            # saved it, through three calls after its first: the model, its batch, the compiled forward's buffers
+            # and its CUDA graphs' pool (recorded on the first of the three). Read in this process, it carried what
+            # earlier tests left here (a CUDA graph pool, tensors not yet freed), so it changed with the tests run
+            # before it: with -k, under -n 2, between cards; and the compiling call is left out, since autotuning
+            # set it there (docs/results/gate-runs.md).
             perf.metric("peak_memory_fresh_process_gib", peak_gib_in_fresh_process(BUILDER, mode), tolerance=0.10,
                         unit="GiB")
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
@@ -169,3 +170,47 @@ def test_compile_seconds_are_timed_from_empty_caches(tmp_path, monkeypatch: pyte
         assert inductor_config.fx_graph_cache is False
     assert (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"]) == (str(runner), str(runner / "triton"))
     assert inductor_config.fx_graph_cache == fx_before
+
+
+HANDED_OFF = """
+import json, torch
+from torch._dynamo.utils import counters
+def scaled(x):
+    return (torch.sin(x) * 2.0 + 1.0).sum(dim=-1)
+torch.compile(scaled, dynamic=False)(torch.ones(8, 16))
+print(json.dumps({k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}))
+"""
+
+
+def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(tmp_path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_compile_mode's fresh process for peak memory loads the graph the timed compile saved (saving=True),
+    instead of compiling it again; without saving it finds nothing to load. The compile inside still starts from an
+    empty folder, so it compiles (a miss), and the runner's folder is left alone."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    runner = tmp_path / "runner-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(runner))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(runner / "triton"))
+    source = HANDED_OFF.split("torch.compile(")[0]  # the function the fresh process compiles, compiled here first
+
+    for saving, child_finds in [(True, {"fxgraph_cache_hit": 1}), (False, {"fxgraph_cache_miss": 1})]:
+        torch._dynamo.reset()
+        counters.clear()
+        space: dict[str, object] = {}
+        exec(source, space)  # noqa: S102 - the test's own source above
+        with from_scratch(saving=saving):
+            torch.compile(space["scaled"], dynamic=False)(torch.ones(8, 16))
+            here = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+            assert here == ({"fxgraph_cache_miss": 1} if saving else {}), here  # compiled, not loaded
+            done = subprocess.run([sys.executable, "-c", HANDED_OFF], env=dict(os.environ), capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert json.loads(done.stdout.strip().splitlines()[-1]) == child_finds, saving
+    assert not runner.exists()  # everything went to from_scratch's folders

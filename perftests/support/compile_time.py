@@ -90,8 +90,8 @@ def cold_and_warm(builder: str, mode: str = "default", timeout_s: float = 900.0)
 
 
 def peak_gib_in_fresh_process(builder: str, mode: str, timeout_s: float = 900.0) -> float:
-    """three_calls_peak_gib in a fresh process, whose compile finds the kernels of the compile that ran before it
-    under the same from_scratch() (called inside one): a peak that no earlier test in this process can change (their
+    """three_calls_peak_gib in a fresh process, whose compile loads what the compile before it under the same
+    from_scratch(saving=True) saved (called inside one): a peak that no earlier test in this process can change (their
     leftovers, a CUDA graph pool they created), and that the autotuner's benchmarking does not set."""
     return _run("three_calls_peak_gib", builder, mode, None, timeout_s)
 
@@ -108,14 +108,18 @@ def no_compile_caches() -> contextlib.ExitStack:
     return stack
 
 
-def from_scratch() -> contextlib.ExitStack:
+def from_scratch(*, saving: bool = False) -> contextlib.ExitStack:
     """no_compile_caches(), and inductor's and Triton's on-disk caches (compiled kernels, the autotuner's picks) in a
     fresh temporary folder for the duration (torch's own fresh_cache): a compile timed inside compiles from scratch
     whatever the machine's caches hold. Without it a compile-seconds metric measured the runner's caches: blessed on
-    a warm machine, it failed the next fresh one (docs/results/suite-time.md)."""
+    a warm machine, it failed the next fresh one (docs/results/suite-time.md).
+
+    saving=True leaves the FX graph and AOTAutograd caches on: the folder starts empty, so the first compile inside
+    still compiles everything, and it saves its graph there for a fresh process started inside the block
+    (peak_gib_in_fresh_process) to load instead of compiling it again."""
     import torch._inductor.utils as inductor_utils
 
-    stack = no_compile_caches()
+    stack = contextlib.ExitStack() if saving else no_compile_caches()
     fresh = getattr(inductor_utils, "fresh_cache", None) or getattr(inductor_utils, "fresh_inductor_cache", None)
     if fresh is None:
         stack.close()
