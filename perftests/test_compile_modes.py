@@ -9,6 +9,7 @@ fresh processes with empty and with filled compile caches (cold and warm), each 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -203,7 +204,7 @@ def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(
     for saving, child_finds in [(True, {"fxgraph_cache_hit": 1}), (False, {"fxgraph_cache_miss": 1})]:
         torch._dynamo.reset()
         counters.clear()
-        space: dict[str, object] = {}
+        space: dict[str, Any] = {}
         exec(source, space)  # noqa: S102 - the test's own source above
         with from_scratch(saving=saving):
             torch.compile(space["scaled"], dynamic=False)(torch.ones(8, 16))
