@@ -37,6 +37,7 @@ from perftests.models.transformer import build, linear_flops, workload
 from perftests.support.compile_time import COMPILE_TIME_TOLERANCE, timed_call
 from perftests.support.inputs import GRAPH_REPLAYS, fixed_inputs
 from perftests.support.tolerance import intermediate_rounding_atol
+from speedgate.precision import fp32_matmul_precision
 
 pytestmark = pytest.mark.compile
 
@@ -81,13 +82,10 @@ class Ladder:
         precision = "high" if amp else "highest"  # "high": fp32 matmuls may use TF32
 
         def run() -> torch.Tensor:
-            before = torch.get_float32_matmul_precision()
-            torch.set_float32_matmul_precision(precision)
-            try:
-                with torch.no_grad(), torch.autocast(self.device, dtype=torch.bfloat16, enabled=amp):
-                    return model(self.tokens)
-            finally:
-                torch.set_float32_matmul_precision(before)
+            # given back exactly: inductor keys its caches on the setting (speedgate.precision)
+            with fp32_matmul_precision(torch, precision), torch.no_grad(), \
+                    torch.autocast(self.device, dtype=torch.bfloat16, enabled=amp):
+                return model(self.tokens)
 
         return run
 

@@ -22,11 +22,11 @@ def test_compute_bound_floor_needs_a_measured_dtype() -> None:
 
 
 # Each starting state of a process's fp32 matmul precision (the older interface, the newer one, both), the state
-# fp32_matmul_precision must give during its block, and the readings it must give back: run in a fresh interpreter,
+# speedgate.precision.fp32_matmul_precision must give during its block, and the readings it must give back: run in a fresh interpreter,
 # since some of these states cannot be undone in this one.
 PRECISION_PROBE = """
 import json, sys, torch
-from speedgate.ceilings import fp32_matmul_precision
+from speedgate.precision import fp32_matmul_precision
 m = torch.backends.cuda.matmul
 exec(sys.argv[1])
 def readings():
@@ -40,10 +40,10 @@ def readings():
     return out
 before = readings()
 during = {}
-for tf32 in (True, False):
-    with fp32_matmul_precision(torch, tf32=tf32):
-        during[str(tf32)] = m.fp32_precision
-    assert readings() == before, (tf32, before, readings())
+for precision in ("highest", "high", "medium"):
+    with fp32_matmul_precision(torch, precision):
+        during[precision] = m.fp32_precision
+    assert readings() == before, (precision, before, readings())
 print(json.dumps({"before": before, "during": during}))
 """
 
@@ -57,9 +57,9 @@ print(json.dumps({"before": before, "during": during}))
     "m.fp32_precision = 'tf32'",  # the newer interface alone: the older getter raises
     "torch.backends.fp32_precision = 'tf32'",
 ])
-def test_a_ceiling_leaves_the_processs_matmul_precision_as_it_found_it(start: str) -> None:
-    """Measured in the user's process, a matmul ceiling switched the older flag and set it back; the newer flag stayed
-    at 'ieee' where it had been 'none', and inductor keys its caches on it."""
+def test_switching_fp32_matmul_precision_leaves_it_as_it_was_found(start: str) -> None:
+    """A matmul ceiling, measured in the user's process, and the suite's ladder switched the older flag and set it
+    back; the newer flag stayed at 'ieee' where it had been 'none', and inductor keys its caches on it."""
     import json
     import subprocess
     import sys
@@ -70,4 +70,13 @@ def test_a_ceiling_leaves_the_processs_matmul_precision_as_it_found_it(start: st
     done = subprocess.run([sys.executable, "-c", PRECISION_PROBE, start], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["during"] == {"True": "tf32", "False": "ieee"}
+    assert result["during"] == {"highest": "ieee", "high": "tf32", "medium": "tf32"}
+
+
+def test_an_unknown_precision_is_refused_by_name() -> None:
+    torch = pytest.importorskip("torch")
+    from speedgate.precision import fp32_matmul_precision
+
+    with pytest.raises(ValueError, match="'tf32': one of highest, high, medium"):
+        with fp32_matmul_precision(torch, "tf32"):
+            pass

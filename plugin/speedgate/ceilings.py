@@ -8,10 +8,12 @@ rather than taken from a datasheet.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
+
+from .precision import fp32_matmul_precision
 
 # Sizes: a 1 GiB copy (20x the H100's L2) and 8192^3 matmuls, large enough to reach steady state.
 COPY_BYTES = 2**30
@@ -78,46 +80,11 @@ def measure_matmul_tflops(torch: Any, dtype_name: str) -> float:
         def fn() -> Any:
             return a @ b
 
-        precision = (fp32_matmul_precision(torch, tf32=dtype_name == "tf32") if dtype == torch.float32
-                     else contextlib.nullcontext())
+        precision = (fp32_matmul_precision(torch, "high" if dtype_name == "tf32" else "highest")
+                     if dtype == torch.float32 else contextlib.nullcontext())
         with precision:
             ms = _events_median_ms(torch, fn, warmup=5, reps=20)
         return 2 * n**3 / (ms * 1e-3) / 1e12
     ms = _events_median_ms(torch, fn, warmup=5, reps=20)
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
-
-@contextlib.contextmanager
-def fp32_matmul_precision(torch: Any, *, tf32: bool) -> Iterator[None]:
-    """fp32 matmuls in TF32 (tf32=True) or in full precision for the duration, and afterwards the process's matmul
-    precision exactly as it was, in both of torch's interfaces (torch.set_float32_matmul_precision, the older one,
-    and torch.backends.cuda.matmul.fp32_precision, the newer one).
-
-    The ceiling is measured in the user's process: setting the older flag and setting it back left the newer one at
-    'ieee' where it had been 'none', and inductor keys its FX graph cache and its GEMM templates' autotuning on it,
-    so every later compile in the process missed what the same compile had cached outside it. And a process that had
-    set only the newer interface (torch >= 2.9) made the older flag's getter raise."""
-    matmul = torch.backends.cuda.matmul
-    if not hasattr(matmul, "fp32_precision"):  # torch < 2.9: the older interface alone
-        previous_tf32 = matmul.allow_tf32
-        matmul.allow_tf32 = tf32
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = previous_tf32
-        return
-    newer = matmul.fp32_precision
-    try:
-        older: str | None = torch.get_float32_matmul_precision()
-    except RuntimeError:  # the two interfaces disagree: the process uses the newer one, and so does this
-        older = None
-    if older is None:
-        matmul.fp32_precision = "tf32" if tf32 else "ieee"
-    else:
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    try:
-        yield
-    finally:
-        if older is not None:
-            torch.set_float32_matmul_precision(older)
-        matmul.fp32_precision = newer
