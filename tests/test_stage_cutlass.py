@@ -121,6 +121,23 @@ def test_repack_then_install_imports_cutlass(tmp_path: Path) -> None:
     assert stage.check_import(pythonpath) == f"cutlass {VERSION} {(target / 'nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py').resolve()}"
 
 
+def test_a_second_install_leaves_the_unpacked_files_alone(tmp_path: Path) -> None:
+    """Unpacking again rewrote every file in place: the device's whole-suite run, still running from the tree when
+    the next call installed, died of SIGBUS in a mapped library. Another archive is unpacked afresh."""
+    dest = staged(tmp_path)
+    target = tmp_path / "site"
+    first = stage.install(dest, target)
+    library = target / "nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so"
+    unpacked = library.read_bytes()
+    library.write_bytes(b"marked after the first install")  # a rewrite would put the archive's bytes back
+    assert stage.install(dest, target) == first
+    assert library.read_bytes() == b"marked after the first install"
+    (target / stage.STAMP).write_text("the digest of another archive")
+    assert stage.install(dest, target) == first
+    assert library.read_bytes() == unpacked
+    assert (target / stage.STAMP).read_text() == json.loads((dest / stage.MANIFEST).read_text())["sha256"]
+
+
 def test_install_refuses_before_unpacking(tmp_path: Path) -> None:
     """A partial or corrupted archive, another interpreter, or no manifest: an error naming the cause, and the
     target left as it was."""

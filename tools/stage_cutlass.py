@@ -44,6 +44,7 @@ DEFAULT_DEST = ".cutlass"
 DEFAULT_TARGET = "/tmp/site"
 MAX_MIB = 60.0  # one GPU call carries 64 MiB: the repository's own files travel beside the archive
 MANIFEST = "MANIFEST.json"
+STAMP = ".speedgate-unpacked"  # in the target: the SHA-256 of the archive unpacked there
 ROOTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13")  # the DSL and its CUDA 13 flavour (torch cu130)
 # Packages the GPU machine's image already has (the device tool's KINDS.md package list, 2026-11-17), and packages
 # left out on purpose: nvidia-cutlass-dsl names the CUDA 12 flavour unconditionally; the CUDA 13 one replaces it.
@@ -240,7 +241,8 @@ def read_manifest(dest: Path) -> dict[str, object]:
 
 
 def install(dest: Path, target: Path, python: str | None = None) -> str:
-    """Check the staged archive and unpack it into target; return the PYTHONPATH that makes cutlass importable."""
+    """Check the staged archive and unpack it into target, unless target already holds it unpacked (STAMP); return
+    the PYTHONPATH that makes cutlass importable."""
     manifest = read_manifest(dest)
     running = python or f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest["python"] != running:
@@ -251,6 +253,14 @@ def install(dest: Path, target: Path, python: str | None = None) -> str:
         raise StageError(f"{archive} is missing: was {dest} carried whole?")
     if archive.stat().st_size != manifest["bytes"] or sha256(archive) != manifest["sha256"]:
         raise StageError(f"{archive} does not match {dest / MANIFEST} (size or SHA-256): a partial copy? stage again")
+    paths = [str((target / p).resolve()) for p in manifest["pythonpath"]]  # type: ignore[attr-defined]
+    stamp = target / STAMP
+    if stamp.is_file() and stamp.read_text() == manifest["sha256"] and all((target / r).is_file() for r in REQUIRED_FILES):
+        # Already unpacked: unpacking again rewrites every file in place, and a process still running from this
+        # tree (the device's whole-suite run, which outlives a call) died of SIGBUS in its mapped libraries.
+        log(f"{archive.name} is already unpacked in {target}: left as it is")
+        return os.pathsep.join(paths)
+    stamp.unlink(missing_ok=True)
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:xz") as tar:
         members = tar.getmembers()
@@ -263,7 +273,7 @@ def install(dest: Path, target: Path, python: str | None = None) -> str:
     for required in REQUIRED_FILES:
         if not (target / required).is_file():
             raise StageError(f"{target / required} is missing after unpacking: the archive is not the DSL's")
-    paths = [str((target / p).resolve()) for p in manifest["pythonpath"]]  # type: ignore[attr-defined]
+    stamp.write_text(str(manifest["sha256"]))
     log(f"unpacked {len(members)} entries of {archive.name} into {target}")
     return os.pathsep.join(paths)
 
