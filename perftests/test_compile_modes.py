@@ -183,11 +183,16 @@ print(json.dumps({k: v for k, v in counters["inductor"].items() if k.startswith(
 """
 
 
-def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(tmp_path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     """test_compile_mode's fresh process for peak memory loads the graph the timed compile saved (saving=True),
     instead of compiling it again; without saving it finds nothing to load. The compile inside still starts from an
-    empty folder, so it compiles (a miss), and the runner's folder is left alone."""
+    empty folder, so it compiles (a miss), and the runner's folder is left alone. Run after the ladder (whose rungs
+    switch the fp32 matmul precision, a part of the graph's cache key), it also checks that they gave it back."""
+    if device == "cuda":
+        # The harness's plumbing, the same on every device; its CPU compiles from empty folders took 159 s in a
+        # whole-suite run on an H100 (docs/results/suite-time.md).
+        pytest.skip("checked where the suite runs on the CPU (CI): the hand-off is the same on every device")
     import json
     import os
     import subprocess
