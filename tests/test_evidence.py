@@ -114,6 +114,28 @@ def test_gate_runs_add_evidence_through_the_command_line(tmp_path: Path) -> None
     assert "card card-b: 1.303, 1.306" in shown and "between cards" in shown
 
 
+def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:
+    """The same gate run's report given again (in the same command or a later one) added its speedups a second time:
+    one process counted twice, and the tolerance recomputed from it. It is left out, and said so."""
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    run = report(tmp_path, "run.json", 1.303, "card-b")
+    evidence = [sys.executable, "-m", "speedgate", "evidence", str(path)]
+    first = subprocess.run([*evidence, str(run), str(run)], capture_output=True, text=True, check=False)
+    assert first.returncode == 0, first.stderr
+    once = json.loads(path.read_text())
+    assert once["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.303]
+    assert "already in this file's evidence" in first.stdout
+    again = subprocess.run([*evidence, str(run)], capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "0 tolerance(s) changed" in again.stdout and "already in this file's evidence" in again.stdout
+    assert json.loads(path.read_text())["cases"] == once["cases"]
+    other = report(tmp_path, "other-run.json", 1.305, "card-b")  # another run of the same card is evidence
+    subprocess.run([*evidence, str(other)], capture_output=True, text=True, check=True)
+    assert json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.303, 1.305]
+
+
 def test_a_report_of_another_kind_of_machine_is_not_evidence(tmp_path: Path) -> None:
     """The same case measured on another hardware key (an H200's gate run given to the H100's file, the same torch
     and timer) would widen this file's tolerance with another machine's speed: it is left out, and said so."""

@@ -13,6 +13,8 @@ cap, clocks, memory) is in it as soon as two cards gave evidence.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -85,17 +87,20 @@ def cards(calibration: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def add_process(calibration: Mapping[str, Any], card: str | None, speedup: float, run_spread: float | None,
-                measured_at: str) -> dict[str, Any]:
-    """calibration with one more process of card (its judged speedup; its in-process spread, None for a gate run),
-    the pooled lists and spreads recomputed."""
+                measured_at: str, report: str | None = None) -> dict[str, Any]:
+    """calibration with one more process of card (its judged speedup; its in-process spread, None for a gate run;
+    the identity of the report it came from, report_identity, kept so that the report is not added twice), the
+    pooled lists and spreads recomputed."""
     by_card = cards(calibration)
     name = card or UNRECORDED
     mine = by_card.pop(name, {"speedups": [], "run_spreads": []})
+    reports = [str(r) for r in mine.get("reports", []) if isinstance(r, str)]
     mine = {
         "speedups": [*_numbers(mine.get("speedups"), positive=True), float(speedup)][-PROCESSES_KEPT:],
         "run_spreads": [*_numbers(mine.get("run_spreads"), positive=False),
                         *([] if run_spread is None else [float(run_spread)])][-PROCESSES_KEPT:],
         "measured_at": measured_at,
+        **({"reports": [*reports, *([report] if report else [])][-PROCESSES_KEPT:]} if reports or report else {}),
     }
     kept = sorted(by_card.items(), key=lambda item: str(item[1].get("measured_at", "")))[-(CARDS_KEPT - 1):]
     by_card = {**dict(kept), name: mine}
@@ -149,6 +154,11 @@ def card_count(calibration: Mapping[str, Any]) -> int:
     return sum(1 for name in cards(calibration) if name != UNRECORDED)
 
 
+def report_identity(report: Mapping[str, Any]) -> str:
+    """A report's identity in the evidence: 12 hex digits of the SHA-256 of its content (keys sorted)."""
+    return hashlib.sha256(json.dumps(report, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
     evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
@@ -158,13 +168,16 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a
     report measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are
     not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
-    recorded (an autotuner's other choice: another kernel, on every side it runs)."""
+    recorded (an autotuner's other choice: another kernel, on every side it runs). A report already in an entry's
+    evidence (the same file given again) is not added twice."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
+    again: dict[str, int] = {}
     changed: dict[str, tuple[float, float]] = {}
     key = doc.get("hardware_key")
     other_keys: dict[str, int] = {}
     other_configs: list[str] = []
     for report in reports:
+        identity = report_identity(report)
         records = report.get("cases", [])
         other_kernel = set()
         for record in records:
@@ -186,11 +199,16 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if record.get("nodeid") in other_kernel:
                 other_configs.append(record["case_id"])
                 continue
+            held = cards(entry["calibration"]).get(record.get("card") or UNRECORDED, {}).get("reports", [])
+            if identity in held:
+                again[identity] = again.get(identity, 0) + 1
+                continue
             before = float(entry["tolerance"])
             # A calibrating run's in-process spread, read as the file's own evidence is; a gate run has none.
             run_spread = next(iter(_numbers([record.get("calibration_spread")], positive=False)), None)
             calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), run_spread,
-                                      str(report.get("run_time") or entry["calibration"].get("measured_at", "")))
+                                      str(report.get("run_time") or entry["calibration"].get("measured_at", "")),
+                                      identity)
             entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}
             cases[record["case_id"]] = entry
             first = changed.get(record["case_id"], (before, before))[0]
@@ -200,6 +218,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
                  for case_id in sorted(other_configs)]
+    left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "
+                 f"given again)" for identity, count in sorted(again.items())]
     return {**doc, "cases": cases}, lines, left_out
 
 
