@@ -73,7 +73,7 @@ def main(argv: Sequence[str]) -> int:
     for line in [*changed, *notes] if reports else show(doc):
         print(line)
     if reports:
-        print(f"{args.baseline}: {len(reports)} report(s) added; {len(changed)} tolerance(s) changed")
+        print(f"{args.baseline}: {len(reports)} report(s) read; {len(changed)} tolerance(s) changed")
     return 0
 
 
