@@ -14,7 +14,9 @@ step() {
 }
 
 # install_deps: the Python packages the GPU machine lacks, from the carried .cutlass/ archive (tools/stage_cutlass.py)
-# or .whl/, and this checkout (pip -e, offline); logs in $work; exits 3 naming the failure.
+# or .whl/, and this checkout (pip -e, offline); logs in $work; exits 3 naming the failure. On a warm machine it leaves
+# what an earlier call installed as it is: a whole-suite run that outlives its call (fleet.sh's gate_suite) has those
+# libraries mapped, and unpacking them again killed it (docs/results/gate-runs.md, 2026-11-26).
 install_deps() {
   if [[ -d .cutlass ]]; then
     eval "$(python3 tools/stage_cutlass.py --install --target /tmp/site 2> "$work/install.log")" || { cat "$work/install.log"; exit 3; }
