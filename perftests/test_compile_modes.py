@@ -215,8 +215,11 @@ def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(
             torch.compile(space["scaled"], dynamic=False)(torch.ones(8, 16))
             here = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
             assert here == ({"fxgraph_cache_miss": 1} if saving else {}), here  # compiled, not loaded
-            done = subprocess.run([sys.executable, "-c", HANDED_OFF], env=dict(os.environ), capture_output=True,
-                                  text=True, timeout=300)
+            # The CPU's compiled code is keyed on the thread count, which the root conftest sets to 1 in an xdist
+            # worker: the fresh process runs as many (on the GPU, test_compile_mode's does not compile for the CPU).
+            env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+            done = subprocess.run([sys.executable, "-c", HANDED_OFF], env=env, capture_output=True, text=True,
+                                  timeout=300)
             assert done.returncode == 0, done.stderr[-2000:]
             assert json.loads(done.stdout.strip().splitlines()[-1]) == child_finds, saving
     assert not runner.exists()  # everything went to from_scratch's folders
