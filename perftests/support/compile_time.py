@@ -44,9 +44,9 @@ def three_calls_peak_gib(builder: str, mode: str) -> float:
     torch.compile(builder's callable) after the one that compiles it: the model, its input, the compiled forward's
     buffers; nothing else has run in the process. Three: the modes that replay CUDA graphs (reduce-overhead,
     max-autotune) warm up on the compiling call, record the graph on the next and replay it after, so their graphs'
-    memory pool is in the peak. The compiling call is not: in max-autotune it benchmarks GEMM candidates, with buffers of their own,
-    wherever the caches do not hold the picks, and whether they did depended on the process that filled them (H200,
-    docs/results/gate-runs.md)."""
+    memory pool is in the peak. The compiling call is not: in max-autotune it benchmarks GEMM candidates, with
+    buffers of their own, wherever the caches do not hold the picks, and whether they did depended on the process
+    that filled them (H200, docs/results/gate-runs.md)."""
     import importlib
 
     import torch

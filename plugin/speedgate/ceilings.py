@@ -87,4 +87,3 @@ def measure_matmul_tflops(torch: Any, dtype_name: str) -> float:
         return 2 * n**3 / (ms * 1e-3) / 1e12
     ms = _events_median_ms(torch, fn, warmup=5, reps=20)
     return 2 * n**3 / (ms * 1e-3) / 1e12
-
