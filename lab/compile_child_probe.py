@@ -10,7 +10,9 @@ Per mode, three fresh processes share one empty cache folder, in this order:
   again   the same child once more: it finds the FX graph the child before it wrote.
 With --parent pytest the first step is the suite's test_compile_mode itself (its compile and its own child), run
 with the folder as its caches. After each step the probe lists what the folder's autotune cache holds, per op, input
-key and matmul precision: a child that times GEMM candidates again shows as keys the parent did not write.
+key and matmul precision: a child that times GEMM candidates again shows as keys the parent did not write; and the
+lines that differ between the closest two template modules generated twice with different code (why it timed them
+again).
 Each prints (and OUT/<mode>.json keeps) the process's seconds, its first call's seconds, the device's peak allocated
 GiB through the first call (the compile) and through three calls after it (counted afresh, as the suite's child
 does), and inductor's counters (FX graph cache hits and misses, autotuning). The second peak is the suite's metric:
@@ -83,6 +85,36 @@ def local_autotune_cache(inductor: Path) -> dict[str, Any]:
     return held
 
 
+def template_twins(inductor: Path, shown: int = 40) -> dict[str, Any]:
+    """Where one folder holds the same GEMM template candidate generated twice with different code (so hashed twice,
+    and timed twice): how many template modules it holds, how many have a near twin, and the lines that differ
+    between the closest pair (a unified diff, at most `shown` lines)."""
+    import difflib
+
+    modules = []
+    for path in sorted(inductor.glob("*/*.py")):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if "triton_heuristics.template" in text:
+            modules.append((path, text.splitlines()))
+    best: tuple[float, int, int] | None = None
+    twins = 0
+    for i, (_, a) in enumerate(modules):
+        closest = max(((difflib.SequenceMatcher(None, a, b).quick_ratio(), j) for j, (_, b) in enumerate(modules)
+                       if j != i and b != a), default=None)
+        if closest and closest[0] > 0.95:
+            twins += 1
+            if best is None or closest[0] > best[0]:
+                best = (closest[0], i, closest[1])
+    diff: list[str] = []
+    if best is not None:
+        (path_a, a), (path_b, b) = modules[best[1]], modules[best[2]]
+        diff = list(difflib.unified_diff(a, b, path_a.name, path_b.name, lineterm="", n=0))[:shown]
+    return {"template_modules": len(modules), "with_a_near_twin": twins, "closest_pair_diff": diff}
+
+
 def pytest_step(mode: str, env: dict[str, str], report: Path) -> dict[str, Any]:
     """The suite's own test_compile_mode[mode] as the parent, its compile caches in env's folders (the lab's 'off'
     variant of from_scratch: only the FX graph and AOTAutograd caches off), so that its child and the probe's steps
@@ -121,6 +153,7 @@ def run_mode(mode: str, parent: str, out: Path) -> list[dict[str, Any]]:
                     raise RuntimeError(f"{mode} {label}: exit {done.returncode}\n{done.stderr[-3000:]}")
                 row = {"mode": mode, "step": label, "process_s": wall, **json.loads(lines[-1][len("RESULT "):])}
             row["autotune_cache"] = local_autotune_cache(Path(caches) / "inductor")
+            row["template_twins"] = template_twins(Path(caches) / "inductor")
             rows.append(row)
             if row["step"] == "pytest":
                 print(f"{mode:16} pytest  process {row['process_s']:6.1f} s  metrics {row['metrics']}  "
@@ -130,6 +163,9 @@ def run_mode(mode: str, parent: str, out: Path) -> list[dict[str, Any]]:
                       f"peak through the compile {row['peak_first_call_gib']:.4f} GiB, through 3 calls after it "
                       f"{row['peak_three_calls_gib']:.4f} GiB  {row['inductor_counters']}", flush=True)
             print(f"{'':16} autotune cache after it: {json.dumps(row['autotune_cache'])}", flush=True)
+            twins = row["template_twins"]
+            print(f"{'':16} template modules {twins['template_modules']}, with a near twin {twins['with_a_near_twin']}",
+                  *twins["closest_pair_diff"], sep="\n" + " " * 17, flush=True)
     return rows
 
 

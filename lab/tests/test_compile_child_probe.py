@@ -30,3 +30,19 @@ def test_the_steps_share_one_folder_as_the_suite_does(tmp_path: Path) -> None:
     assert counters["child"].get("fxgraph_cache_miss") == 1  # the parent saved no graph: the child compiles it
     assert counters["again"].get("fxgraph_cache_hit") == 1  # and saves it for the next fresh process
     assert all(row["first_call_s"] > 0 for row in rows)
+
+
+def test_a_template_generated_twice_shows_the_lines_that_differ(tmp_path: Path) -> None:
+    inductor = tmp_path / "inductor"
+    body = [f"    acc += tl.dot(a{i}, b{i})" for i in range(40)]
+    first = ["@triton_heuristics.template(", "    inductor_meta={'deterministic': False},", ")", *body]
+    twin = ["@triton_heuristics.template(", "    inductor_meta={'deterministic': True},", ")", *body]
+    for name, lines in [("aa/one.py", first), ("bb/two.py", twin), ("cc/other.py", ["def pointwise(): pass"])]:
+        (inductor / name).parent.mkdir(parents=True)
+        (inductor / name).write_text("\n".join(lines))
+    found = probe.template_twins(inductor)
+    assert found["template_modules"] == 2 and found["with_a_near_twin"] == 2
+    assert "-    inductor_meta={'deterministic': False}," in found["closest_pair_diff"]
+    assert "+    inductor_meta={'deterministic': True}," in found["closest_pair_diff"]
+    assert probe.template_twins(tmp_path / "nothing") == {"template_modules": 0, "with_a_near_twin": 0,
+                                                          "closest_pair_diff": []}
