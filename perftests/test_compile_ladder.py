@@ -82,7 +82,7 @@ class Ladder:
         precision = "high" if amp else "highest"  # "high": fp32 matmuls may use TF32
 
         def run() -> torch.Tensor:
-            # given back exactly: inductor keys its caches on the setting (speedgate.precision)
+            # given back exactly: inductor keys its FX graph cache on the setting (speedgate.precision)
             with fp32_matmul_precision(torch, precision), torch.no_grad(), \
                     torch.autocast(self.device, dtype=torch.bfloat16, enabled=amp):
                 return model(self.tokens)

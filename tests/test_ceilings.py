@@ -59,7 +59,7 @@ print(json.dumps({"before": before, "during": during}))
 ])
 def test_switching_fp32_matmul_precision_leaves_it_as_it_was_found(start: str) -> None:
     """A matmul ceiling, measured in the user's process, and the suite's ladder switched the older flag and set it
-    back; the newer flag stayed at 'ieee' where it had been 'none', and inductor keys its caches on it."""
+    back; the newer flag stayed at 'ieee' where it had been 'none', and inductor keys its FX graph cache on it."""
     import json
     import subprocess
     import sys

@@ -19,9 +19,9 @@ def fp32_matmul_precision(torch: Any, precision: str) -> Iterator[None]:
     torch.backends.cuda.matmul.fp32_precision).
 
     Setting the older one and setting it back leaves the newer one at 'ieee' or 'tf32' where it had been 'none', and
-    inductor keys its FX graph cache and its GEMM templates on it: every later compile in the process missed what the
-    same compile had saved in a fresh process (perftests/test_compile_modes.py). A process that had set only the
-    newer interface made the older one's getter raise; there the newer interface alone is switched."""
+    inductor keys its FX graph cache on it: a graph this process saved was missed by a fresh process compiling the
+    same graph (perftests/test_compile_modes.py). A process that had set only the newer interface made the older
+    one's getter raise; there the newer interface alone is switched."""
     if precision not in NEWER:
         raise ValueError(f"fp32 matmul precision {precision!r}: one of {', '.join(NEWER)}")
     matmul = torch.backends.cuda.matmul
