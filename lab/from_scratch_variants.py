@@ -20,16 +20,21 @@ def pytest_configure(config: Any) -> None:
         return
     from perftests.support import compile_time
 
+    # Each takes the suite's keyword: saving=True leaves the FX graph and AOTAutograd caches on, as the suite's does
+    # (its fresh process loads the timed compile); a variant that ignored it broke the suite's call.
     if variant == "off":
-        compile_time.from_scratch = compile_time.no_compile_caches  # type: ignore[assignment]
+        def off(*, saving: bool = False) -> contextlib.ExitStack:
+            return contextlib.ExitStack() if saving else compile_time.no_compile_caches()
+
+        compile_time.from_scratch = off
     elif variant == "keep_dir":
-        def keep_dir() -> contextlib.ExitStack:
+        def keep_dir(*, saving: bool = False) -> contextlib.ExitStack:
             import torch._inductor.utils as inductor_utils
 
-            stack = compile_time.no_compile_caches()
+            stack = contextlib.ExitStack() if saving else compile_time.no_compile_caches()
             stack.enter_context(inductor_utils.fresh_cache(delete=False))
             return stack
 
-        compile_time.from_scratch = keep_dir  # type: ignore[assignment]
+        compile_time.from_scratch = keep_dir
     else:
         raise ValueError(f"SPEEDGATE_FROM_SCRATCH={variant!r}: one of off, keep_dir (or unset)")

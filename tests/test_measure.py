@@ -148,3 +148,53 @@ def test_the_rounds_use_the_timer_the_sides_call_for() -> None:
     idle = measure_pair(ref, opt, timer, Policy(warmup_s=0), latency=True)
     assert idle.timer == "idle-start" and idle.reference_ms == 4.0 and idle.speedup == pytest.approx(4 / 3)
     assert timer.asked == [False, True]
+
+
+def test_a_side_that_slows_to_its_steady_speed_is_timed_at_that_speed() -> None:
+    """A power-capped GPU after an idle spell: the first rounds at the full clock, then the capped one. The median
+    of all the rounds would land in whichever cluster held more; the rounds before the device settled are dropped."""
+    first_and_warm_up = 1 + 3
+    timer = ScriptedTimer({"ref": 1.0, "opt": [1.0] * (first_and_warm_up + 12) + [1.2] * 10_000})
+    m = measure_pair(ref, opt, timer, Policy(warmup_s=0))
+    assert m.optimized_ms == 1.2 and m.speedup == pytest.approx(1 / 1.2)
+    assert m.dropped_rounds >= 12 and m.settled
+    assert max(m.optimized_samples) == min(m.optimized_samples) == 1.2
+
+
+def test_steady_noise_drops_no_round() -> None:
+    import random
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        noisy = [max(0.5, rng.gauss(1.0, 0.05)) for _ in range(20_000)]
+        timer = ScriptedTimer({"ref": [max(0.5, rng.gauss(2.0, 0.1)) for _ in range(20_000)], "opt": noisy})
+        m = measure_pair(ref, opt, timer, Policy(warmup_s=0))
+        assert m.dropped_rounds == 0 and m.settled, seed
+
+
+def test_a_side_that_never_settles_is_said_to_be_unsettled() -> None:
+    from speedgate.measure import SETTLE_MAX_S
+
+    drifting = [1.03 ** min(i, 400) for i in range(20_000)]  # 3% slower every round, past the settling limit
+    m = measure_pair(ref, opt, ScriptedTimer({"ref": 1.0, "opt": drifting}), Policy(warmup_s=0))
+    assert not m.settled and m.dropped_rounds > 0
+    first_and_warm_up = 1 + 3
+    dropped_ms = sum(drifting[first_and_warm_up:first_and_warm_up + m.dropped_rounds]) + m.dropped_rounds * 1.0
+    assert dropped_ms >= SETTLE_MAX_S * 1e3  # it dropped until the limit, and then kept what it took
+    assert m.rounds >= Policy().min_rounds
+
+
+def test_ranks_drop_no_round() -> None:
+    """Ranks must take the same rounds; only rank 0 would see a drift, so the loop of a multi-process comparison
+    (agree given) drops nothing."""
+    from speedgate.measure import run_rounds
+
+    times = iter([1.0] * 12 + [1.2] * 10_000)
+
+    def take(first: int, count: int) -> tuple[list[float], list[float]]:
+        return [1.0] * count, [next(times) for _ in range(count)]
+
+    rounds = run_rounds(take, Policy(), batch_size=lambda _ms: 25, per_pair_ms=2.0, agree=lambda decision: decision)
+    assert rounds.dropped == 0 and rounds.optimized[:12] == [1.0] * 12
+    alone = run_rounds(take, Policy(), batch_size=lambda _ms: 25, per_pair_ms=2.0)
+    assert alone.optimized == [1.2] * len(alone.optimized)

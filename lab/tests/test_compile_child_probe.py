@@ -35,14 +35,22 @@ def test_the_steps_share_one_folder_as_the_suite_does(tmp_path: Path) -> None:
 def test_a_template_generated_twice_shows_the_lines_that_differ(tmp_path: Path) -> None:
     inductor = tmp_path / "inductor"
     body = [f"    acc += tl.dot(a{i}, b{i})" for i in range(40)]
-    first = ["@triton_heuristics.template(", "    inductor_meta={'deterministic': False},", ")", *body]
-    twin = ["@triton_heuristics.template(", "    inductor_meta={'deterministic': True},", ")", *body]
-    for name, lines in [("aa/one.py", first), ("bb/two.py", twin), ("cc/other.py", ["def pointwise(): pass"])]:
+
+    def module(config: str, deterministic: bool) -> list[str]:
+        meta = f"    inductor_meta={{'deterministic': {deterministic}, 'config_args': {{{config}}}}},"
+        return ["@triton_heuristics.template(", meta, ")", *body]
+
+    modules = {"aa/one.py": module("'BLOCK_M': 64", False), "bb/two.py": module("'BLOCK_M': 64", True),
+               # another candidate, one line from the first: not a twin (its diff would be the config itself)
+               "dd/other_config.py": module("'BLOCK_M': 128", False),
+               "cc/other.py": ["def pointwise(): pass"]}
+    for name, lines in modules.items():
         (inductor / name).parent.mkdir(parents=True)
         (inductor / name).write_text("\n".join(lines))
     found = probe.template_twins(inductor)
-    assert found["template_modules"] == 2 and found["with_a_near_twin"] == 2
-    assert "-    inductor_meta={'deterministic': False}," in found["closest_pair_diff"]
-    assert "+    inductor_meta={'deterministic': True}," in found["closest_pair_diff"]
-    assert probe.template_twins(tmp_path / "nothing") == {"template_modules": 0, "with_a_near_twin": 0,
+    assert found["template_modules"] == 3 and found["with_a_twin"] == 2
+    assert any(line.startswith("-") and "'deterministic': False" in line for line in found["closest_pair_diff"])
+    assert any(line.startswith("+") and "'deterministic': True" in line for line in found["closest_pair_diff"])
+    assert not any("128" in line for line in found["closest_pair_diff"])
+    assert probe.template_twins(tmp_path / "nothing") == {"template_modules": 0, "with_a_twin": 0,
                                                           "closest_pair_diff": []}

@@ -30,14 +30,18 @@ def test_each_variant_swaps_the_suites_emptying(monkeypatch: pytest.MonkeyPatch,
         assert compile_time.from_scratch is restore
         return
     assert compile_time.from_scratch is not restore
-    if variant == "off":
-        assert compile_time.from_scratch is compile_time.no_compile_caches
-    stack = compile_time.from_scratch()
-    assert isinstance(stack, contextlib.ExitStack)
-    with stack:
-        import torch._inductor.config
+    import torch._inductor.config
 
-        assert torch._inductor.config.fx_graph_cache is False  # every variant compiles, none loads
+    before = torch._inductor.config.fx_graph_cache
+    for saving in (False, True):  # the suite's own keyword: a variant without it broke test_compile_mode
+        stack = compile_time.from_scratch(saving=saving)
+        assert isinstance(stack, contextlib.ExitStack)
+        with stack:
+            # without saving every variant compiles and loads nothing; with it, the FX graph cache is left as it was
+            assert torch._inductor.config.fx_graph_cache is (before if saving else False)
+    stack = compile_time.from_scratch()
+    with stack:
+        assert torch._inductor.config.fx_graph_cache is False
 
 
 def test_an_unknown_variant_is_refused(monkeypatch: pytest.MonkeyPatch, restore: object) -> None:

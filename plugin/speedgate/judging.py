@@ -65,6 +65,9 @@ def judge_measurement(
     if throttled.get("thermal", 0.0) > THROTTLE_NOTE_FRACTION:
         note = (f"{note}; GPU thermally throttled for {min(throttled['thermal'], 1.0):.0%} of the comparison: "
                 "an unstable measurement").lstrip("; ")
+    if not measurement.settled:
+        note = (f"{note}; the device's speed still drifted after {measurement.dropped_rounds} rounds were dropped: "
+                "an unstable measurement").lstrip("; ")
     result = CompareResult(
         timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
         remeasured=first is not measurement, graphed=graphed,
@@ -114,7 +117,7 @@ def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
         reference_cv=m.reference_cv, optimized_cv=m.optimized_cv, rounds=m.rounds, timer=m.timer,
         stopped_by=m.stopped_by, reference_first_ms=m.reference_first_ms, optimized_first_ms=m.optimized_first_ms,
         reference_stats=sample_stats(m.reference_samples), optimized_stats=sample_stats(m.optimized_samples),
-        baseline=j.baseline, change=j.change, budget=m.budget(),
+        baseline=j.baseline, change=j.change, budget=m.budget(), dropped_rounds=m.dropped_rounds, settled=m.settled,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,16 @@ from .timers import Fn, Timer, as_timer
 # device's busy time on the GPU): when they have used more, the next check is skipped and timing goes on. A
 # pure-Python bootstrap once took 99% of a fast case's comparison while the GPU idled.
 STATS_SHARE = 0.10
+# Settling: a comparison stops only on rounds whose speed no longer drifts. A power-capped GPU after an idle spell
+# runs its first tens of ms at the full clock, then settles to the capped clock, and a median over both lands in
+# whichever cluster holds more (docs/results/calibration.md, "the fp8 matmuls' two speeds"). After each batch the
+# rounds kept so far are split in halves, and the first half is dropped where either side moved between them
+# (`drifting`). At most SETTLE_MAX_S of timed work is dropped; after that the rounds stand, and the report says so.
+SETTLE_DRIFT = 0.03
+SETTLE_SIGMAS = 4.0
+SETTLE_MIN_HALF = 8
+SETTLE_SEPARATION = 0.9
+SETTLE_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,9 @@ class Measurement:
     optimized_samples: list[float] = field(repr=False, default_factory=list)
     # Seconds the stopping checks' statistics took during the rounds (host time, the device idle meanwhile).
     stats_seconds: float = 0.0
+    # Rounds dropped while the device's speed drifted (run_rounds' settling), and whether it had settled.
+    dropped_rounds: int = 0
+    settled: bool = True
 
     @property
     def speedup(self) -> float:
@@ -94,6 +108,9 @@ class Rounds:
     stopped_by: str
     seconds: float
     stats_seconds: float
+    # Rounds dropped while the device's speed still drifted (SETTLE_*), and whether it had settled by the end.
+    dropped: int = 0
+    settled: bool = True
 
 
 TakeRounds = Callable[[int, int], "tuple[list[float], list[float]]"]
@@ -124,16 +141,37 @@ def run_rounds(
     paused = 0.0  # seconds spent in between(): not the rounds' budget
     stopped_by = "max-rounds"
     batch = 0
+    taken = 0  # rounds taken, the dropped ones included: the AB/BA order goes on from them
+    # Ranks drop nothing: they must take the same rounds, and only rank 0 would see the drift.
+    settling = decides and agree is None
+    unsettled = False  # still drifting when SETTLE_MAX_S was dropped
+    dropped: list[int] = []
+    dropped_s = 0.0
     while len(ref) < policy.max_rounds:
         count = max(1, min(batch_size(per_pair_ms), policy.max_rounds - len(ref)))
-        r, o = take(len(ref), count)
+        r, o = take(taken, count)
+        taken += count
         ref.extend(r)
         opt.extend(o)
         batch_ms = sum(r) + sum(o)
         per_pair_ms = batch_ms / count
         timed_s += batch_ms / 1e3
+        steady = not settling
+        if settling and len(ref) >= 2 * SETTLE_MIN_HALF:
+            # Checked at every batch, not once: after a long idle spell the full clock can outlast the first batch.
+            t0 = time.perf_counter()
+            half = len(ref) // 2
+            if drifting(ref[:half], ref[half:]) or drifting(opt[:half], opt[half:]):
+                dropped.append(half)
+                dropped_s += (sum(ref[:half]) + sum(opt[:half])) / 1e3
+                del ref[:half], opt[:half]
+                if dropped_s >= SETTLE_MAX_S:
+                    settling, unsettled = False, True
+            else:
+                steady = True
+            stats_s += time.perf_counter() - t0
         decision: str | None = None
-        if decides and len(ref) >= policy.min_rounds:
+        if decides and steady and len(ref) >= policy.min_rounds:
             # A check only when it keeps the statistics under their share of the work timed so far (the next
             # check is assumed to cost what the last one did).
             if stats_s + last_check_s <= STATS_SHARE * timed_s or not stats_s:
@@ -155,7 +193,32 @@ def run_rounds(
             between(batch)
             paused += clock() - t0
         batch += 1
-    return Rounds(ref, opt, stopped_by, clock() - start - paused, stats_s)
+    return Rounds(ref, opt, stopped_by, clock() - start - paused, stats_s, dropped=sum(dropped),
+                  settled=not unsettled)
+
+
+def drifting(first: list[float], second: list[float]) -> bool:
+    """Whether one side's speed moved between two halves of its rounds: the medians apart by more than SETTLE_DRIFT
+    and by more than SETTLE_SIGMAS standard errors of their difference (from each half's robust spread), and the
+    halves apart in rank too (in at least SETTLE_SEPARATION of the pairs of a round from each, the same one is the
+    slower): a MAD of a few rounds can understate their noise."""
+    a, b = median(first), median(second)
+    if a <= 0 or b <= 0:
+        return False
+    moved = abs(b / a - 1.0)
+    # The median's standard error is about 1.2533 sigma / sqrt(n) for normal data.
+    noise = math.hypot(*(1.2533 * robust_cv(h) / math.sqrt(len(h)) for h in (first, second)))
+    if moved <= SETTLE_DRIFT or moved <= SETTLE_SIGMAS * noise:
+        return False
+    import numpy as np
+
+    # The share of pairs (x from the first half, y from the second) with y slower, ties counted half.
+    x = np.sort(np.asarray(first, dtype=np.float64))
+    y = np.asarray(second, dtype=np.float64)
+    below = np.searchsorted(x, y, side="left")
+    ties = np.searchsorted(x, y, side="right") - below
+    slower = float((below + 0.5 * ties).sum()) / (len(x) * len(y))
+    return max(slower, 1.0 - slower) >= SETTLE_SEPARATION
 
 
 def warm_statistics() -> None:
@@ -242,7 +305,7 @@ def time_pair(
     measurement = measurement_from_samples(
         rounds.reference, rounds.optimized, reference_first_ms=first_ms[0], optimized_first_ms=first_ms[1],
         seconds=rounds.seconds, stopped_by=rounds.stopped_by, timer=rounds_timer.name, confidence=policy.confidence,
-        stats_seconds=rounds.stats_seconds,
+        stats_seconds=rounds.stats_seconds, dropped_rounds=rounds.dropped, settled=rounds.settled,
     )
     return Timed(measurement, reference, optimized)
 
@@ -276,6 +339,8 @@ def measurement_from_samples(
     timer: str,
     confidence: float = Policy.confidence,
     stats_seconds: float = 0.0,
+    dropped_rounds: int = 0,
+    settled: bool = True,
 ) -> Measurement:
     """The Measurement of paired rounds (round i of each side timed together), wherever they were taken."""
     if len(ref_samples) != len(opt_samples) or len(ref_samples) < 2:
@@ -299,4 +364,6 @@ def measurement_from_samples(
         reference_samples=list(ref_samples),
         optimized_samples=list(opt_samples),
         stats_seconds=stats_seconds,
+        dropped_rounds=dropped_rounds,
+        settled=settled,
     )

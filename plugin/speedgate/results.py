@@ -42,6 +42,9 @@ class CompareResult:
     baseline: float | None = None
     change: float | None = None
     remeasured: bool = False
+    # Rounds dropped while the device's speed still drifted (speedgate.measure's settling), and whether it settled.
+    dropped_rounds: int = 0
+    settled: bool = True
     flops: float | None = None
     bytes: float | None = None
     max_abs_error: float | None = None
