@@ -88,7 +88,7 @@ def local_autotune_cache(inductor: Path) -> dict[str, Any]:
 def template_twins(inductor: Path, shown: int = 40) -> dict[str, Any]:
     """Where one folder holds the same GEMM template candidate generated twice with different code (so hashed twice,
     and timed twice): how many template modules it holds, how many have a twin (another module of the same
-    candidate: the same config_args in its inductor_meta, other code), and the lines that differ between the closest
+    candidate: the same config_args in its inductor_meta and the same num_stages and num_warps, other code), and the lines that differ between the closest
     such pair (a unified diff, at most `shown` lines). Candidates of other configs are never paired: their diff is
     the config itself."""
     import difflib
@@ -102,7 +102,8 @@ def template_twins(inductor: Path, shown: int = 40) -> dict[str, Any]:
             continue
         if "triton_heuristics.template" in text:
             found = re.search(r"'config_args': (\{[^}]*\})", text)
-            modules.append((path, found.group(1) if found else "", text.splitlines()))
+            launch = re.findall(r"num_(?:stages|warps)=\d+", text)  # not in config_args, and part of the candidate
+            modules.append((path, (found.group(1) if found else "") + " ".join(launch), text.splitlines()))
     best: tuple[float, int, int] | None = None
     twins = 0
     for i, (_, config, a) in enumerate(modules):

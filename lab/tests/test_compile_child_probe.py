@@ -43,14 +43,16 @@ def test_a_template_generated_twice_shows_the_lines_that_differ(tmp_path: Path) 
     modules = {"aa/one.py": module("'BLOCK_M': 64", False), "bb/two.py": module("'BLOCK_M': 64", True),
                # another candidate, one line from the first: not a twin (its diff would be the config itself)
                "dd/other_config.py": module("'BLOCK_M': 128", False),
+               # the same config_args, launched with other warps: another candidate too
+               "ee/other_warps.py": [*module("'BLOCK_M': 64", False), "num_warps=8"],
                "cc/other.py": ["def pointwise(): pass"]}
     for name, lines in modules.items():
         (inductor / name).parent.mkdir(parents=True)
         (inductor / name).write_text("\n".join(lines))
     found = probe.template_twins(inductor)
-    assert found["template_modules"] == 3 and found["with_a_twin"] == 2
+    assert found["template_modules"] == 4 and found["with_a_twin"] == 2
     assert any(line.startswith("-") and "'deterministic': False" in line for line in found["closest_pair_diff"])
     assert any(line.startswith("+") and "'deterministic': True" in line for line in found["closest_pair_diff"])
-    assert not any("128" in line for line in found["closest_pair_diff"])
+    assert not any("128" in line or "num_warps" in line for line in found["closest_pair_diff"])
     assert probe.template_twins(tmp_path / "nothing") == {"template_modules": 0, "with_a_twin": 0,
                                                           "closest_pair_diff": []}
