@@ -198,3 +198,35 @@ def test_ranks_drop_no_round() -> None:
     assert rounds.dropped == 0 and rounds.optimized[:12] == [1.0] * 12
     alone = run_rounds(take, Policy(), batch_size=lambda _ms: 25, per_pair_ms=2.0)
     assert alone.optimized == [1.2] * len(alone.optimized)
+
+
+class _Sustaining(ScriptedTimer):
+    """A scripted clock on a device that a sustained load slows (a GPU at its power cap); records each batch's size."""
+
+    sustains = True
+
+    def __init__(self, times: dict[str, float]) -> None:
+        super().__init__(times)
+        self.batches: list[tuple[int, float]] = []
+
+    def time_each(self, fns):  # type: ignore[no-untyped-def]
+        times = super().time_each(fns)
+        self.batches.append((len(fns), sum(times)))
+        return times
+
+
+def test_a_heavy_pair_is_warmed_up_sustained_on_a_device_a_sustained_load_slows() -> None:
+    from speedgate.measure import SUSTAINED_WORK_S, warm_up
+
+    heavy = _Sustaining({"ref": 3.0, "opt": 1.5})
+    warm_up(heavy, [ref, opt], Policy(warmup_s=0))
+    singles = [work for size, work in heavy.batches if size == 2]
+    sustained = [work for size, work in heavy.batches if size > 2]
+    assert len(singles) == Policy().warmup_calls and sustained  # the warm-up calls, then batches back to back
+    assert SUSTAINED_WORK_S * 1e3 <= sum(sustained) < SUSTAINED_WORK_S * 1e3 + max(sustained)
+
+    light = _Sustaining({"ref": 0.2, "opt": 0.2})  # a pair this short never holds the device long enough to matter
+    warm_up(light, [ref, opt], Policy(warmup_s=0))
+    assert all(size == 2 for size, _ in light.batches)
+    plain = ScriptedTimer({"ref": 3.0, "opt": 1.5})  # a clock the load does not slow (the CPU's): as before
+    assert len(warm_up(plain, [ref, opt], Policy(warmup_s=0))) == 2 * Policy().warmup_calls

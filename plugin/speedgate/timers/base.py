@@ -29,6 +29,9 @@ class Timer:
     name = "timer"
     can_graph = False
     can_profile = False
+    # Whether sustained work changes this clock's device speed (a GPU's power cap): the warm-up of a heavy pair then
+    # runs sustained (speedgate.measure.warm_up).
+    sustains = False
     properties: dict[str, Any] = {}  # never mutated: a timer that reads the device sets its own
 
     def first_call(self, fn: Fn) -> tuple[float, Any]:

@@ -47,6 +47,7 @@ class CudaTimer(Timer):
     name = "cuda-events-held"
     can_graph = True
     can_profile = True
+    sustains = True
 
     def __init__(self, torch: Any) -> None:
         if not torch.cuda.is_available():
