@@ -220,13 +220,25 @@ def test_a_heavy_pair_is_warmed_up_sustained_on_a_device_a_sustained_load_slows(
 
     heavy = _Sustaining({"ref": 3.0, "opt": 1.5})
     warm_up(heavy, [ref, opt], Policy(warmup_s=0))
+    calls = Policy().warmup_calls
     singles = [work for size, work in heavy.batches if size == 2]
     sustained = [work for size, work in heavy.batches if size > 2]
-    assert len(singles) == Policy().warmup_calls and sustained  # the warm-up calls, then batches back to back
+    assert len(singles) == calls and sustained  # the warm-up calls, then batches back to back
     assert SUSTAINED_WORK_S * 1e3 <= sum(sustained) < SUSTAINED_WORK_S * 1e3 + max(sustained)
 
     light = _Sustaining({"ref": 0.2, "opt": 0.2})  # a pair this short never holds the device long enough to matter
     warm_up(light, [ref, opt], Policy(warmup_s=0))
-    assert all(size == 2 for size, _ in light.batches)
+    assert [size for size, _ in light.batches] == [2] * calls + [2 * calls]  # the one batch that judged the pair
     plain = ScriptedTimer({"ref": 3.0, "opt": 1.5})  # a clock the load does not slow (the CPU's): as before
-    assert len(warm_up(plain, [ref, opt], Policy(warmup_s=0))) == 2 * Policy().warmup_calls
+    assert len(warm_up(plain, [ref, opt], Policy(warmup_s=0))) == 2 * calls
+
+
+def test_a_pair_slow_only_before_the_hold_learns_is_not_warmed_up_sustained() -> None:
+    """Single calls before the hold has learned the host's pace time the launches too (a graphed case's sides before
+    capture): the pair is judged on a batch as the rounds take it."""
+    from speedgate.measure import warm_up
+
+    calls = Policy().warmup_calls
+    timer = _Sustaining({"ref": [0.9] * calls + [0.1] * 10_000, "opt": [0.9] * calls + [0.1] * 10_000})
+    warm_up(timer, [ref, opt], Policy(warmup_s=0))
+    assert [size for size, _ in timer.batches] == [2] * calls + [2 * calls]
