@@ -87,7 +87,7 @@ def test_dynamic_shapes(perf, device: str, strategy: str) -> None:
     for run in (runners["static"], runners[strategy]):
         schedule_pass(run)(*inputs)
     # A pass returns nothing (see schedule_pass); each strategy's outputs were checked against eager above.
-    # A pass is launch-bound (guards, a graph per length): timed from an idle device, host work included. Held, the
-    # device work alone was 3.0 ms a pass on the H100 (2026-11-23) against 3.3-9.5 ms timed with the host behind.
+    # A pass is launch-bound (guards, a graph per length): timed from an idle device, host work included
+    # (docs/results/kernel-comments.md, "Test files").
     perf.compare(schedule_pass(runners["static"]), schedule_pass(runners[strategy]), name="steady_state_vs_static",
                  check=False, latency=True, inputs=make)

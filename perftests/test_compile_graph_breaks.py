@@ -110,7 +110,6 @@ def test_graph_break_fix(perf, device: str, pair: str) -> None:
         return call
 
     # What a graph break costs is largely host work (back to Python between two graphs, a second launch): timed
-    # from an idle device, host work included. Held, the print pair read 1.016x instead of 1.243x on the H100
-    # (2026-11-23): its two graphs' device work is the same 0.028 ms as the fixed graph's.
+    # from an idle device, host work included (docs/results/kernel-comments.md, "Test files").
     perf.compare(run(compiled_broken), run(compiled_fixed), name="compiled_fixed_vs_compiled_broken", latency=True,
                  inputs=make)

@@ -134,10 +134,8 @@ def test_ladder_rung(perf, ladder: Ladder, index: int) -> None:
     optimized = ladder.runner(rung)
     # Each rung replayed from a CUDA graph: the device's work, as the ladder compares it. Timed as it is, behind the
     # hold, a call of a few hundred kernels fills the launch queue, so the host queues the batch while the device
-    # runs it; on the H100 (2026-11-23) the eager SDPA rung's batch medians then ranged 3.37-4.67 ms in one process
-    # and the compiled rung's 2.59-3.51 ms, while the profiler saw 2.58 ms of kernels a call: rung 3 read 12.7x and
-    # 9.8x against fp32 in two processes with no change to any kernel. A graph replays the tokens it captured: the
-    # rungs run on the ladder's one batch.
+    # runs it, and host gaps reach the timing (docs/results/kernel-comments.md, "Test files"). A graph replays the
+    # tokens it captured: the rungs run on the ladder's one batch.
     replayed = dict(check=False, graph=True, waive=fixed_inputs(GRAPH_REPLAYS), **work)
     perf.compare(ladder.runner(previous), optimized, name=f"vs_{previous}", **replayed)
     if previous != "fp32_manual":

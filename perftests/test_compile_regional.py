@@ -54,7 +54,7 @@ def test_regional_vs_whole_model(perf, device: str) -> None:
         schedule_pass(run)(*inputs)
     # A pass returns nothing (see schedule_pass); each strategy's outputs were checked against eager above.
     # A pass is launch-bound: many small graphs (regional) or one (whole), guards checked per call. Timed from an idle
-    # device, host work included; held, the device work alone read 3.60 ms (whole) and 3.71 ms (regional) on the H100
-    # (2026-11-23) against 7.08 ms and 10.2 ms blessed with the host behind the device.
+    # device, host work included: held, the device work alone is a fraction of a pass (docs/results/kernel-comments.md,
+    # "Test files").
     perf.compare(schedule_pass(whole), schedule_pass(regional), name="regional_vs_whole", check=False, latency=True,
                  inputs=make)

@@ -70,7 +70,6 @@ def test_training_step(perf, device: str) -> None:
         atol = intermediate_rounding_atol(update_eager, unit, factor=64.0) + intermediate_rounding_atol(w0, torch.float32, factor=4.0)
         perf.assert_close(update_compiled, update_eager, rtol=1.6e-2 if device == "cuda" else 1e-4, atol=atol)
     perf.metric("compile_s_in_process", compile_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
-    # Eager's step at this size is launch-bound (H100, 2026-11-23: 15.6 ms a step when blessed with the host behind
-    # the device, 8.0 ms of device work under the profiler): the compiler's fewer, fused launches are much of what it
-    # buys here, so the host work counts.
+    # Eager's step at this size is launch-bound (docs/results/kernel-comments.md, "Test files"): the compiler's
+    # fewer, fused launches are much of what it buys here, so the host work counts.
     perf.compare(eager_step, compiled_step, name="vs_eager", check=False, latency=True, inputs=make)

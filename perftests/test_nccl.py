@@ -22,10 +22,9 @@ pytestmark = pytest.mark.nccl
 SIZES_MB = (64, 256, 1024)
 PIECES = 4
 RANK_TIMEOUT_S = 300.0
-# Erratic between runs on 2 x H200 (2026-11-22; cause not found), so gated loosely: only a gross regression fails.
-# The quantized all-reduce at 64 MB: 0.53x to 0.88x of NCCL over seven runs on four leases.
+# Erratic between runs (cause not found), so gated loosely: only a gross regression fails. The spread of the
+# quantized all-reduce at 64 MB, and of its pipelined form at 256 MB: docs/results/kernel-comments.md, "Test files".
 TOLERANCE = {64: 0.35}
-# Its 4-piece pipelined form at 256 MB: 0.64x to 0.98x of one piece over seven runs.
 PIPELINED_TOLERANCE = {256: 0.35}
 
 
@@ -83,8 +82,8 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
                          tolerance=PIPELINED_TOLERANCE.get(size_mb))
 
 
-# Pieces per size, from a sweep on 2 x H200 (lab/allreduce_breakdown.py --pieces 1 2 4 8, 2026-11-22): at 256 MB
-# one piece was fastest (0.855 ms; 2: 0.869, 4: 1.470, 8: 2.751), at 1 GB four (1.957 ms; 1: 2.851, 2: 2.123, 8: 3.204).
+# Pieces per size: the fastest in a sweep of 1, 2, 4 and 8 (lab/allreduce_breakdown.py --pieces 1 2 4 8;
+# docs/results/kernel-comments.md, "Test files").
 P2P_PIECES = {256: 1, 1024: 4}
 
 

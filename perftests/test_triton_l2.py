@@ -43,8 +43,7 @@ def test_l2_eviction_hints(perf, device: str, table_mib: int) -> None:
     hinted = lambda stream, table: stream_add(stream, table, hints=True)  # noqa: E731
     unhinted = lambda stream, table: stream_add(stream, table, hints=False)  # noqa: E731
     # Bound to input set 0 (zero-argument sides): the case is about L2 residency of the table, and rotating three
-    # 1 GiB streams changes the experiment. H100, 2026-11-23: vs_no_hints [16] 1.02x bound (converged in 27 rounds),
-    # 1.25x rotating (969 rounds, the budget spent).
+    # 1 GiB streams changes the experiment (docs/results/kernel-comments.md, "Test files").
     bind = ("the case measures whether eviction hints keep the table resident in L2 while a stream passes through, and "
             "rotating three input sets of 1 GiB streams changed what it measures (see the comment at this call)")
     compare_on_inputs(perf, unhinted, hinted, make, bind=bind, name="vs_no_hints", bytes=nbytes)

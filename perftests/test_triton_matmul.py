@@ -27,9 +27,7 @@ CPU_SHAPE = (100, 80, 80)
 GRAPHED_SHAPES = {"4096"}
 # Every kernel rotates input sets, the persistent TMA one included. Its launcher builds TMA descriptors on the host
 # for each new tensor; the rounds time device work (the timer holds the device while the host queues), so that host
-# work no longer reads as kernel time. H100, 2026-11-23, bias+GELU 4096^3 against eager, one process each: 1.016x
-# bound to one input set, 1.012x rotating; and all 20 tma_persistent comparisons passed rotating against their
-# entries blessed bound. (With the old timer, rotating read 0.683x with cv 0.44: the host's work, not the kernel's.)
+# work does not read as kernel time (docs/results/kernel-comments.md, "Test files").
 
 BF16_ON_CPU = "bf16 tl.dot under the Triton interpreter multiplies raw bit patterns: bf16 runs on the GPU only"
 

@@ -253,8 +253,8 @@ def warm_up(timer: Timer, fns: list[Fn], policy: Policy, clock: Callable[[], flo
     On a timer whose device a sustained load slows (`Timer.sustains`: a GPU at its power cap), a pair that takes at
     least SUSTAINED_PAIR_MS in a batch as the rounds time it is instead warmed up in such batches, back to back,
     until SUSTAINED_WORK_S of device work: after an idle spell (a compile, an autotuner) a power-bound kernel runs
-    tens of ms at the full clock, and a comparison wholly inside that spell read 10% faster than the capped speed
-    every other one reads (docs/results/calibration.md, "the fp8 matmuls' two speeds"). The pair is judged on a
+    tens of ms at the full clock, and a comparison wholly inside that spell read faster than the capped speed every
+    other one reads (docs/results/calibration.md, "the fp8 matmuls' two speeds"). The pair is judged on a
     batch, not on the single calls before it: before the hold has learned the host's pace those time its launches."""
     start = clock()
     warm: list[float] = []
