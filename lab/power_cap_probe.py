@@ -4,8 +4,9 @@ Usage: python -m lab.power_cap_probe OUT [--size 8192] [--batches 12]
 
 In a whole-suite gate run the Triton persistent kernel's median moved between the three comparisons of one test,
 while the profiler's busy time for it did not move (docs/results/calibration.md): its rounds fall into a fast
-cluster and a slow one, and the median lands in whichever holds more. This probe times the same two sides (torch._scaled_mm, the Triton kernel) with speedgate's own CUDA timer in batches of paired rounds, as
-the gate does (a spin hold, then AB/BA rounds), and varies what comes before a batch:
+cluster and a slow one, and the median lands in whichever holds more. This probe times the same two sides
+(torch._scaled_mm, the Triton kernel) with speedgate's own CUDA timer in batches of paired rounds, as the gate does
+(a spin hold, then AB/BA rounds), and varies what comes before a batch:
 
   suite      batches of about 50 ms of work with the host's few ms between them (the gate's own rhythm)
   long       batches of about 400 ms of work
