@@ -380,3 +380,64 @@ def test_gpu_cheats_fail_and_controls_pass(pytester: pytest.Pytester) -> None:
     assert set(blessed) == {f"test_sides.py::test_{name}" for name in [*CONTROLS, "control_no_work_waived"]}
     gate = pytester.runpytest_subprocess("-v")
     assert outcomes(gate) == found
+
+
+DRIFTING_CONFTEST = """
+import pytest
+from speedgate.testing import ScriptedTimer
+
+
+class Drifting(ScriptedTimer):
+    # In the rounds' batches (more than one pair; warm-up times one pair at a time): 'settles' runs its first 12
+    # rounds at the full clock and then at the capped one; 'never' gets 3% slower every round, for 400 rounds.
+    def __init__(self):
+        super().__init__({"reference": 1.0, "settles": 1.2, "never": 1.0})
+        self.rounds = {"settles": 0, "never": 0}
+
+    def time_each(self, fns):
+        times = super().time_each(fns)
+        if len(fns) > 2:
+            for i, fn in enumerate(fns):
+                name = getattr(getattr(fn, "__wrapped__", fn), "__name__", "")
+                if name in self.rounds:
+                    k = self.rounds[name]
+                    self.rounds[name] += 1
+                    times[i] = (1.0 if k < 12 else 1.2) if name == "settles" else 1.03 ** min(k, 400)
+        return times
+
+
+@pytest.fixture
+def speedgate_timer():
+    return Drifting()
+"""
+
+
+def test_a_run_reports_the_rounds_it_dropped_and_a_comparison_that_never_settled(pytester: pytest.Pytester) -> None:
+    """The surface of run_rounds' settling: the JSON report counts the dropped rounds, and a comparison still
+    drifting after the limit says so in its note and in `settled`; its verdict stands on what it measured."""
+    pytester.makeconftest(DRIFTING_CONFTEST)
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_drift="""
+def reference():
+    return 1.0
+
+def settles():
+    return 1.0
+
+def never():
+    return 1.0
+
+def test_settles(perf):
+    perf.compare(reference, settles)
+
+def test_never(perf):
+    perf.compare(reference, never)
+""")
+    result = pytester.runpytest("--speedgate-json", "run.json")
+    result.assert_outcomes(passed=2)
+    cases = {c["case_id"].rpartition("::")[2]: c for c in json.loads((pytester.path / "run.json").read_text())["cases"]}
+    assert cases["test_settles"]["dropped_rounds"] > 0 and cases["test_settles"]["settled"] is True
+    assert cases["test_settles"]["optimized_ms"] == 1.2  # the speed it settled at, not a mix of the two
+    assert cases["test_never"]["settled"] is False and cases["test_never"]["dropped_rounds"] > 0
+    assert "the device's speed still drifted" in cases["test_never"]["note"]
+    result.stdout.fnmatch_lines(["*test_never*the device's speed still drifted*"])
