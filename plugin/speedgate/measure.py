@@ -148,7 +148,7 @@ def run_rounds(
     # Ranks drop nothing: they must take the same rounds, and only rank 0 would see the drift.
     settling = decides and agree is None
     unsettled = False  # still drifting when SETTLE_MAX_S was dropped
-    dropped: list[int] = []
+    dropped = 0
     dropped_s = 0.0
     while len(ref) < policy.max_rounds:
         count = max(1, min(batch_size(per_pair_ms), policy.max_rounds - len(ref)))
@@ -165,7 +165,7 @@ def run_rounds(
             t0 = time.perf_counter()
             half = len(ref) // 2
             if drifting(ref[:half], ref[half:]) or drifting(opt[:half], opt[half:]):
-                dropped.append(half)
+                dropped += half
                 dropped_s += (sum(ref[:half]) + sum(opt[:half])) / 1e3
                 del ref[:half], opt[:half]
                 if dropped_s >= SETTLE_MAX_S:
@@ -196,7 +196,7 @@ def run_rounds(
             between(batch)
             paused += clock() - t0
         batch += 1
-    return Rounds(ref, opt, stopped_by, clock() - start - paused, stats_s, dropped=sum(dropped),
+    return Rounds(ref, opt, stopped_by, clock() - start - paused, stats_s, dropped=dropped,
                   settled=not unsettled)
 
 
@@ -260,7 +260,7 @@ def warm_up(timer: Timer, fns: list[Fn], policy: Policy, clock: Callable[[], flo
     warm: list[float] = []
     for _ in range(policy.warmup_calls):
         warm.extend(timer.time_each(fns))
-    if getattr(timer, "sustains", False):
+    if timer.sustains:
         batch = timer.time_each(list(fns) * max(1, policy.warmup_calls))
         warm.extend(batch)
         pair_ms = sum(median(batch[i::len(fns)]) for i in range(len(fns)))
