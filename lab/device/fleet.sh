@@ -7,7 +7,8 @@
 #
 #   bash lab/device/fleet.sh OUT "GPU0 JOBS" ["GPU1 JOBS"]     e.g.  "probe gate_compile" "bless_triton gate_compile"
 # Jobs: bless_triton / gate_triton (`-k "triton or cutlass"`: the Triton files, CUTLASS, the compiler suite's
-# Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), probe
+# Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), bless_dynamic
+# (test_compile_dynamic.py alone), probe
 # (lab/compiled_reference_spread.py, 2 processes per mode; its reports stay in .gpu-state/probe, so a
 # probe cut off at the deadline goes on in the next call), study (tools/gate_study.py against the committed files:
 # 3 clean runs, 2 per injected slowdown; resumes the same way from .gpu-state/study), gate_suite (the whole
@@ -79,6 +80,7 @@ job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SI
     gate_triton) set -- perftests -k "triton or cutlass" ;;
     bless_compile) set -- perftests -k "not triton and not cutlass" --update-baselines --speedgate-calibrate 2 ;;
     gate_compile) set -- perftests -k "not triton and not cutlass" ;;
+    bless_dynamic) set -- perftests/test_compile_dynamic.py --update-baselines --speedgate-calibrate 2 ;;
     probe) set -- probe ;;
     study) set -- study ;;
     *) echo "unknown job $name"; return ;;

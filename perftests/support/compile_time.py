@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,34 @@ def from_scratch(*, saving: bool = False) -> contextlib.ExitStack:
     return stack
 
 
+@contextlib.contextmanager
+def compile_cache_in(folder: Path) -> Iterator[None]:
+    """Inductor's and Triton's on-disk caches in `folder` for the duration, the FX graph and AOTAutograd caches on:
+    what from_scratch(saving=True) does in a temporary folder, in one the caller keeps, so that a later block in the
+    same folder loads the graphs an earlier one saved instead of compiling them again. The compiler's in-memory
+    lookups of its folders are cleared on the way in and out (as torch's fresh_cache does on the way in)."""
+    import torch._inductor.utils as inductor_utils
+
+    clear = getattr(inductor_utils, "clear_caches", None)
+    if clear is None:
+        raise RuntimeError("this torch has no torch._inductor.utils.clear_caches: its compile caches cannot be moved "
+                           "to a folder of the test's")
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = {key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    clear()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        clear()
+
+
 def frames_compiled() -> int:
     """Frames dynamo has compiled in this process (a recompilation counts again): the plugin's own counter, the
     one its recompilation check reads."""
@@ -201,23 +229,33 @@ def no_grad(fn: Callable[..., Any], *bound: Any) -> Callable[..., Any]:
     return call
 
 
-def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str) -> tuple[list[Any], float, int]:
+def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str, *,
+               keep: Path | None = None) -> tuple[list[Any], float, int]:
     """(outputs, seconds, frames compiled) of the first pass of run over inputs, compiled from scratch.
 
     Dynamo's caches are reset (they are per code object, so another strategy compiling the same forward would
-    otherwise be reused) and inductor's and AOTAutograd's caches are off.
+    otherwise be reused). Without `keep`, inductor's and AOTAutograd's caches are off and the on-disk ones in a
+    temporary folder. With `keep`, an empty folder, the pass compiles there with those caches on, so they save what
+    it compiled: compile_cache_in(keep) loads it later (nothing in an empty folder can help the pass itself; each
+    graph it compiles is a new one).
     """
     import torch
 
+    if keep is not None and keep.exists() and any(keep.iterdir()):
+        raise ValueError(f"first_pass(keep={keep}): the folder is not empty, so the pass would not compile from scratch")
     warm_compiler(device)  # before counting frames: its own compile is not the pass's
     torch._dynamo.reset()
     before = frames_compiled()
 
     def run_all() -> list[Any]:
-        with no_compile_caches(), torch.no_grad():
+        with no_compile_caches() if keep is None else contextlib.nullcontext(), torch.no_grad():
             return [run(x) for x in inputs]
 
-    outputs, seconds = timed_call(run_all, device)
+    if keep is None:
+        outputs, seconds = timed_call(run_all, device)
+    else:
+        with compile_cache_in(keep):
+            outputs, seconds = timed_call(run_all, device, from_empty=False)
     return outputs, seconds, frames_compiled() - before
 
 
