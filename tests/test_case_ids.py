@@ -213,6 +213,60 @@ def test_ids_that_match_nothing_warn_loudly_and_fail_a_strict_run(pytester: pyte
     strict.stdout.fnmatch_lines(["speedgate error: none of the 3 entries of *test-box.json matched a collected test*"])
 
 
+UNMEASURED = ["tests/sub/test_cases.py::test_b::recompiles", "tests/sub/test_cases.py::test_b::vs_eager"]
+
+
+def test_a_passing_test_that_no_longer_measures_its_entries_warns_and_fails_a_strict_gate(
+        pytester: pytest.Pytester) -> None:
+    """test_b still passes, but its comparison was renamed and its metric dropped: the two entries gate nothing.
+    Without the check, this run said nothing about them (they match a collected test, so they are not orphans)."""
+    sub = make_project(pytester)
+    run(pytester, pytester.path, "--update-baselines")[0].assert_outcomes(passed=2)
+    (sub / "test_cases.py").write_text(TESTS.replace('name="vs_eager"', 'name="vs_torch"').replace(
+        '    perf.metric("recompiles", 0, tolerance=0.0)\n', ""))
+    result, doc = run(pytester, pytester.path)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"speedgate warning: 2 entries of *test-box.json were not measured, though their "
+                                 f"tests ran and passed: {', '.join(UNMEASURED)}. *delete them from the file*"])
+    assert doc["unmatched_baseline_entries"]["orphaned"] == []  # not orphans: their test was collected and ran
+    # A strict gate fails a new case in its test, so here only the metric is gone.
+    (sub / "test_cases.py").write_text(TESTS.replace('    perf.metric("recompiles", 0, tolerance=0.0)\n', ""))
+    strict, _ = run(pytester, pytester.path, "--speedgate-strict")
+    strict.assert_outcomes(passed=2)
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines(["speedgate error: 1 entries of *test-box.json were not measured*: "
+                                 "tests/sub/test_cases.py::test_b::recompiles.*"])
+    # A bless says so too, and keeps them: removing an entry is the user's call.
+    blessed, _ = run(pytester, pytester.path, "--update-baselines")
+    blessed.stdout.fnmatch_lines(["speedgate warning: 1 entries of *test-box.json were not measured*"])
+    entries = json.loads((pytester.path / "baselines" / "test-box.json").read_text())
+    assert set(UNMEASURED) <= {*entries["cases"], *entries["metrics"]}
+
+
+@pytest.mark.parametrize("how", ["deselected", "failed", "skipped"])
+def test_entries_of_a_test_that_did_not_pass_are_not_called_unmeasured(pytester: pytest.Pytester, how: str) -> None:
+    sub = make_project(pytester)
+    run(pytester, pytester.path, "--update-baselines")[0].assert_outcomes(passed=2)
+    cut = TESTS.replace('    perf.compare(ref_2ms, opt_500us, name="vs_eager", waive=FIXED)\n', "").replace(
+        '    perf.metric("recompiles", 0, tolerance=0.0)\n',
+        {"deselected": "    pass\n", "failed": "    assert False\n", "skipped": "    pytest.skip('no')\n"}[how])
+    (sub / "test_cases.py").write_text("import pytest\n" + cut)
+    result, _ = run(pytester, pytester.path, *(["-k", "test_a"] if how == "deselected" else []))
+    result.assert_outcomes(passed=1, **{"deselected": {"deselected": 1}, "failed": {"failed": 1},
+                                        "skipped": {"skipped": 1}}[how])
+    assert "were not measured" not in result.stdout.str()
+
+
+def test_xdist_workers_send_the_tests_that_passed(pytester: pytest.Pytester) -> None:
+    sub = make_project(pytester)
+    pytester.runpytest_subprocess("--hardware-key", "test-box", "-p", "no:cacheprovider", "--update-baselines")
+    (sub / "test_cases.py").write_text(TESTS.replace('    perf.metric("recompiles", 0, tolerance=0.0)\n', ""))
+    result = pytester.runpytest_subprocess("--hardware-key", "test-box", "-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["speedgate warning: 1 entries of *test-box.json were not measured*: "
+                                 "tests/sub/test_cases.py::test_b::recompiles.*"])
+
+
 def test_xdist_workers_send_what_they_collected(pytester: pytest.Pytester) -> None:
     sub = make_project(pytester)
     (sub / "test_old.py").write_text(CASES + "def test_o(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")

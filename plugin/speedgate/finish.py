@@ -33,6 +33,8 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
         bless_all(state, done, interrupted)
     if not (state.settings.update_baselines or state.settings.correctness_only):
         check_unmatched(state, done)
+    if not state.settings.correctness_only:
+        check_unreported(state, done)
     contended = state.contention_warning()
     if contended:
         done.warnings.append(contended)
@@ -83,6 +85,22 @@ def check_unmatched(state: SpeedgateSession, done: Finish) -> None:
     done.header += [line for line in lines if not line.startswith("  ")][:1]  # the count reaches the Markdown too
     if drift:
         (done.errors if state.settings.strict else done.warnings).append(drift)
+
+
+def check_unreported(state: SpeedgateSession, done: Finish) -> None:
+    """Warn about baseline entries whose test passed without measuring them (their gate is lost without a word);
+    a strict gate fails on them."""
+    if not state.used:
+        return  # no test asked for perf: no file was read, and no device looked up for it
+    for key in state.result_keys():
+        try:
+            entries = state.unreported_entries(key)
+        except baseline_file.BaselineError:
+            continue  # the header already says why the file is unusable
+        if entries:
+            warning = report.unreported(str(state.baseline_path_for(key)), entries)
+            strict = state.settings.strict and not state.settings.update_baselines
+            (done.errors if strict else done.warnings).append(warning)
 
 
 def ungated(state: SpeedgateSession) -> list[str]:

@@ -132,6 +132,18 @@ def unmatched(baseline: str, orphaned: Sequence[str], matched: int, example_case
     )
 
 
+UNREPORTED_SHOWN = 5  # the warning names this many entries a passing test left unmeasured
+
+
+def unreported(baseline: str, entries: Sequence[str]) -> str:
+    """The warning for baseline entries whose test passed in this run without measuring them."""
+    shown = ", ".join(entries[:UNREPORTED_SHOWN])
+    more = f" and {len(entries) - UNREPORTED_SHOWN} more" if len(entries) > UNREPORTED_SHOWN else ""
+    return (f"{len(entries)} entries of {baseline} were not measured, though their tests ran and passed: {shown}{more}. "
+            "Those tests no longer make these comparisons or metrics (renamed, removed, or made only on some runs), "
+            "so nothing gates them. If they are gone on purpose, delete them from the file; a bless keeps them")
+
+
 def metric_row(m: MetricResult, failed_test: bool) -> tuple[str, ...]:
     unit = f" {m.unit}" if m.unit else ""
     return (

@@ -139,6 +139,7 @@ class SpeedgateSession:
         self.metric_records: list[MetricResult] = []
         self.failed_nodeids: set[str] = set()
         self.passed_nodeids: set[str] = set()
+        self._passed_cases_absorbed: set[str] = set()  # workers' passed tests, as case ids
         self.lost_workers: list[str] = []  # xdist workers that ended without their closing report  # tests whose call passed (a run cut short blesses only these)
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
@@ -394,6 +395,7 @@ class SpeedgateSession:
                 "metrics": [m.to_json() for m in self.metric_records],
                 "failed": sorted(self.failed_nodeids),
                 "passed": sorted(self.passed_nodeids),
+                "passed_cases": sorted(self.passed_case_ids()),
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
                 "gpu_state": self.gpu_state_at_start,
@@ -416,6 +418,7 @@ class SpeedgateSession:
         self.metric_records.extend(MetricResult.from_json(m) for m in data.get("metrics", []))
         self.failed_nodeids.update(data["failed"])
         self.passed_nodeids.update(data.get("passed", []))
+        self._passed_cases_absorbed.update(data.get("passed_cases", []))
         for key, fp in data["fingerprints"].items():
             known = self.fingerprints.get(key)
             if known is None or len(fp.get("hardware", {})) > len(known.get("hardware", {})):
@@ -464,6 +467,24 @@ class SpeedgateSession:
 
     def finished_and_passed(self, nodeid: str) -> bool:
         return nodeid in self.passed_nodeids and nodeid not in self.failed_nodeids
+
+    def passed_case_ids(self) -> set[str]:
+        """The case ids of the tests using perf that finished and passed (a worker's, merged on the controller)."""
+        mine = {self.case_bases.get(n, n) for n in self.passed_nodeids - self.failed_nodeids}
+        return mine | self._passed_cases_absorbed
+
+    def unreported_entries(self, key: str) -> list[str]:
+        """key's baseline entries (cases and metrics) whose test finished and passed in this run without measuring
+        them: the test no longer makes that comparison or metric (renamed, removed, made only on some runs), so
+        nothing gates the entry. BaselineError if the file is unusable."""
+        doc = self.doc_for(key)
+        if doc is None:
+            return []
+        passed = self.passed_case_ids()
+        reported = ({r.case_id for r in self.records if r.hardware_key == key}
+                    | {m.metric_id for m in self.metric_records if m.hardware_key == key})
+        return [entry for entry in sorted([*doc["cases"], *doc.get("metrics", {})])
+                if entry not in reported and _matches_a_case(entry, passed)]
 
     def blessable(self) -> tuple[dict[str, list[CompareResult]], dict[str, list[MetricResult]]]:
         """Per hardware key, the timed results and metrics of tests that finished and passed: a failed check, an
