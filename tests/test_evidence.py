@@ -176,6 +176,26 @@ def test_a_run_of_another_config_is_not_the_entrys_evidence(tmp_path: Path) -> N
     assert entry["calibration"]["machines"]["card-b"]["speedups"] == [1.34]
 
 
+def test_a_measurement_that_never_settled_is_not_evidence(tmp_path: Path) -> None:
+    """A gate run whose comparison was still drifting when its rounds ended (settled: false; on the H100 of
+    2026-11-26, regional compilation read 0.90x against 0.68x so) would widen the tolerance with no speed of the
+    kernel's: it is left out, and said so; a settled run of the same card is added."""
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    runs = []
+    for name, speedup, settled in [("drifting.json", 1.8, False), ("settled.json", 1.34, True)]:
+        run = json.loads(report(tmp_path, name, speedup, "card-b").read_text())
+        run["cases"][0]["settled"] = settled
+        (tmp_path / name).write_text(json.dumps(run))
+        runs.append(str(tmp_path / name))
+    done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), *runs],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"left out: {CASE}: its measurement never settled" in done.stdout
+    assert json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.34]
+
+
 def test_a_bad_report_leaves_the_file_untouched(tmp_path: Path) -> None:
     path = tmp_path / "gpu-x.json"
     path.write_text(json.dumps(baseline_doc({CASE: 1.3}, key="gpu-x")))

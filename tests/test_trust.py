@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SCRIPTED_CONFTEST
+from conftest import SCRIPTED_CONFTEST, write_baseline
 
 SIDES = """
 import torch
@@ -441,3 +441,86 @@ def test_never(perf):
     assert cases["test_never"]["settled"] is False and cases["test_never"]["dropped_rounds"] > 0
     assert "the device's speed still drifted" in cases["test_never"]["note"]
     result.stdout.fnmatch_lines(["*test_never*the device's speed still drifted*"])
+
+
+def test_a_comparison_that_never_settled_is_not_blessed(pytester: pytest.Pytester) -> None:
+    """A bless takes no speed from a comparison whose device's speed still drifted when its rounds ended: the
+    entry it had is kept (here 0.5x, written before), and the run says why; the one that settled is blessed."""
+    pytester.makeconftest(DRIFTING_CONFTEST)
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_drift="""
+def reference():
+    return 1.0
+
+def settles():
+    return 1.0
+
+def never():
+    return 1.0
+
+def test_settles(perf):
+    perf.compare(reference, settles)
+
+def test_never(perf):
+    perf.compare(reference, never)
+""")
+    path = write_baseline(pytester.path, {"test_drift.py::test_never": 0.5})
+    result = pytester.runpytest("--update-baselines")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["not blessed (the device's speed still drifted when its rounds ended*): "
+                                 "test_drift.py::test_never"])
+    cases = json.loads(path.read_text())["cases"]
+    assert cases["test_drift.py::test_never"]["speedup"] == 0.5  # kept as it was
+    assert cases["test_drift.py::test_settles"]["speedup"] == pytest.approx(1.0 / 1.2, rel=1e-3)
+
+
+LATE_CONFTEST = """
+import pytest
+from speedgate.testing import ScriptedTimer
+
+
+class Late(ScriptedTimer):
+    # Steady for the first 60 rounds (the judged measurement takes 50), then 3% slower every round.
+    def __init__(self):
+        super().__init__({"reference": 1.0, "late": 1.0})
+        self.k = 0
+
+    def time_each(self, fns):
+        times = super().time_each(fns)
+        if len(fns) > 2:
+            for i, fn in enumerate(fns):
+                if getattr(getattr(fn, "__wrapped__", fn), "__name__", "") == "late":
+                    times[i] = 1.0 if self.k < 60 else 1.03 ** min(self.k - 60, 400)
+                    self.k += 1
+        return times
+
+
+@pytest.fixture
+def speedgate_timer():
+    return Late()
+"""
+
+
+def test_a_calibration_whose_later_run_never_settled_is_not_blessed(pytester: pytest.Pytester) -> None:
+    """--speedgate-calibrate measures again in the process; a run still drifting at its end would put the device's
+    drift into the calibration's spread (and the entry's tolerance), so the comparison is not blessed."""
+    pytester.makeconftest(LATE_CONFTEST)
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_late="""
+def reference():
+    return 1.0
+
+def late():
+    return 1.0
+
+def test_late(perf):
+    perf.compare(reference, late)
+""")
+    # In a process of its own: its rounds' batching must not depend on what earlier tests in this one left.
+    result = pytester.runpytest_subprocess("--update-baselines", "--speedgate-calibrate", "2", "--speedgate-json",
+                                           "run.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["not blessed (the device's speed still drifted*): test_late.py::test_late"])
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["settled"] is False and case["speedup"] == 1.0  # the judged run was steady; a later one was not
+    assert not (pytester.path / "baselines" / "test-box.json").exists()

@@ -168,7 +168,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a
     report measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are
     not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
-    recorded (an autotuner's other choice: another kernel, on every side it runs). A report already in an entry's
+    recorded (an autotuner's other choice: another kernel, on every side it runs), nor a comparison whose
+    measurement never settled (settled: false, the device's speed still drifting). A report already in an entry's
     evidence (the same file given again) is not added twice."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     again: dict[str, int] = {}
@@ -176,6 +177,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     key = doc.get("hardware_key")
     other_keys: dict[str, int] = {}
     other_configs: list[str] = []
+    unsettled: list[str] = []
     for report in reports:
         identity = report_identity(report)
         records = report.get("cases", [])
@@ -195,6 +197,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if record.get("timer") != entry.get("timer") or (record.get("test_failed") and record.get("verdict") != "regressed"):
                 continue
             if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
+                continue
+            if record.get("settled") is False:  # the device's speed drifted to the end: no speed of the kernel's
+                unsettled.append(record["case_id"])
                 continue
             if record.get("nodeid") in other_kernel:
                 other_configs.append(record["case_id"])
@@ -218,6 +223,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
                  for case_id in sorted(other_configs)]
+    left_out += [f"left out: {case_id}: its measurement never settled (the device's speed still drifted when its "
+                 "rounds ended)" for case_id in sorted(unsettled)]
     left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "
                  f"given again)" for identity, count in sorted(again.items())]
     return {**doc, "cases": cases}, lines, left_out

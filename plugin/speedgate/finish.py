@@ -59,6 +59,9 @@ def bless_all(state: SpeedgateSession, done: Finish, interrupted: bool) -> None:
     for case_id, nodeid in sorted(unblessed.items()):
         why = "its test failed" if nodeid in state.failed_nodeids else "its test did not finish"
         done.lines.append(f"not blessed ({why}): {case_id}")
+    for case_id in sorted({r.case_id for r in state.records if r.timed and not r.settled} - set(unblessed)):
+        done.lines.append(f"not blessed (the device's speed still drifted when its rounds ended, so it measured no "
+                          f"steady speed; its entry, if any, is kept: bless it again on a quiet machine): {case_id}")
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(state.baseline_path_for(key), hardware_key=key, fingerprint=state.fingerprint_for(key),
                              cases=cases.get(key, []), metrics=metrics.get(key, []), known=state.entries_read.get(key))

@@ -337,7 +337,10 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
     fields = {**spec.fields(tol), **extra, "card": services.card()}
     if settings.calibrate_runs:
-        fields.update(calibration(measurement, again, settings.calibrate_runs))
+        calibrated, settled = calibration(measurement, again, settings.calibrate_runs)
+        fields.update(calibrated)
+        if not settled:  # a run of the calibration drifted to its end: the whole is no steady speed (not blessed)
+            measurement = replace(measurement, settled=False)
 
     def roofline(m: Measurement) -> dict[str, Any]:
         return {"peak_fraction": floor_ms / m.optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
@@ -350,12 +353,15 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     return result, judging.samples_record(first, final)
 
 
-def calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> dict[str, Any]:
+def calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> tuple[dict[str, Any], bool]:
     """--speedgate-calibrate: measure runs - 1 more times in this process; the spread of the runs' speedups (the first
-    is the one judged and blessed). Fresh rounds see drift within a process; what differs between processes and cards
-    only calibrating blesses in several processes and on several cards see (blessing.py keeps that evidence)."""
-    speedups = [first.speedup, *(again().speedup for _ in range(runs - 1))]
-    return {"calibration_runs": runs, "calibration_spread": between_run_spread(speedups)}
+    is the one judged and blessed), and whether every run settled (a run still drifting at its end would put the
+    device's drift into the spread). Fresh rounds see drift within a process; what differs between processes and
+    cards only calibrating blesses in several processes and on several cards see (blessing.py keeps that
+    evidence)."""
+    measured = [first, *(again() for _ in range(runs - 1))]
+    spread = between_run_spread([m.speedup for m in measured])
+    return {"calibration_runs": runs, "calibration_spread": spread}, all(m.settled for m in measured)
 
 
 def _profiled_fields(evidence: integrity.Evidence) -> dict[str, float]:

@@ -488,11 +488,12 @@ class SpeedgateSession:
 
     def blessable(self) -> tuple[dict[str, list[CompareResult]], dict[str, list[MetricResult]]]:
         """Per hardware key, the timed results and metrics of tests that finished and passed: a failed check, an
-        error or an interrupted test never reaches a baseline."""
+        error or an interrupted test never reaches a baseline, nor a comparison whose device's speed never settled
+        (speedgate.measure's settling): that is no speed of the kernel's."""
         cases: dict[str, list[CompareResult]] = {}
         metrics: dict[str, list[MetricResult]] = {}
         for r in self.records:
-            if r.timed and self.finished_and_passed(r.nodeid):
+            if r.timed and r.settled and self.finished_and_passed(r.nodeid):
                 cases.setdefault(r.hardware_key, []).append(r)
         for m in self.metric_records:
             if self.finished_and_passed(m.nodeid):
