@@ -80,11 +80,12 @@ def test_each_card_keeps_its_newest_processes_and_the_newest_cards() -> None:
 
 
 def report(tmp_path: Path, name: str, speedup: float, card: str, software: dict[str, str] | None = None,
-           timer: str = "cuda-events-held", key: str = "gpu-x") -> Path:
+           timer: str = "cuda-events-held", key: str = "gpu-x", **fields: Any) -> Path:
+    """A gate run's report of CASE (fields: more of its record) and of an uncalibrated case."""
     doc = {"speedgate_report_version": 1, "run_time": "2026-11-24T12:00:00Z",
            "fingerprints": {key: {"hardware": {}, "software": software or {"torch": "2.11"}}},
            "cases": [{"case_id": CASE, "timed": True, "speedup": speedup, "timer": timer, "card": card,
-                      "hardware_key": key, "verdict": "pass", "test_failed": False},
+                      "hardware_key": key, "verdict": "pass", "test_failed": False, **fields},
                      {"case_id": "uncalibrated::case", "timed": True, "speedup": 2.0, "timer": timer, "card": card,
                       "hardware_key": key, "verdict": "pass", "test_failed": False}]}
     path = tmp_path / name
@@ -162,12 +163,9 @@ def test_a_run_of_another_config_is_not_the_entrys_evidence(tmp_path: Path) -> N
     doc["cases"][CASE]["config"] = {"BLOCK_M": 128, "BLOCK_N": 256}
     path = tmp_path / "gpu-x.json"
     path.write_text(json.dumps(doc))
-    runs = []
-    for name, speedup, config in [("other.json", 1.2, {"BLOCK_M": 256, "BLOCK_N": 128}), ("same.json", 1.34, {"BLOCK_M": 128, "BLOCK_N": 256})]:
-        run = json.loads(report(tmp_path, name, speedup, "card-b").read_text())
-        run["cases"][0].update(config=config, nodeid=CASE.rpartition("::")[0])
-        (tmp_path / name).write_text(json.dumps(run))
-        runs.append(str(tmp_path / name))
+    runs = [str(report(tmp_path, name, speedup, "card-b", config=config, nodeid=CASE.rpartition("::")[0]))
+            for name, speedup, config in [("other.json", 1.2, {"BLOCK_M": 256, "BLOCK_N": 128}),
+                                          ("same.json", 1.34, {"BLOCK_M": 128, "BLOCK_N": 256})]]
     done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), *runs],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -183,12 +181,8 @@ def test_a_measurement_that_never_settled_is_not_evidence(tmp_path: Path) -> Non
     doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
     path = tmp_path / "gpu-x.json"
     path.write_text(json.dumps(doc))
-    runs = []
-    for name, speedup, settled in [("drifting.json", 1.8, False), ("settled.json", 1.34, True)]:
-        run = json.loads(report(tmp_path, name, speedup, "card-b").read_text())
-        run["cases"][0]["settled"] = settled
-        (tmp_path / name).write_text(json.dumps(run))
-        runs.append(str(tmp_path / name))
+    runs = [str(report(tmp_path, name, speedup, "card-b", settled=settled))
+            for name, speedup, settled in [("drifting.json", 1.8, False), ("settled.json", 1.34, True)]]
     done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), *runs],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
