@@ -97,11 +97,10 @@ def test_other_plain():
 def test_an_in_process_run_inside_a_worker_takes_its_own_lock_again(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pytester's in-process run inherits PYTEST_XDIST_WORKER and takes the device's lock while the outer test holds
-    it, in the same process and thread: the lock must be re-entrant there, neither a deadlock nor an error."""
+    """pytester's in-process run inside an xdist worker is that worker to speedgate, and takes the device's lock while
+    the outer test holds it, in the same process and thread: the lock must be re-entrant there, neither a deadlock
+    nor an error. Two workers on this one device (the CPU) share it, so the outer test holds the lock."""
     _private_lock_folder(monkeypatch, pytester.path)
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")  # what an xdist worker sees: two workers, one device
-    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     pytester.makeconftest("pytest_plugins = ['pytester']\n")
     pytester.makepyfile(
         test_outer="""
@@ -117,7 +116,7 @@ def test_outer(perf, pytester):
     inner.assert_outcomes(passed=1)
 """
     )
-    result = pytester.runpytest_subprocess("--correctness-only", "-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess("-n", "2", "--correctness-only", "-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1)
 
 

@@ -57,8 +57,17 @@ def test_xdist_results_reach_the_controller_which_alone_writes(project: pytest.P
     gate.stdout.fnmatch_lines(["*test_cases.py::test_0*2.000x*4.000x*-50.0%*regressed*"])
 
 
-def test_xdist_workers_get_their_own_gpu_or_take_turns(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("inside", ["", "gw1"], ids=["top", "inside-a-worker"])
+def test_xdist_workers_get_their_own_gpu_or_take_turns(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                       inside: str) -> None:
+    """inside: the run starts from a test of another run's xdist worker, whose PYTEST_XDIST_* variables it inherits;
+    its controller once took itself for that worker and pinned itself to one GPU, so its own workers shared it."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    for name, value in (("PYTEST_XDIST_WORKER", inside), ("PYTEST_XDIST_WORKER_COUNT", "2")):
+        if inside:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)  # this suite may itself run under xdist
     project.makepyfile(
         test_cases=CASES
         + """
@@ -132,7 +141,10 @@ def test_device_lock_excludes_other_holders(tmp_path) -> None:
     assert overlap == [1, 1, 1, 1]
 
 
-def test_pytest_benchmark_keeps_working(project: pytest.Pytester) -> None:
+def test_pytest_benchmark_keeps_working(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest-benchmark takes any run with PYTEST_XDIST_WORKER set for an xdist worker, and writes no JSON there: under
+    # `-n`, this in-process run would inherit the outer worker's.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     project.makepyfile(
         test_cases=CASES
         + """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -37,11 +38,25 @@ def assign(worker_index: int, worker_count: int, gpus: list[str]) -> Assignment:
     return Assignment(gpus[worker_index % len(gpus)], worker_count > len(gpus), worker_count, len(gpus))
 
 
+def started_by_xdist() -> bool:
+    """Whether this process's pytest runs inside an xdist worker. Its PYTEST_XDIST_* variables alone do not say so: a
+    pytest started as a subprocess from a worker's test inherits them, and took itself for that worker (a run with
+    -n 2 inside it pinned its controller to the outer worker's GPU, so its own workers shared one). xdist runs a
+    worker's whole session from its remote module, executed as '__channelexec__': that frame is on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__channelexec__":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 def worker_from_env() -> tuple[int, int] | None:
-    """(index, count) of this xdist worker from the variables xdist sets before pytest starts in it."""
+    """(index, count) of this xdist worker from the variables xdist sets before pytest starts in it; None outside
+    a worker (started_by_xdist)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit():
+    if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit() or not started_by_xdist():
         return None
     return int(worker[2:]), int(count)
 

@@ -56,7 +56,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     # Before any conftest can start CUDA, and only when asked (--speedgate-pin-workers, ini speedgate_pin_workers):
     # give this xdist worker its own GPU. Whether a test uses perf is only known after collection, which the
     # conftests precede, so the command line and the ini file decide; unasked, the environment is left alone.
-    if os.environ.get("PYTEST_XDIST_WORKER") and pin_workers_asked(early_config):
+    if os.environ.get("PYTEST_XDIST_WORKER") and pin_workers_asked(early_config):  # pin_worker: only in a worker
         from .devices import pin_worker
 
         early_config.stash[ASSIGNMENT_KEY] = pin_worker()
