@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -314,3 +315,29 @@ def test_compare_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Pat
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 128 + signal.SIGPIPE
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_the_summary_says_what_the_tests_spent_outside_their_comparisons(project: pytest.Pytester,
+                                                                       xdist: tuple[str, ...]) -> None:
+    """Most of a compile suite's time is the tests' own (compiling, fresh processes), not speedgate's comparisons:
+    the summary says how much, and which tests spent it (workers send their durations to the controller)."""
+    project.makepyfile(test_cases=CASES + """
+import time
+
+def test_slow_setup(perf):
+    time.sleep(0.5)  # work of the test's own: a compile, a fresh process
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_quick(perf):
+    perf.compare(ref_2ms, opt_1ms)
+""")
+    result = project.runpytest_subprocess(*xdist)
+    result.assert_outcomes(passed=2)
+    line = next(line for line in result.stdout.lines if "tests using perf took" in line)
+    found = re.search(r"^2 tests using perf took ([\d.]+) s: comparisons ([\d.]+) s, the tests' own work ([\d.]+) s "
+                      r"\(building inputs, compiling, fresh processes; the most: test_cases.py::test_slow_setup ([\d.]+) s",
+                      line)
+    assert found, line
+    total, compared, own, slowest = map(float, found.groups())
+    assert own >= 0.5 and slowest >= 0.5 and abs(total - compared - own) < 0.15, line

@@ -170,7 +170,8 @@ def terminal_lines(state: SpeedgateSession, done: Finish) -> list[tuple[str, boo
     lines += report.notes(state.records)
     lines += report.wide_tolerances(state.records)
     lines += [line for line in (report.detection_line(state.records), report.budget_line(state.records),
-                                report.stages_line(state.records)) if line]
+                                report.stages_line(state.records),
+                                report.own_work_line(state.records, state.test_seconds)) if line]
     lines += done.lines
     return (alerts + [(line, False) for line in lines] + [(f"speedgate warning: {w}", True) for w in done.warnings]
             + [(f"speedgate error: {e}", True) for e in done.errors])

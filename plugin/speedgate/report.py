@@ -274,6 +274,26 @@ def budget_line(records: Sequence[CompareResult]) -> str | None:
             + ", ".join(f"{share:.0%} {name}" for name, share in parts.items()))
 
 
+OWN_WORK_SHOWN = 3  # the tests named in the own-work line
+
+
+def own_work_line(records: Sequence[CompareResult], test_seconds: Mapping[str, float]) -> str | None:
+    """What the tests using perf spent outside speedgate's comparisons (their setup, compiles, fresh processes,
+    inputs): each test's pytest durations less its comparisons' stages, and the tests that spent the most."""
+    if not test_seconds:
+        return None
+    compared: dict[str, float] = {}
+    for r in records:
+        if r.budget and "first_calls_s" in r.budget:
+            compared[r.nodeid] = compared.get(r.nodeid, 0.0) + sum(r.budget.get(key, 0.0) for _, key in STAGES)
+    own = {nodeid: max(seconds - compared.get(nodeid, 0.0), 0.0) for nodeid, seconds in test_seconds.items()}
+    total = sum(test_seconds.values())
+    most = sorted(own.items(), key=lambda item: -item[1])[:OWN_WORK_SHOWN]
+    return (f"{len(test_seconds)} tests using perf took {total:.1f} s: comparisons {sum(compared.values()):.1f} s, "
+            f"the tests' own work {sum(own.values()):.1f} s (building inputs, compiling, fresh processes; the most: "
+            + ", ".join(f"{nodeid.rpartition('/')[2]} {seconds:.1f} s" for nodeid, seconds in most) + ")")
+
+
 def _summary_markdown(run: RunView) -> str:
     notes_ = [*run.header, *(f"warning: {w}" for w in run.warnings), *(f"error: {e}" for e in run.errors)]
     return markdown(run.records, run.metrics, run.failed_nodeids, notes_)

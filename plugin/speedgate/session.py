@@ -140,6 +140,7 @@ class SpeedgateSession:
         self.failed_nodeids: set[str] = set()
         self.passed_nodeids: set[str] = set()
         self._passed_cases_absorbed: set[str] = set()  # workers' passed tests, as case ids
+        self.test_seconds: dict[str, float] = {}  # node id of a test using perf -> its setup, call and teardown
         self.lost_workers: list[str] = []  # xdist workers that ended without their closing report  # tests whose call passed (a run cut short blesses only these)
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
         self.fingerprints: dict[str, dict[str, Any]] = {}
@@ -396,6 +397,7 @@ class SpeedgateSession:
                 "failed": sorted(self.failed_nodeids),
                 "passed": sorted(self.passed_nodeids),
                 "passed_cases": sorted(self.passed_case_ids()),
+                "test_seconds": self.test_seconds,
                 "fingerprints": self.fingerprints,
                 "ceilings": self.ceilings_seen,
                 "gpu_state": self.gpu_state_at_start,
@@ -419,6 +421,7 @@ class SpeedgateSession:
         self.failed_nodeids.update(data["failed"])
         self.passed_nodeids.update(data.get("passed", []))
         self._passed_cases_absorbed.update(data.get("passed_cases", []))
+        self.test_seconds.update(data.get("test_seconds", {}))
         for key, fp in data["fingerprints"].items():
             known = self.fingerprints.get(key)
             if known is None or len(fp.get("hardware", {})) > len(known.get("hardware", {})):
@@ -445,6 +448,7 @@ class SpeedgateSession:
     def note_outcome(self, nodeid: str, rep: Any, perf: Any, project_root: Path) -> Path | None:
         """Record a phase's outcome of a test that used perf; keep its artifacts when it failed and they were asked
         for (returns where)."""
+        self.test_seconds[nodeid] = self.test_seconds.get(nodeid, 0.0) + float(getattr(rep, "duration", 0.0) or 0.0)
         if rep.when == "call" and rep.passed:
             self._call_passed.add(nodeid)
         if rep.when == "teardown" and rep.passed and nodeid in self._call_passed:
