@@ -332,8 +332,11 @@ def test_slow_setup(perf):
 def test_quick(perf):
     perf.compare(ref_2ms, opt_1ms)
 """)
-    result = project.runpytest_subprocess(*xdist)
+    result = project.runpytest_subprocess(*xdist, "--speedgate-json", "run.json")
     result.assert_outcomes(passed=2)
+    seconds = json.loads((project.path / "run.json").read_text())["test_seconds"]
+    assert set(seconds) == {"test_cases.py::test_slow_setup", "test_cases.py::test_quick"}
+    assert seconds["test_cases.py::test_slow_setup"] >= 0.5
     line = next(line for line in result.stdout.lines if "tests using perf took" in line)
     found = re.search(r"^2 tests using perf took ([\d.]+) s: comparisons ([\d.]+) s, the tests' own work ([\d.]+) s "
                       r"\(building inputs, compiling, fresh processes; the most: test_cases.py::test_slow_setup ([\d.]+) s",

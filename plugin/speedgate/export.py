@@ -131,6 +131,7 @@ class JsonReport:
         if run.unmatched is not None:
             doc["unmatched_baseline_entries"] = dict(run.unmatched)
         doc["run_time"] = run.now
+        doc["test_seconds"] = {nodeid: round(seconds, 3) for nodeid, seconds in sorted(run.test_seconds.items())}
         write_text(path, dump_json(doc))
 
 

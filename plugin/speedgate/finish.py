@@ -153,7 +153,7 @@ def write_reports(state: SpeedgateSession, done: Finish) -> None:
         settings=state.settings, result_keys=state.result_keys(), fingerprints=state.fingerprints,
         ceilings=state.ceilings_seen, gpu_state=state.gpu_state_at_start, workers=state.workers, header=done.header,
         warnings=[*done.alerts, *done.warnings], errors=list(done.errors), unmatched=done.unmatched,
-        now=baseline_file.now_iso(),
+        now=baseline_file.now_iso(), test_seconds=dict(state.test_seconds),
     )
     done.errors.extend(write_all(run))
 

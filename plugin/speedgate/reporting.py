@@ -44,6 +44,7 @@ class RunView:
     errors: Sequence[str] = ()
     unmatched: Mapping[str, Any] | None = None
     now: str = ""
+    test_seconds: Mapping[str, float] = field(default_factory=dict)  # node id -> its pytest durations
 
     @property
     def has_results(self) -> bool:
