@@ -167,6 +167,27 @@ def test_case_ids_of_a_bare_folder_do_not_depend_on_how_the_baseline_folder_is_p
         assert set(verdicts(doc).values()) == {"pass"}, args
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_bare_folder_is_told_that_its_ids_follow_the_paths_given(pytester: pytest.Pytester,
+                                                                    xdist: tuple[str, ...]) -> None:
+    """Nothing marks the project: ids are relative to the folder of the paths the run was given, so `pytest` and
+    `pytest proj/tests/test_cases.py` name the same tests otherwise (found as a user would, blessing one way and
+    gating the other: every case new, every entry an orphan). The run says so, and how to fix it; with a
+    conftest.py at the top the ids are fixed, and it says nothing."""
+    tests = pytester.mkdir("proj") / "tests"
+    tests.mkdir()
+    (tests / "test_cases.py").write_text(BARE_TESTS)
+    common = ("--hardware-key", "test-box", "-p", "no:cacheprovider", *xdist)
+    result = pytester.runpytest_subprocess(*common, "proj/tests/test_cases.py", "--update-baselines")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"case ids here are relative to {tests}, the folder of the paths this run was "
+                                 "given: nothing marks the project's top*An empty conftest.py at the project's top*"])
+    (pytester.path / "proj" / "conftest.py").write_text("")
+    result = pytester.runpytest_subprocess(*common, "proj", "--update-baselines")
+    result.assert_outcomes(passed=2)
+    assert "case ids here are relative to" not in result.stdout.str()
+
+
 def test_renamed_and_deleted_tests_leave_orphans_listed(pytester: pytest.Pytester) -> None:
     sub = make_project(pytester)
     (sub / "test_old.py").write_text(CASES + "def test_o(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")

@@ -35,6 +35,8 @@ def finish_run(state: SpeedgateSession, *, interrupted: bool = False) -> Finish:
         check_unmatched(state, done)
     if not state.settings.correctness_only:
         check_unreported(state, done)
+    if state.used and state.unmarked_anchors:
+        done.lines.append(report.unmarked_anchors(sorted(state.unmarked_anchors)))
     contended = state.contention_warning()
     if contended:
         done.warnings.append(contended)

@@ -132,6 +132,15 @@ def unmatched(baseline: str, orphaned: Sequence[str], matched: int, example_case
     )
 
 
+def unmarked_anchors(folders: Sequence[str]) -> str:
+    """The note for case ids that only the run's arguments anchored (see session.case_anchor)."""
+    return (f"case ids here are relative to {', '.join(folders)}, the folder of the paths this run was given: nothing "
+            "marks the project's top (no pytest ini file, pyproject.toml, setup.cfg, tox.ini, setup.py, .git or "
+            "conftest.py at or above the tests), so a run given other paths (`pytest` and `pytest tests/test_x.py`) "
+            "names the same tests otherwise and finds none of these entries. An empty conftest.py at the project's "
+            "top fixes the ids")
+
+
 UNREPORTED_SHOWN = 5  # the warning names this many entries a passing test left unmeasured
 
 

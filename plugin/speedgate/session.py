@@ -159,6 +159,7 @@ class SpeedgateSession:
         self.collected_cases: set[str] = set()  # case ids of the tests using perf
         self.collected_files: set[str] = set()  # test files that yielded tests, as case ids write them
         self.anchors: set[str] = set()  # the folders those case ids are relative to
+        self.unmarked_anchors: set[str] = set()  # those that are only the folder of the paths the run was given
         self._anchor_of: dict[Path, Path | None] = {}  # test folder -> its anchor, found once
 
     # -- case ids ----------------------------------------------------------------------------------------------
@@ -180,6 +181,8 @@ class SpeedgateSession:
                 self.collected_cases.add(base)
                 if anchor is not None:
                     self.anchors.add(str(anchor))
+                    if case_anchor(folder, inipath) is None:  # nothing marks a project: the invocation decided
+                        self.unmarked_anchors.add(str(anchor))
 
     def case_id(self, nodeid: str, name: str | None = None) -> str:
         """The id a comparison or metric of this test has in baseline files and reports: '<case>' or
@@ -402,7 +405,7 @@ class SpeedgateSession:
                 "ceilings": self.ceilings_seen,
                 "gpu_state": self.gpu_state_at_start,
                 "collected": {"cases": sorted(self.collected_cases), "files": sorted(self.collected_files),
-                              "anchors": sorted(self.anchors)},
+                              "anchors": sorted(self.anchors), "unmarked_anchors": sorted(self.unmarked_anchors)},
                 "entries_read": {key: sorted(entries) for key, entries in self.entries_read.items()},
                 "cpu_contention": self._own_contention(),
                 # Only when a test asked for its device: a worker that never used perf looks nothing up.
@@ -439,6 +442,7 @@ class SpeedgateSession:
         self.collected_cases.update(collected.get("cases", []))
         self.collected_files.update(collected.get("files", []))
         self.anchors.update(collected.get("anchors", []))
+        self.unmarked_anchors.update(collected.get("unmarked_anchors", []))
         worker = data.get("worker")
         if worker:
             self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"],
