@@ -514,4 +514,5 @@ def test_late(perf):
     result.stdout.fnmatch_lines(["not blessed (the device's speed still drifted*): test_late.py::test_late"])
     case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
     assert case["settled"] is False and case["speedup"] == 1.0  # the judged run was steady; a later one was not
+    assert "the device's speed still drifted in a calibrating run after the judged one" in case["note"]
     assert not (pytester.path / "baselines" / "test-box.json").exists()

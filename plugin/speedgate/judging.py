@@ -66,8 +66,10 @@ def judge_measurement(
         note = (f"{note}; GPU thermally throttled for {min(throttled['thermal'], 1.0):.0%} of the comparison: "
                 "an unstable measurement").lstrip("; ")
     if not measurement.settled:
-        note = (f"{note}; the device's speed still drifted after {measurement.dropped_rounds} rounds were dropped: "
-                "an unstable measurement").lstrip("; ")
+        # No rounds dropped: this run settled, and a calibrating run after it did not (pipeline.calibration).
+        when = (f"after {measurement.dropped_rounds} rounds were dropped" if measurement.dropped_rounds
+                else "in a calibrating run after the judged one")
+        note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
     result = CompareResult(
         timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
         remeasured=first is not measurement, graphed=graphed,
