@@ -415,11 +415,16 @@ def speedgate_timer():
 """
 
 
+def clock_project(pytester: pytest.Pytester, conftest: str, **files: str) -> None:
+    """A pytester project whose conftest scripts the clock, with a fixed hardware key, and these test files."""
+    pytester.makeconftest(conftest)
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(**files)
+
+
 def drifting_project(pytester: pytest.Pytester) -> None:
     """Two comparisons under the Drifting clock: test_settles settles after its first 12 rounds, test_never never."""
-    pytester.makeconftest(DRIFTING_CONFTEST)
-    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
-    pytester.makepyfile(test_drift="""
+    clock_project(pytester, DRIFTING_CONFTEST, test_drift="""
 def reference():
     return 1.0
 
@@ -495,9 +500,7 @@ def speedgate_timer():
 def test_a_calibration_whose_later_run_never_settled_is_not_blessed(pytester: pytest.Pytester) -> None:
     """--speedgate-calibrate measures again in the process; a run still drifting at its end would put the device's
     drift into the calibration's spread (and the entry's tolerance), so the comparison is not blessed."""
-    pytester.makeconftest(LATE_CONFTEST)
-    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
-    pytester.makepyfile(test_late="""
+    clock_project(pytester, LATE_CONFTEST, test_late="""
 def reference():
     return 1.0
 
