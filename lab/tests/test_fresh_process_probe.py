@@ -1,0 +1,21 @@
+"""lab/fresh_process_probe.py on the CPU: each kind of child loads the graph the probe's own compile saved, and its
+stamps cover the process from its spawn (or its fork) to its exit, in order."""
+
+from __future__ import annotations
+
+import math
+
+from lab import fresh_process_probe as probe
+
+
+def test_every_child_is_stamped_from_spawn_to_exit() -> None:
+    rows = probe.children(repeat=1, suite_child=False)
+    assert rows[0]["step"].startswith("this process compiles") and rows[0]["process_s"] > 0
+    steps = {row["step"]: row for row in rows[1:]}
+    assert set(steps) == {"spawned", "spawned, compile threads 1", "forked after imports",
+                          "forked after imports, compile threads 1"}
+    for row in steps.values():
+        phases = [row[f"{p}_s"] for p in probe.PHASES if f"{p}_s" in row]
+        assert len(phases) == len(probe.PHASES) and all(s >= 0 for s in phases)
+        assert math.isclose(sum(phases) + row["exit_s"], row["process_s"], rel_tol=1e-6)
+    assert steps["forked after imports"]["fork_to_exit_s"] < steps["forked after imports"]["process_s"]
