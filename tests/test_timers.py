@@ -316,3 +316,47 @@ def test_a_batch_whose_shortfall_exceeds_the_cap_runs_in_pieces():
     times = timer.time_each([side] * 100)
     assert len(cuda.spins) - spins >= 2 and max(cuda.spins[spins:]) <= timers.HOLD_CAP_MS * 1000 * 1.001
     assert len(times) == 100 and all(t == pytest.approx(0.5, abs=0.002) for t in times)
+
+
+def test_a_trace_is_read_from_its_raw_events_as_the_profilers_own_events_read_it():
+    """traced_intervals reads the raw kineto events (fast) in place of prof.events() (slow): the same activities, of
+    the asked device type only, in the same order, at a constant offset. A real trace of the CPU's work here (the
+    CPU's op ends are adjusted by events(), a few microseconds; a GPU's kernels are not, and the audit's busy times
+    read both ways agreed on the H100: docs/results/suite-time.md)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from speedgate.timers.cuda import traced_intervals
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)])
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 32))
+    cpu = torch.autograd.DeviceType.CPU
+    raw = sorted(traced_intervals(prof, cpu))
+    slow = sorted((e.time_range.start, e.time_range.end, e.device_resource_id) for e in prof.events() if e.device_type == cpu)
+    assert len(raw) == len(slow) > 8 * 3
+    offset = raw[0][0] - slow[0][0]
+    for (start, _, stream), (s_start, _, s_stream) in zip(raw, slow):
+        assert stream == s_stream and start - offset == pytest.approx(s_start, abs=5.0)
+    assert traced_intervals(prof, torch.autograd.DeviceType.CUDA) == []  # nothing of another device's
+
+    class OldTrace:  # a torch without raw events: the profiler's own events() is read instead
+        profiler = None
+
+        def events(self):
+            return prof.events()
+
+    assert sorted(traced_intervals(OldTrace(), cpu)) == slow
+
+
+def test_raw_events_are_converted_to_microseconds_and_filtered_by_device():
+    from speedgate.timers.cuda import traced_intervals
+
+    def event(device: str, start_ns: int, end_ns: int, stream: int) -> SimpleNamespace:
+        return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns,
+                               device_resource_id=lambda: stream)
+
+    events = [event("cuda", 1_000, 3_500, 7), event("cpu", 0, 9_000, 1), event("cuda", 4_000, 4_250, 8)]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+    assert traced_intervals(prof, "cuda") == [(1.0, 3.5, 7), (4.0, 4.25, 8)]
