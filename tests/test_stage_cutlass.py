@@ -205,3 +205,11 @@ def test_command_line_install_prints_the_export_line(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, str(Path(stage.__file__)), "--install", "--dest", str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stdout == "" and "stage first" in missing.stderr
+
+
+def test_ci_installs_the_dsl_version_the_gpu_machine_is_staged():
+    """The DSL's trace-time checks run in CI only (perftests/test_cutlass_matmul.py skips them on the GPU): CI's pin
+    must be the version staged for the GPU machine, or CI checks another DSL's layouts than the timed kernels'."""
+    tox = (Path(__file__).resolve().parents[1] / "tox.ini").read_text()
+    pins = [line.strip() for line in tox.splitlines() if line.strip().startswith("nvidia-cutlass-dsl")]
+    assert pins == [f"nvidia-cutlass-dsl=={stage.VERSION}"], pins
