@@ -53,7 +53,13 @@ def work(stamps, mode):
     stamps["built"] = time.time()
     compiled = torch.compile(fn, mode=None if mode == "default" else mode)
     call = no_grad(compiled, *args)
-    call()
+    if os.environ.get("PROBE_PROFILE"):
+        import cProfile, pstats
+        profiler = cProfile.Profile()
+        profiler.runcall(call)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    else:
+        call()
     sync()
     stamps["first_call"] = time.time()
     if cuda:
@@ -89,7 +95,7 @@ print("RESULT " + json.dumps(stamps), flush=True)
 PHASES = ["python", "torch", "modules", "device", "built", "first_call", "three_calls"]
 
 
-def child_row(label: str, mode: str, how: str, env: dict[str, str]) -> dict[str, Any]:
+def child_row(label: str, mode: str, how: str, env: dict[str, str], profile_to: Path | None = None) -> dict[str, Any]:
     spawned = time.time()
     done = subprocess.run([sys.executable, "-c", CHILD, BUILDER, mode, how], env=env, capture_output=True, text=True,
                           timeout=900, cwd=ROOT)
@@ -97,6 +103,8 @@ def child_row(label: str, mode: str, how: str, env: dict[str, str]) -> dict[str,
     lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode or not lines:
         raise RuntimeError(f"{label}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    if profile_to is not None:
+        profile_to.write_text(done.stderr)
     stamps = json.loads(lines[-1][len("RESULT "):])
     row: dict[str, Any] = {"step": label, "process_s": exited - spawned, "peak_gib": stamps["peak_gib"]}
     before = spawned
@@ -116,7 +124,7 @@ def import_torch_s() -> float:
     return time.perf_counter() - start
 
 
-def children(repeat: int, suite_child: bool = True) -> list[dict[str, Any]]:
+def children(repeat: int, suite_child: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
     import torch
 
     from perftests.models.transformer import compile_time_builder
@@ -143,7 +151,46 @@ def children(repeat: int, suite_child: bool = True) -> list[dict[str, Any]]:
             rows.append(child_row("forked after imports", "default", "fork", env))
             rows.append(child_row("forked after imports, compile threads 1", "default", "fork",
                                   {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+        if out is not None:  # the first call of a spawned child under cProfile: its cumulative top 40
+            rows.append(child_row("spawned, first call under cProfile", "default", "spawn",
+                                  {**env, "PROBE_PROFILE": "1"}, out / "child_first_call.prof.txt"))
     return rows
+
+
+MAX_AUTOTUNE = r"""
+import json, sys, time, importlib
+import torch
+from perftests.support.compile_time import from_scratch, no_grad, timed_call
+from torch._dynamo.utils import compile_times, counters
+module, function = sys.argv[1].split(":")
+fn, args = getattr(importlib.import_module(module), function)()
+with from_scratch():
+    _, seconds = timed_call(no_grad(torch.compile(fn, mode="max-autotune"), *args), "cuda", from_empty=False)
+print(compile_times(repr="str", aggregate=True), file=sys.stderr)
+print("RESULT " + json.dumps({"compile_s": seconds, "counters": {k: v for k, v in counters["inductor"].items()}}))
+"""
+
+
+def max_autotune(out: Path) -> dict[str, Any]:
+    """test_compile_mode[max-autotune]'s compile from empty caches in a fresh process: its seconds, and where dynamo
+    and inductor say they went (torch._dynamo.utils.compile_times, aggregated)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    done = subprocess.run([sys.executable, "-c", MAX_AUTOTUNE, BUILDER], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"max-autotune: exit {done.returncode}\n{done.stderr[-3000:]}")
+    (out / "max_autotune_compile_times.txt").write_text(done.stderr)
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def host() -> dict[str, Any]:
+    """The host's CPU as the compile sees it: its model, the CPUs this process may use, the cgroup's quota."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown")
+    quota = Path("/sys/fs/cgroup/cpu.max")
+    return {"cpu": model, "usable_cpus": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
+            "cgroup_cpu_max": quota.read_text().strip() if quota.exists() else None}
 
 
 def profiler_rows(calls: int = 10) -> list[dict[str, Any]]:
@@ -194,11 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--max-autotune", action="store_true", help="also time the max-autotune compile (GPU)")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"import_torch_s": [import_torch_s(), import_torch_s()]}
+    result: dict[str, Any] = {"host": host(), "import_torch_s": [import_torch_s(), import_torch_s()]}
+    print("host:", result["host"], flush=True)
     print("import torch in a fresh process:", " ".join(f"{s:.2f} s" for s in result["import_torch_s"]), flush=True)
-    result["children"] = children(options.repeat)
+    result["children"] = children(options.repeat, out=options.out)
     keys = ["process_s", *[f"{p}_s" for p in PHASES], "exit_s", "fork_to_exit_s", "peak_gib"]
     print("| step | " + " | ".join(keys) + " |")
     for row in result["children"]:
@@ -207,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in result["profiler"]:
         print(json.dumps(row), flush=True)
     summary = {k: statistics.median(r[k] for r in result["profiler"]) for k in ("events_parse_s", "raw_events_s")}
-    print("median trace reading:", summary)
+    print("median trace reading:", summary, flush=True)
+    if options.max_autotune:
+        result["max_autotune"] = max_autotune(options.out)
+        print("max-autotune compile:", json.dumps(result["max_autotune"]), flush=True)
     (options.out / "fresh_process_probe.json").write_text(json.dumps(result, indent=1))
     return 0
 

@@ -8,14 +8,16 @@ import math
 from lab import fresh_process_probe as probe
 
 
-def test_every_child_is_stamped_from_spawn_to_exit() -> None:
-    rows = probe.children(repeat=1, suite_child=False)
+def test_every_child_is_stamped_from_spawn_to_exit(tmp_path) -> None:
+    rows = probe.children(repeat=1, suite_child=False, out=tmp_path)
     assert rows[0]["step"].startswith("this process compiles") and rows[0]["process_s"] > 0
     steps = {row["step"]: row for row in rows[1:]}
     assert set(steps) == {"spawned", "spawned, compile threads 1", "forked after imports",
-                          "forked after imports, compile threads 1"}
+                          "forked after imports, compile threads 1", "spawned, first call under cProfile"}
+    assert "cumulative" in (tmp_path / "child_first_call.prof.txt").read_text()
     for row in steps.values():
         phases = [row[f"{p}_s"] for p in probe.PHASES if f"{p}_s" in row]
         assert len(phases) == len(probe.PHASES) and all(s >= 0 for s in phases)
         assert math.isclose(sum(phases) + row["exit_s"], row["process_s"], rel_tol=1e-6)
+    assert probe.host()["usable_cpus"] >= 1
     assert steps["forked after imports"]["fork_to_exit_s"] < steps["forked after imports"]["process_s"]
