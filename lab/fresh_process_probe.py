@@ -1,7 +1,7 @@
 """Where a fresh process of the compile cases spends its time, and what the profiler's audit spends on a large
 model (GPU; docs/results/suite-time.md). Lab only: the suite's own children are perftests/support/compile_time.py's.
 
-Usage: python -m lab.fresh_process_probe OUT [--repeat 2]
+Usage: python -m lab.fresh_process_probe OUT [--repeat 2] [--max-autotune | --only max-autotune]
 
 1. `import torch` alone in a fresh process, twice (the first may read the libraries from disk).
 2. test_compile_mode's child for peak memory (default mode), inside from_scratch(saving=True) after this process
@@ -10,7 +10,10 @@ Usage: python -m lab.fresh_process_probe OUT [--repeat 2]
    with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool), and forked from a process that had imported
    torch and the builder's modules already (what a preloaded fork server would save). The suite's own call
    (peak_gib_in_fresh_process) is timed beside them.
-3. The large model's eager forward (test_compile_large_model's reference) under CudaTimer.profile_calls: its
+3. (--max-autotune, or --only max-autotune) test_compile_mode[max-autotune]'s compile from empty caches in a fresh
+   process, with where dynamo and inductor say its time went; with --only, then the test itself alone in pytest and
+   its whole file, each test's compile times dumped by this module as a pytest plugin (-p lab.fresh_process_probe).
+4. The large model's eager forward (test_compile_large_model's reference) under CudaTimer.profile_calls: its
    seconds, and those of reading the trace through torch.profiler's events() against its raw kineto events.
 Prints a table per part; OUT/fresh_process_probe.json keeps every number.
 """
@@ -23,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -184,6 +188,41 @@ def max_autotune(out: Path) -> dict[str, Any]:
     return dict(json.loads(lines[-1][len("RESULT "):]))
 
 
+def pytest_runtest_teardown(item: Any) -> None:
+    """As a pytest plugin (-p lab.fresh_process_probe, LAB_COMPILE_TIMES=FILE): after each test, where dynamo and
+    inductor say its compiles went, appended to FILE; then their counts start again."""
+    target = os.environ.get("LAB_COMPILE_TIMES")
+    if not target or "torch._dynamo.utils" not in sys.modules:
+        return
+    from torch._dynamo.utils import compilation_time_metrics, compile_times
+
+    with open(target, "a") as out:
+        out.write(f"== {item.nodeid}\n{compile_times(repr='str', aggregate=True)}\n")
+    compilation_time_metrics.clear()
+
+
+def in_pytest(out: Path) -> list[dict[str, Any]]:
+    """test_compile_mode[max-autotune] alone in a pytest process, then its whole file: the compile seconds each
+    reports, and where the compiles went per test (OUT/compile_times-*.txt)."""
+    rows = []
+    for label, select in (("max-autotune alone", ["-k", "test_compile_mode and max-autotune"]),
+                          ("the file", [])):
+        with tempfile.TemporaryDirectory(prefix="lab-fresh-process-baselines-") as baselines:
+            report = out / f"report-{label.replace(' ', '_')}.json"
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "lab.fresh_process_probe",
+                                   "-q", "perftests/test_compile_modes.py", *select, "--baseline-dir", baselines,
+                                   "--speedgate-json", str(report), "--durations=10"],
+                                  env={**os.environ, "LAB_COMPILE_TIMES": str(out / f"compile_times-{label.replace(' ', '_')}.txt")},
+                                  cwd=ROOT, capture_output=True, text=True, timeout=900)
+            wall = time.perf_counter() - start
+        metrics = ({f"{m['nodeid'].split('::')[-1]}::{m['name']}": m["value"] for m in json.loads(report.read_text())["metrics"]}
+                   if report.exists() else {})
+        rows.append({"step": label, "process_s": wall, "exit": done.returncode, "metrics": metrics,
+                     "tail": done.stdout.strip().splitlines()[-14:]})
+    return rows
+
+
 def host() -> dict[str, Any]:
     """The host's CPU as the compile sees it: its model, the CPUs this process may use, the cgroup's quota."""
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -242,10 +281,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--max-autotune", action="store_true", help="also time the max-autotune compile (GPU)")
+    parser.add_argument("--only", choices=["max-autotune"], help="only the max-autotune compile: fresh, then in pytest")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"host": host(), "import_torch_s": [import_torch_s(), import_torch_s()]}
+    result: dict[str, Any] = {"host": host()}
     print("host:", result["host"], flush=True)
+    if options.only == "max-autotune":
+        result["max_autotune"] = max_autotune(options.out)
+        print("max-autotune compile, fresh process:", json.dumps(result["max_autotune"]), flush=True)
+        result["in_pytest"] = in_pytest(options.out)
+        for row in result["in_pytest"]:
+            print(json.dumps(row, indent=1), flush=True)
+        (options.out / "fresh_process_probe.json").write_text(json.dumps(result, indent=1))
+        return 0
+    result["import_torch_s"] = [import_torch_s(), import_torch_s()]
     print("import torch in a fresh process:", " ".join(f"{s:.2f} s" for s in result["import_torch_s"]), flush=True)
     result["children"] = children(options.repeat, out=options.out)
     keys = ["process_s", *[f"{p}_s" for p in PHASES], "exit_s", "fork_to_exit_s", "peak_gib"]
