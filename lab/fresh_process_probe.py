@@ -201,19 +201,22 @@ def pytest_runtest_teardown(item: Any) -> None:
     compilation_time_metrics.clear()
 
 
-def in_pytest(out: Path) -> list[dict[str, Any]]:
-    """test_compile_mode[max-autotune] alone in a pytest process, then its whole file: the compile seconds each
+SELECTIONS = ["test_compile_mode and max-autotune", ""]  # alone, then the whole file
+
+
+def in_pytest(out: Path, selections: list[str]) -> list[dict[str, Any]]:
+    """test_compile_modes.py in one pytest process per -k selection ("": the whole file): the compile seconds each
     reports, and where the compiles went per test (OUT/compile_times-*.txt)."""
     rows = []
-    for label, select in (("max-autotune alone", ["-k", "test_compile_mode and max-autotune"]),
-                          ("the file", [])):
+    for label, select in ((k or "the file", ["-k", k] if k else []) for k in selections):
         with tempfile.TemporaryDirectory(prefix="lab-fresh-process-baselines-") as baselines:
-            report = out / f"report-{label.replace(' ', '_')}.json"
+            slug = "".join(c if c.isalnum() else "_" for c in label)
+            report = out / f"report-{slug}.json"
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "lab.fresh_process_probe",
                                    "-q", "perftests/test_compile_modes.py", *select, "--baseline-dir", baselines,
                                    "--speedgate-json", str(report), "--durations=10"],
-                                  env={**os.environ, "LAB_COMPILE_TIMES": str(out / f"compile_times-{label.replace(' ', '_')}.txt")},
+                                  env={**os.environ, "LAB_COMPILE_TIMES": str(out / f"compile_times-{slug}.txt")},
                                   cwd=ROOT, capture_output=True, text=True, timeout=900)
             wall = time.perf_counter() - start
         metrics = ({f"{m['nodeid'].split('::')[-1]}::{m['name']}": m["value"] for m in json.loads(report.read_text())["metrics"]}
@@ -282,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--max-autotune", action="store_true", help="also time the max-autotune compile (GPU)")
     parser.add_argument("--only", choices=["max-autotune"], help="only the max-autotune compile: fresh, then in pytest")
+    parser.add_argument("--select", action="append", help="with --only: a -k selection of test_compile_modes.py run "
+                        "in a pytest process of its own ('' the whole file; default: max-autotune alone, the file)")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"host": host()}
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.only == "max-autotune":
         result["max_autotune"] = max_autotune(options.out)
         print("max-autotune compile, fresh process:", json.dumps(result["max_autotune"]), flush=True)
-        result["in_pytest"] = in_pytest(options.out)
+        result["in_pytest"] = in_pytest(options.out, options.select or SELECTIONS)
         for row in result["in_pytest"]:
             print(json.dumps(row, indent=1), flush=True)
         (options.out / "fresh_process_probe.json").write_text(json.dumps(result, indent=1))
