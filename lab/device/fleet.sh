@@ -8,7 +8,9 @@
 #   bash lab/device/fleet.sh OUT "GPU0 JOBS" ["GPU1 JOBS"]     e.g.  "probe gate_compile" "bless_triton gate_compile"
 # Jobs: bless_triton / gate_triton (`-k "triton or cutlass"`: the Triton files, CUTLASS, the compiler suite's
 # Triton custom op), bless_compile / gate_compile (the rest of the single-GPU suite), bless_dynamic
-# (test_compile_dynamic.py alone), probe
+# (test_compile_dynamic.py alone), bless_max_autotune (test_compile_mode[max-autotune] blessed, not calibrated, into a
+# folder of its own, .gpu-state/bless-max-autotune: its entries are merged by hand, the gates after it read the
+# committed files), probe
 # (lab/compiled_reference_spread.py, 2 processes per mode; its reports stay in .gpu-state/probe, so a
 # probe cut off at the deadline goes on in the next call), study (tools/gate_study.py against the committed files:
 # 3 clean runs, 2 per injected slowdown; resumes the same way from .gpu-state/study), gate_suite (the whole
@@ -38,6 +40,7 @@ echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(to
 
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
   tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study) \
+    $([[ -d $state/bless-max-autotune ]] && echo bless-max-autotune) \
     $(cd "$state" && ls -d suite-gpu* 2>/dev/null)
 }
 
@@ -73,7 +76,9 @@ job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SI
   left=$((deadline - $(date +%s)))
   if ((left < 20)); then echo "== gpu$gpu $name: not started, ${left} s left" >> "$work/summary.txt"; return; fi
   local log="$work/gpu$gpu-$name.log" report="$work/gpu$gpu-$name.json"
-  local common=(-p no:cacheprovider -q -rs --durations=25 --baseline-dir "$state/baselines" --speedgate-json "$report")
+  local dir="$state/baselines"
+  [[ $name == bless_max_autotune ]] && dir="$state/bless-max-autotune"  # a file of its own: the gate keeps the committed
+  local common=(-p no:cacheprovider -q -rs --durations=25 --baseline-dir "$dir" --speedgate-json "$report")
   t0=$(date +%s)
   case $name in
     bless_triton) set -- perftests -k "triton or cutlass" --update-baselines --speedgate-calibrate 2 ;;
@@ -81,6 +86,8 @@ job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SI
     bless_compile) set -- perftests -k "not triton and not cutlass" --update-baselines --speedgate-calibrate 2 ;;
     gate_compile) set -- perftests -k "not triton and not cutlass" ;;
     bless_dynamic) set -- perftests/test_compile_dynamic.py --update-baselines --speedgate-calibrate 2 ;;
+    bless_max_autotune) mkdir -p "$state/bless-max-autotune"
+      set -- perftests/test_compile_modes.py -k "test_compile_mode and max-autotune" --update-baselines ;;
     probe) set -- probe ;;
     study) set -- study ;;
     *) echo "unknown job $name"; return ;;

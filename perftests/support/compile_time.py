@@ -64,12 +64,37 @@ def three_calls_peak_gib(builder: str, mode: str) -> float:
     return torch.cuda.max_memory_allocated() / 2**30
 
 
-def _run(target: str, builder: str, mode: str, cache: Path | None, timeout_s: float) -> float:
+def compiled_and_peak(builder: str, mode: str) -> dict[str, float | None]:
+    """In the child process: the seconds of the first call of torch.compile(builder's callable), the compile, in
+    the caches the caller's from_scratch(saving=True) made (empty: it compiles everything, and saves its graph
+    there); then the device's peak allocated GiB through three calls after it, counted as three_calls_peak_gib
+    counts it (None on the CPU)."""
+    import importlib
+
+    import torch
+
+    module, function = builder.split(":")
+    fn, args = getattr(importlib.import_module(module), function)()
+    compiled = torch.compile(fn, mode=None if mode == "default" else mode)
+    call = no_grad(compiled, *args)
+    cuda = torch.cuda.is_available()
+    _, seconds = timed_call(call, "cuda" if cuda else "cpu", from_empty=False)
+    if not cuda:
+        return {"compile_s": seconds, "peak_gib": None}
+    torch.cuda.reset_peak_memory_stats()  # from what is allocated now: the model, its input, what the compile kept
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    return {"compile_s": seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def _run(target: str, builder: str, mode: str, cache: Path | None, timeout_s: float, *,
+         extra_env: dict[str, str] | None = None) -> Any:
     """target(builder, mode) in a fresh process, with its compile caches in cache (None: this process's, which
     inside from_scratch() is the fresh folder)."""
     from speedgate.launch import RankError, run_ranks
 
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     if cache is not None:
         env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -78,14 +103,14 @@ def _run(target: str, builder: str, mode: str, cache: Path | None, timeout_s: fl
         [value] = run_ranks(f"{__name__}:{target}", 1, payload, timeout_s=timeout_s, env=env)
     except RankError as exc:
         raise RuntimeError(f"compiling {builder} ({mode}) in a fresh process failed:\n{exc}") from exc
-    return float(value)
+    return value
 
 
 def cold_and_warm(builder: str, mode: str = "default", timeout_s: float = 900.0) -> tuple[float, float]:
     """(cold seconds, warm seconds): the first in an empty cache directory, the second in the same one after it."""
     with tempfile.TemporaryDirectory(prefix="speedgate-compile-cache-") as cache:
-        cold = _run("first_compiled_call_s", builder, mode, Path(cache), timeout_s)
-        warm = _run("first_compiled_call_s", builder, mode, Path(cache), timeout_s)
+        cold = float(_run("first_compiled_call_s", builder, mode, Path(cache), timeout_s))
+        warm = float(_run("first_compiled_call_s", builder, mode, Path(cache), timeout_s))
     return cold, warm
 
 
@@ -93,7 +118,28 @@ def peak_gib_in_fresh_process(builder: str, mode: str, timeout_s: float = 900.0)
     """three_calls_peak_gib in a fresh process, whose compile loads what the compile before it under the same
     from_scratch(saving=True) saved (called inside one): a peak that no earlier test in this process can change (their
     leftovers, a CUDA graph pool they created), and that the autotuner's benchmarking does not set."""
-    return _run("three_calls_peak_gib", builder, mode, None, timeout_s)
+    return float(_run("three_calls_peak_gib", builder, mode, None, timeout_s))
+
+
+def compile_in_fresh_process(builder: str, mode: str, timeout_s: float = 900.0) -> tuple[float, float | None]:
+    """(compile seconds, peak GiB or None on the CPU): compiled_and_peak in a fresh process, called inside
+    from_scratch(saving=True): the compile is timed from the empty folder in a process where nothing else has run,
+    and it saves its graph there, so that this process loads it (loaded_graphs counts the loads) instead of
+    compiling it again."""
+    import torch
+
+    # Code compiled for the CPU is keyed on the thread count, which the root conftest sets to 1 in an xdist worker:
+    # there the fresh process runs as many, or this one would not find its graph.
+    threads = None if torch.cuda.is_available() else {"OMP_NUM_THREADS": str(torch.get_num_threads())}
+    found = _run("compiled_and_peak", builder, mode, None, timeout_s, extra_env=threads)
+    return float(found["compile_s"]), None if found["peak_gib"] is None else float(found["peak_gib"])
+
+
+def loaded_graphs() -> int:
+    """Graphs this process has loaded from inductor's FX graph cache so far (its counter, a hit per graph)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
 
 
 def no_compile_caches() -> contextlib.ExitStack:
