@@ -4,7 +4,9 @@ process, a first pass compiled from scratch (first_pass), with the number of fra
 A builder is a 'module:function' that returns (callable, args). cold_and_warm runs first_compiled_call_s in a child
 process (speedgate.launch.run_ranks, one rank): it compiles the callable with torch.compile(mode=...), calls it
 once, synchronizes, and returns the seconds of that first call. Each measurement is its own process, so nothing
-compiled in the test process (or in an earlier case) can help it.
+compiled in the test process (or in an earlier case) can help it. compile_in_fresh_process does the same for one
+compile inside from_scratch(saving=True), reads the peak memory there too, and leaves its graph for the test's
+process to load.
 """
 
 from __future__ import annotations
