@@ -27,17 +27,37 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPILE_TIME_TOLERANCE = 1.0
 
 
-def first_compiled_call_s(builder: str, mode: str) -> float:
-    """In the child process: the seconds of the first call of torch.compile(builder's callable), the compile."""
+def _compiled(builder: str, mode: str) -> Callable[[], Any]:
+    """In a child process: torch.compile(builder's callable) in mode, as a call of no arguments without autograd (not
+    yet called: its first call compiles)."""
     import importlib
 
     import torch
 
     module, function = builder.split(":")
     fn, args = getattr(importlib.import_module(module), function)()
-    compiled = torch.compile(fn, mode=None if mode == "default" else mode)
+    return no_grad(torch.compile(fn, mode=None if mode == "default" else mode), *args)
+
+
+def _three_calls_peak_gib(call: Callable[[], Any]) -> float:
+    """The device's peak allocated GiB through three calls of an already compiled call, counted from what is
+    allocated before them: the model, its input, what the compile kept."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def first_compiled_call_s(builder: str, mode: str) -> float:
+    """In the child process: the seconds of the first call of torch.compile(builder's callable), the compile."""
+    import torch
+
     # The caches are this measurement's subject (empty, then filled by the cold run): not from_scratch.
-    _, seconds = timed_call(no_grad(compiled, *args), "cuda" if torch.cuda.is_available() else "cpu", from_empty=False)
+    _, seconds = timed_call(_compiled(builder, mode), "cuda" if torch.cuda.is_available() else "cpu", from_empty=False)
     return seconds
 
 
@@ -49,45 +69,21 @@ def three_calls_peak_gib(builder: str, mode: str) -> float:
     memory pool is in the peak. The compiling call is not: in max-autotune it benchmarks GEMM candidates, with
     buffers of their own, wherever the caches do not hold the picks, and whether they did depended on the process
     that filled them (H200, docs/results/gate-runs.md)."""
-    import importlib
-
-    import torch
-
-    module, function = builder.split(":")
-    fn, args = getattr(importlib.import_module(module), function)()
-    compiled = torch.compile(fn, mode=None if mode == "default" else mode)
-    call = no_grad(compiled, *args)
+    call = _compiled(builder, mode)
     call()  # the compile, and the graph modes' warm-up run
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()  # from what is allocated now: the model, its input, what the compile kept
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() / 2**30
+    return _three_calls_peak_gib(call)
 
 
 def compiled_and_peak(builder: str, mode: str) -> dict[str, float | None]:
     """In the child process: the seconds of the first call of torch.compile(builder's callable), the compile, in
     the caches the caller's from_scratch(saving=True) made (empty: it compiles everything, and saves its graph
-    there); then the device's peak allocated GiB through three calls after it, counted as three_calls_peak_gib
-    counts it (None on the CPU)."""
-    import importlib
-
+    there); then three_calls_peak_gib's peak after it (None on the CPU)."""
     import torch
 
-    module, function = builder.split(":")
-    fn, args = getattr(importlib.import_module(module), function)()
-    compiled = torch.compile(fn, mode=None if mode == "default" else mode)
-    call = no_grad(compiled, *args)
+    call = _compiled(builder, mode)
     cuda = torch.cuda.is_available()
     _, seconds = timed_call(call, "cuda" if cuda else "cpu", from_empty=False)
-    if not cuda:
-        return {"compile_s": seconds, "peak_gib": None}
-    torch.cuda.reset_peak_memory_stats()  # from what is allocated now: the model, its input, what the compile kept
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    return {"compile_s": seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    return {"compile_s": seconds, "peak_gib": _three_calls_peak_gib(call) if cuda else None}
 
 
 def _run(target: str, builder: str, mode: str, cache: Path | None, timeout_s: float, *,
