@@ -45,9 +45,9 @@ MODES = ["default", "reduce-overhead", "max-autotune"]
 # Pinned above that swing on the GPU; the CPU keeps its default.
 GPU_MODE_TOLERANCE = {"max-autotune": 0.25}
 BUILDER = "perftests.models.transformer:compile_time_builder"  # the same model and batch shape, in a fresh process
-# Modes whose compile is timed in a fresh process (its metric compile_s_fresh_process), not in this one: max-autotune's
-# took 1.5-2x longer in this process after another test_compile_mode than alone (its GEMM candidates compiled again,
-# one at a time, while benchmarked): a time set by the tests run before it (docs/results/suite-time.md).
+# Modes whose compile is timed in a fresh process (its metric compile_s_fresh_process), not in this one: in this
+# process, max-autotune's compile took longer after another test_compile_mode than alone (its GEMM candidates compiled
+# again, one at a time, while benchmarked), a time set by the tests run before it (docs/results/suite-time.md).
 COMPILED_IN_A_FRESH_PROCESS = {"max-autotune"}
 
 

@@ -305,7 +305,7 @@ def test_cutlass_register_layouts(device: str, kind: str) -> None:
     warp, and two lanes of each other warp, of both consumer warpgroups."""
     if device == "cuda":
         # Traced, never run: the same on every machine with the same DSL, and CI's is the version the GPU machine
-        # stages. Each took 14-17 s of a whole-suite run on an H100 (docs/results/suite-time.md).
+        # stages. Tracing them is slow, and the GPU's time is the suite's scarcest (docs/results/suite-time.md).
         pytest.skip("checked where the suite runs on the CPU (CI, which installs the DSL): traced, not run, the same "
                     "on every device")
     skip_without_dsl()

@@ -33,8 +33,8 @@ def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, An
     """(start us, end us, stream) of each activity of device_type in a finished torch.profiler trace.
 
     Read from the trace's raw events where this torch has them: the profiler's own events() builds an object and a
-    call tree for every event, which took seconds for the ten profiled calls of a model of a few hundred kernels a
-    call, more than the calls themselves (docs/results/suite-time.md); the audit needs three numbers of each. The
+    call tree for every event, on a large model about as long as the profiled calls themselves, where the raw
+    events take a small fraction of that (docs/results/suite-time.md); the audit needs three numbers of each. The
     two give the same intervals, but for a constant offset (events() counts from the trace's start)."""
     raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if raw is not None:
