@@ -17,7 +17,9 @@
 # single-GPU suite gated in one pytest process, which may take longer than one call: it starts in a session of its
 # own (setsid), so it runs on after the call returns, until the machine goes back; each call that names it waits for
 # it until the deadline, and the first to find it finished reports it; its log and report stay in
-# .gpu-state/suite-gpuN). bless_* calibrate (--speedgate-calibrate 2).
+# .gpu-state/suite-gpuN), gate_suite_warm (the same, after gate_suite has finished on that GPU, with the compile
+# caches it filled, as a CI runner that keeps them starts: its log, every test's duration in it, and report in
+# .gpu-state/suite-warm-gpuN). bless_* calibrate (--speedgate-calibrate 2).
 # DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
 # OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files a bless changed).
 set -uo pipefail
@@ -41,30 +43,38 @@ echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(to
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
   tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study) \
     $([[ -d $state/bless-max-autotune ]] && echo bless-max-autotune) \
-    $(cd "$state" && ls -d suite-gpu* 2>/dev/null)
+    $(cd "$state" && ls -d suite-gpu* suite-warm-gpu* 2>/dev/null)
 }
 
 summarize() {  # summarize LOG: a job's verdict lines, for summary.txt
   grep -E "^(FAILED|ERROR)|passed|failed|no entry|regressed|improved|first calls|where the time|^\|" "$1" | tail -30 | cut -c1-260
 }
 
-suite() {  # suite GPU: the gate_suite job (see above)
-  local gpu=$1 dir="$state/suite-gpu$1"
+suite() {  # suite GPU NAME: the gate_suite or gate_suite_warm job (see above)
+  local gpu=$1 name=$2 dir="$state/suite-gpu$1" durations=40
+  if [[ $name == gate_suite_warm ]]; then
+    dir="$state/suite-warm-gpu$gpu" durations=0
+    while [[ ! -f $state/suite-gpu$gpu/rc ]] && (($(date +%s) < deadline)); do sleep 5; done  # after the cold run
+    if [[ ! -f $state/suite-gpu$gpu/rc ]]; then
+      echo "== gpu$gpu $name: not started, the cold gate_suite was still running at the deadline" >> "$work/summary.txt"
+      return
+    fi
+  fi
   mkdir -p "$dir"
   if [[ ! -f $dir/pid ]]; then
     # shellcheck disable=SC2016  # expanded by the inner shell
     CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 't0=$(date +%s); timeout -s INT -k 15 1700 python3 -m pytest "${@:2}" > "$1/log" 2>&1
       echo $? > "$1/rc.tmp"; echo $(($(date +%s) - t0)) > "$1/seconds"; mv "$1/rc.tmp" "$1/rc"' \
-      _ "$dir" perftests -p no:cacheprovider -q -rs --durations=40 --baseline-dir "$state/baselines" \
+      _ "$dir" perftests -p no:cacheprovider -q -rs --durations=$durations --baseline-dir "$state/baselines" \
       --speedgate-json "$dir/report.json" < /dev/null > /dev/null 2>&1 &
     echo $! > "$dir/pid"
-    echo "== gpu$gpu gate_suite: started in call $call at $(date -u +%T)" >> "$work/summary.txt"
+    echo "== gpu$gpu $name: started in call $call at $(date -u +%T)" >> "$work/summary.txt"
   fi
   while [[ ! -f $dir/rc ]] && (($(date +%s) < deadline)); do sleep 5; done
   if [[ ! -f $dir/rc ]]; then
-    echo "== gpu$gpu gate_suite: still running at the deadline (pid $(cat "$dir/pid"))" >> "$work/summary.txt"
+    echo "== gpu$gpu $name: still running at the deadline (pid $(cat "$dir/pid"))" >> "$work/summary.txt"
   elif [[ ! -f $dir/reported ]]; then
-    { echo "== gpu$gpu gate_suite: exit $(cat "$dir/rc"), $(cat "$dir/seconds") s in one process"; summarize "$dir/log"; } >> "$work/summary.txt"
+    { echo "== gpu$gpu $name: exit $(cat "$dir/rc"), $(cat "$dir/seconds") s in one process"; summarize "$dir/log"; } >> "$work/summary.txt"
     touch "$dir/reported"
   fi
   pack "$out/fleet-gpu$gpu.tgz"
@@ -72,7 +82,7 @@ suite() {  # suite GPU: the gate_suite job (see above)
 
 job() {  # job GPU NAME: one pytest process (or the probe) on GPU, stopped by SIGINT at the deadline
   local gpu=$1 name=$2 left t0 rc
-  if [[ $name == gate_suite ]]; then suite "$gpu"; return; fi
+  if [[ $name == gate_suite* ]]; then suite "$gpu" "$name"; return; fi
   left=$((deadline - $(date +%s)))
   if ((left < 20)); then echo "== gpu$gpu $name: not started, ${left} s left" >> "$work/summary.txt"; return; fi
   local log="$work/gpu$gpu-$name.log" report="$work/gpu$gpu-$name.json"
