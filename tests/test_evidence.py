@@ -219,3 +219,44 @@ def test_a_calibrating_runs_report_adds_its_in_process_spread(tmp_path: Path) ->
     assert entry["calibration"]["machines"]["card-a"]["speedups"] == [1.348, 1.346]
     assert entry["calibration"]["machines"]["card-a"]["run_spreads"] == [0.004, 0.02]
     assert entry["tolerance"] == pytest.approx(0.06)  # 3 x the wider in-process spread (the processes differ by 0.15%)
+
+
+def test_the_gate_judges_against_the_kinds_center_not_the_one_card_that_blessed() -> None:
+    # The H100 file's cutlass_fp8_matmul[8192]::vs_triton: blessed 1.211x on one card; four more cards read
+    # 1.26-1.32x. Judged against the bless, a drop of 14% on a typical card (1.30x -> 1.118x) read -7.7%, within the
+    # band that the cards' spread gives (11%), and passed.
+    entry = bless_one(None, calibrated(1.211, "card-a"))["cases"][CASE]
+    calibration = entry["calibration"]
+    for card, speedup in (("card-b", 1.262), ("card-c", 1.270), ("card-d", 1.314), ("card-e", 1.321)):
+        calibration = evidence.add_process(calibration, card, speedup, None, "2026-11-25T00:00:00Z")  # gate runs' reports
+    entry = {**entry, "calibration": calibration, "tolerance": evidence.tolerance_of(calibration)}
+    assert evidence.center_of(entry["calibration"]) == (1.27, 5)
+    baseline, words = evidence.judged_against(entry, entry["tolerance"])
+    assert baseline == 1.27 and words == "the median of 5 cards' evidence (blessed 1.211x on one)"
+    assert entry["tolerance"] == pytest.approx(0.112, abs=0.001)
+    dropped = RatioEstimate(1.118, 1.116, 1.120, 0.95, 30)
+    assert judge(dropped, entry["speedup"], entry["tolerance"], file_found=True).verdict == Verdict.PASS  # the old rule
+    assert judge(dropped, baseline, entry["tolerance"], file_found=True).verdict == Verdict.REGRESSED
+    # Every card's own reading still passes against the center.
+    for speedup in (1.211, 1.262, 1.270, 1.314, 1.321):
+        reading = RatioEstimate(speedup, speedup * 0.999, speedup * 1.001, 0.95, 30)
+        assert judge(reading, baseline, entry["tolerance"], file_found=True).verdict == Verdict.PASS
+
+
+def test_one_card_or_unrecorded_evidence_keeps_the_blessed_speedup() -> None:
+    doc = bless_one(bless_one(None, calibrated(1.30, "card-a")), calibrated(1.20, "card-a"))
+    entry = doc["cases"][CASE]
+    assert evidence.center_of(entry["calibration"]) is None
+    assert evidence.judged_against(entry, entry["tolerance"]) == (entry["speedup"], "")
+    unrecorded = {"speedup": 1.0, "calibration": {"process_speedups": [1.2, 1.3], "spread": 0.01, "runs": 2}}
+    assert evidence.judged_against(unrecorded, 0.5) == (1.0, "")
+
+
+def test_a_bless_outside_the_evidences_band_is_what_the_gate_holds_the_case_to() -> None:
+    # A plain re-bless after the case's code changed keeps the old evidence (and its tolerance): the new speedup,
+    # not the old cards' center, is the baseline, or the new code's every run would read as a change.
+    entry = {"speedup": 1.6, "tolerance": 0.05,
+             "calibration": {"runs": 2, "spread": 0.01, "measured_at": "2026-11-24T00:00:00Z",
+                             "machines": {"card-a": {"speedups": [1.20]}, "card-b": {"speedups": [1.22]}}}}
+    assert evidence.judged_against(entry, 0.05) == (1.6, "")
+    assert evidence.judged_against({**entry, "speedup": 1.19}, 0.05)[0] == 1.21

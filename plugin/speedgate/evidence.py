@@ -149,6 +149,34 @@ def tolerance_of(calibration: Mapping[str, Any]) -> float:
     return float(round_value(calibrated_tolerance(spread_of(calibration))))
 
 
+def center_of(calibration: Mapping[str, Any]) -> tuple[float, int] | None:
+    """(the median of the recorded cards' median speedups, how many cards) when two cards or more gave evidence;
+    None otherwise. Evidence from before cards were recorded is left out: it may be one card or several."""
+    medians = [m for name, c in cards(calibration).items() if name != UNRECORDED
+               if (m := _median(_numbers(c.get("speedups"), positive=True))) is not None]
+    if len(medians) < 2:
+        return None
+    return float(round_value(_median(medians))), len(medians)
+
+
+def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, str]:
+    """The speedup a gate judges an entry's case against, and words saying where it came from ("" for the blessed
+    speedup). With evidence from two cards or more, the kind's center (center_of), not the one card's bless: a bless
+    on a card at one end of the kind's spread put every other card's reading near one bound of the band, and a drop
+    on a typical card inside it (docs/results/calibration.md, "The center"). Only when the blessed speedup lies
+    within tolerance of that center: a plain re-bless after the case's code changed keeps the old evidence (its
+    spread), and its new speedup, outside the old evidence's band, is then what the gate holds the case to."""
+    blessed = float(entry["speedup"])
+    calibration = entry.get("calibration")
+    found = center_of(calibration) if isinstance(calibration, Mapping) else None
+    if found is None:
+        return blessed, ""
+    center, count = found
+    if abs(blessed / center - 1.0) > tolerance:
+        return blessed, ""
+    return center, f"the median of {count} cards' evidence (blessed {blessed:.3f}x on one)"
+
+
 def card_count(calibration: Mapping[str, Any]) -> int:
     """How many recorded cards gave evidence (evidence from before cards were recorded counts as none)."""
     return sum(1 for name in cards(calibration) if name != UNRECORDED)

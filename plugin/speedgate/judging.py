@@ -10,6 +10,7 @@ from typing import Any
 from .advice import next_step, rebless_hint
 from .attribution import which_side_moved
 from .closeness import Closeness
+from .evidence import judged_against
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
@@ -36,8 +37,8 @@ def judge_measurement(
 ) -> tuple[CompareResult, Measurement, Measurement]:
     """The judged result of a measurement, re-measured once (again()) before a regression stands when remeasure;
     returns (result, first measurement, the measurement judged)."""
-    baseline = entry["speedup"] if entry else None
     tolerance = fields["tolerance"]
+    baseline, centered = judged_against(entry, tolerance) if entry else (None, "")
     judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     first = measurement
     if judgement.verdict == Verdict.REGRESSED and remeasure:
@@ -45,6 +46,8 @@ def judge_measurement(
         measurement = again()
         judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     note = judgement.note
+    if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+        note += f" (the baseline is {centered})"
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     if first is not measurement:
