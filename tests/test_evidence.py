@@ -255,8 +255,25 @@ def test_one_card_or_unrecorded_evidence_keeps_the_blessed_speedup() -> None:
 def test_a_bless_outside_the_evidences_band_is_what_the_gate_holds_the_case_to() -> None:
     # A plain re-bless after the case's code changed keeps the old evidence (and its tolerance): the new speedup,
     # not the old cards' center, is the baseline, or the new code's every run would read as a change.
-    entry = {"speedup": 1.6, "tolerance": 0.05,
+    entry = {"speedup": 1.6, "tolerance": 0.05, "measured_at": "2026-11-25T00:00:00Z",
              "calibration": {"runs": 2, "spread": 0.01, "measured_at": "2026-11-24T00:00:00Z",
-                             "machines": {"card-a": {"speedups": [1.20]}, "card-b": {"speedups": [1.22]}}}}
+                             "machines": {"card-a": {"speedups": [1.20], "measured_at": "2026-11-24T00:00:00Z"},
+                                          "card-b": {"speedups": [1.22], "measured_at": "2026-11-24T01:00:00Z"}}}}
     assert evidence.judged_against(entry, 0.05) == (1.6, "")
     assert evidence.judged_against({**entry, "speedup": 1.19}, 0.05)[0] == 1.21
+
+
+def test_cards_that_all_read_one_speed_since_the_bless_outvote_it() -> None:
+    # The H100 file's l2_eviction_hints[16]::vs_compile: blessed at 1.212x; eight cards measured after it read
+    # 1.236-1.239x, 2.1% over the bless at a 2% tolerance: every gate run on every card said "improved", which fails a
+    # strict gate. The bless is older than all of that evidence: the cards' center is the baseline.
+    machines = {f"card-{i}": {"speedups": [1.238], "measured_at": f"2026-11-26T0{i}:00:00Z"} for i in range(7)}
+    machines["card-7"] = {"speedups": [1.236], "measured_at": "2026-11-26T08:00:00Z"}
+    entry = {"speedup": 1.212, "tolerance": 0.02, "measured_at": "2026-11-25T23:00:48Z",
+             "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-25T23:00:48Z", "machines": machines}}
+    assert evidence.judged_against(entry, 0.02) == (1.238, "the median of 8 cards' evidence (blessed 1.212x on one)")
+    reading = RatioEstimate(1.238, 1.237, 1.239, 0.95, 26)
+    assert judge(reading, 1.212, 0.02, file_found=True).verdict == Verdict.IMPROVED  # the old rule
+    assert judge(reading, 1.238, 0.02, file_found=True).verdict == Verdict.PASS
+    # A bless as new as the newest evidence (a calibrating bless adds itself to it) is kept.
+    assert evidence.judged_against({**entry, "measured_at": "2026-11-26T08:00:00Z"}, 0.02) == (1.212, "")
