@@ -163,14 +163,13 @@ def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, s
     """The speedup a gate judges an entry's case against, and words saying where it came from ("" for the blessed
     speedup). With evidence from two cards or more, the kind's center (center_of), not the one card's bless: a bless
     on a card at one end of the kind's spread put every other card's reading near one bound of the band, and a drop
-    on a typical card inside it (docs/results/calibration.md, "The center"). The bless stays the baseline where it
+    on a typical card inside it (docs/results/calibration.md, "the center, not the card that blessed"). The bless stays the baseline where it
     lies outside its tolerance of the center and no evidence is newer than it: a plain re-bless after the case's code
     changed keeps the old evidence, and a calibrating one adds itself to it; either way the new speedup is what the
     gate holds the case to. Evidence newer than such a bless outvotes it (cards that all read one speed since)."""
     blessed = float(entry["speedup"])
     calibration = entry.get("calibration")
-    found = center_of(calibration) if isinstance(calibration, Mapping) else None
-    if found is None:
+    if not isinstance(calibration, Mapping) or (found := center_of(calibration)) is None:
         return blessed, ""
     center, count = found
     if abs(blessed / center - 1.0) > tolerance:
