@@ -51,7 +51,8 @@ def baseline_doc(key: str = "nvidia-test-gpu") -> dict[str, Any]:
             "perftests/test_b.py::test_mm[4096]::vs_cublas": case(
                 0.963, flops=1.374e11, flops_dtype="bf16", peak_fraction=0.88, graphed=True, tolerance=0.041,
                 calibration={"runs": 3, "spread": 0.0135, "measured_at": "2026-11-23T11:00:00Z",
-                             "process_speedups": [0.95, 0.963], "process_spread": 0.01}),
+                             "process_speedups": [0.95, 0.97], "process_spread": 0.01,
+                             "machines": {"card-a": {"speedups": [0.95]}, "card-b": {"speedups": [0.97]}}}),
         },
         "metrics": {
             "perftests/test_b.py::test_mm[4096]::compile_s": {
@@ -93,11 +94,11 @@ def test_a_page_per_baseline_file_with_a_table_per_family(tmp_path: Path) -> Non
     assert [r.split(" | ")[0] for r in rows] == [
         "| `test_add[bfloat16]::vs_compile`", "| `test_add[float32]`", "| `test_mm[4096]::vs_cublas`"]
     add, add_bf16, mm = rows[1], rows[0], rows[2]
-    # speedup, interval, tolerance, calibration evidence, rate, % of peak, timer, measured_at, software
-    assert add == ("| `test_add[float32]` | 2.345x | 2.322-2.368 | 10.0% | - | 7035 GB/s | 97% | cuda-events-held | "
+    # speedup, interval, judged against, tolerance, calibration evidence, rate, % of peak, timer, measured_at, software
+    assert add == ("| `test_add[float32]` | 2.345x | 2.322-2.368 | - | 10.0% | - | 7035 GB/s | 97% | cuda-events-held | "
                    "2026-11-23T10:00:00Z | S1 |")
     assert "| 0.9876x |" in add_bf16 and "| 35.0% |" in add_bf16 and add_bf16.endswith("| S2 |")
-    assert "| 4.1% | 2 x 3 | 132 TFLOP/s | 88% | cuda-events-held, graph |" in mm
+    assert "| 0.96x (2 cards) | 4.1% | 2 x 3 | 132 TFLOP/s | 88% | cuda-events-held, graph |" in mm  # the center
     assert "| S2 | python 3.12.3, torch 2.12.0, triton 3.6.0 |" in page
     assert "| `test_mm[4096]::compile_s` | 11.3 | s | lower is better | 100% | 2026-11-22T09:00:00Z | S1 |" in page
     assert "3 comparisons and 1 metric in 2 families" in page

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from speedgate.baseline import BaselineError, read
+from speedgate.evidence import center_of, judged_against
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/results_pages.py"
@@ -142,17 +143,24 @@ def read_baseline(path: Path) -> dict[str, Any]:
 
 
 def case_rows(rows: Sequence[tuple[str, Mapping[str, Any]]], software: SoftwareSets) -> list[str]:
-    header = ["case", "speedup", "95% interval", "tolerance", "calibration", "rate", "% of peak", "timer",
-              "measured_at", "software"]
+    header = ["case", "speedup", "95% interval", "judged against", "tolerance", "calibration", "rate", "% of peak",
+              "timer", "measured_at", "software"]
     cells = []
     for name, e in rows:
         timer = str(e.get("timer", "-")) + (", graph" if e.get("graphed") else "")
         cells.append((
-            f"`{md(name)}`", f"{num(e['speedup'])}x", f"{num(e['ci_low'])}-{num(e['ci_high'])}",
+            f"`{md(name)}`", f"{num(e['speedup'])}x", f"{num(e['ci_low'])}-{num(e['ci_high'])}", judged(e),
             pct(e.get("tolerance")), calibration(e), rate(e), pct(e.get("peak_fraction"), 0), md(timer),
             md(str(e.get("measured_at", "-"))), software.name(e.get("software")),
         ))
-    return table(header, "lrlrrrrlll", cells)
+    return table(header, "lrlrrrrrlll", cells)
+
+
+def judged(entry: Mapping[str, Any]) -> str:
+    """What the gate judges the case against when it is not the blessed speedup: its kind's center, from N cards."""
+    baseline, words = judged_against(entry, float(entry.get("tolerance", 0.0)))
+    found = center_of(entry["calibration"]) if words else None
+    return f"{num(baseline)}x ({found[1]} cards)" if found else "-"
 
 
 def metric_rows(rows: Sequence[tuple[str, Mapping[str, Any]]], software: SoftwareSets) -> list[str]:
@@ -198,7 +206,8 @@ def baseline_page(doc: Mapping[str, Any], source: str, chart_name: str | None) -
         "",
         f"What the gate holds this hardware's cases to: every entry of `{source}`, as blessed by",
         "`--update-baselines`. A speedup is the reference's median time over the optimized side's; the 95% interval is",
-        "the bless's bootstrap interval; a later run fails when its whole interval lies below `speedup x (1 - tolerance)`.",
+        "the bless's bootstrap interval; a later run fails when its whole interval lies below `speedup x (1 - tolerance)`,",
+        "where the speedup is the one in \"judged against\" when there is one: the median of the cards that gave evidence.",
         "Calibration is `processes x runs` behind a calibrated tolerance (`--speedgate-calibrate`). Rate and % of peak",
         "are the optimized side's, against the ceilings measured in the blessing run. The studies behind these numbers,",
         "with their dates and machines, are in [the results index](../index.md).",
