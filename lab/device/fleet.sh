@@ -19,7 +19,8 @@
 # it until the deadline, and the first to find it finished reports it; its log and report stay in
 # .gpu-state/suite-gpuN), gate_suite_warm (the same, after gate_suite has finished on that GPU, with the compile
 # caches it filled, as a CI runner that keeps them starts: its log, every test's duration in it, and report in
-# .gpu-state/suite-warm-gpuN). bless_* calibrate (--speedgate-calibrate 2).
+# .gpu-state/suite-warm-gpuN), gate_suite_n2 and gate_suite_n2_warm (the same two, with `-n 2` over GPUs 0 and 1, one
+# worker each: named in GPU 0's queue alone; in .gpu-state/suite-n2 and suite-n2-warm). bless_* calibrate (--speedgate-calibrate 2).
 # DEADLINE (seconds from the start, default 560) bounds every job. Writes OUT/fleet.tgz (logs, reports, summary; and
 # OUT/fleet-gpuN.tgz after each of GPU N's jobs) and OUT/baselines/*.json (the state's files a bless changed).
 set -uo pipefail
@@ -43,29 +44,33 @@ echo "call $call, $(date -u +%FT%TZ), torch $(python3 -c 'import torch; print(to
 pack() {  # pack ARCHIVE: the logs and reports of every call so far, and the probe's reports
   tar czf "$1" -C "$state" logs $([[ -d $state/probe ]] && echo probe) $([[ -d $state/study ]] && echo study) \
     $([[ -d $state/bless-max-autotune ]] && echo bless-max-autotune) \
-    $(cd "$state" && ls -d suite-gpu* suite-warm-gpu* 2>/dev/null)
+    $(cd "$state" && ls -d suite-* 2>/dev/null)
 }
 
 summarize() {  # summarize LOG: a job's verdict lines, for summary.txt
   grep -E "^(FAILED|ERROR)|passed|failed|no entry|regressed|improved|first calls|where the time|^\|" "$1" | tail -30 | cut -c1-260
 }
 
-suite() {  # suite GPU NAME: the gate_suite or gate_suite_warm job (see above)
-  local gpu=$1 name=$2 dir="$state/suite-gpu$1" durations=40
-  if [[ $name == gate_suite_warm ]]; then
-    dir="$state/suite-warm-gpu$gpu" durations=0
-    while [[ ! -f $state/suite-gpu$gpu/rc ]] && (($(date +%s) < deadline)); do sleep 5; done  # after the cold run
-    if [[ ! -f $state/suite-gpu$gpu/rc ]]; then
-      echo "== gpu$gpu $name: not started, the cold gate_suite was still running at the deadline" >> "$work/summary.txt"
+suite() {  # suite GPU NAME: the gate_suite* jobs (see above)
+  local gpu=$1 name=$2 visible=$1 cold="$state/suite-gpu$1" durations=40 dir
+  local extra=()
+  if [[ $name == gate_suite_n2* ]]; then visible=0,1 cold="$state/suite-n2" extra=(-n 2); fi
+  dir=$cold
+  if [[ $name == *_warm ]]; then
+    dir="$cold-warm" durations=0
+    [[ $name == gate_suite_warm ]] && dir="$state/suite-warm-gpu$gpu"
+    while [[ ! -f $cold/rc ]] && (($(date +%s) < deadline)); do sleep 5; done  # after the cold run
+    if [[ ! -f $cold/rc ]]; then
+      echo "== gpu$gpu $name: not started, the cold run was still going at the deadline" >> "$work/summary.txt"
       return
     fi
   fi
   mkdir -p "$dir"
   if [[ ! -f $dir/pid ]]; then
     # shellcheck disable=SC2016  # expanded by the inner shell
-    CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 't0=$(date +%s); timeout -s INT -k 15 1700 python3 -m pytest "${@:2}" > "$1/log" 2>&1
+    CUDA_VISIBLE_DEVICES=$visible setsid bash -c 't0=$(date +%s); timeout -s INT -k 15 1700 python3 -m pytest "${@:2}" > "$1/log" 2>&1
       echo $? > "$1/rc.tmp"; echo $(($(date +%s) - t0)) > "$1/seconds"; mv "$1/rc.tmp" "$1/rc"' \
-      _ "$dir" perftests -p no:cacheprovider -q -rs --durations=$durations --baseline-dir "$state/baselines" \
+      _ "$dir" perftests "${extra[@]}" -p no:cacheprovider -q -rs --durations=$durations --baseline-dir "$state/baselines" \
       --speedgate-json "$dir/report.json" < /dev/null > /dev/null 2>&1 &
     echo $! > "$dir/pid"
     echo "== gpu$gpu $name: started in call $call at $(date -u +%T)" >> "$work/summary.txt"
@@ -74,7 +79,7 @@ suite() {  # suite GPU NAME: the gate_suite or gate_suite_warm job (see above)
   if [[ ! -f $dir/rc ]]; then
     echo "== gpu$gpu $name: still running at the deadline (pid $(cat "$dir/pid"))" >> "$work/summary.txt"
   elif [[ ! -f $dir/reported ]]; then
-    { echo "== gpu$gpu $name: exit $(cat "$dir/rc"), $(cat "$dir/seconds") s in one process"; summarize "$dir/log"; } >> "$work/summary.txt"
+    { echo "== gpu$gpu $name: exit $(cat "$dir/rc"), $(cat "$dir/seconds") s in one pytest run"; summarize "$dir/log"; } >> "$work/summary.txt"
     touch "$dir/reported"
   fi
   pack "$out/fleet-gpu$gpu.tgz"
