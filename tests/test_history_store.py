@@ -207,3 +207,16 @@ def test_import_into_a_corrupt_store_exits_2_naming_it(tmp_path: Path, capsys: p
     assert cli.main(["import", "--db", str(db), str(good)]) == 2
     assert f"speedgate history: {db}: not a usable history store" in capsys.readouterr().err
     assert db.read_bytes() == b"\x00garbage" * 100
+
+
+def test_the_store_keeps_the_blessed_speedup_not_the_center_the_gate_judged_against(tmp_path: Path) -> None:
+    # A gate judges against the kind's center once two cards gave evidence; adding evidence moves the center without
+    # a re-bless. The history's re-bless detection (History.reblessed_at) must see the blessed speedup only.
+    db = tmp_path / "h.db"
+    for run, center in enumerate((1.50, 1.52, 1.55)):
+        doc = report_doc({"t.py::test_a": 1.5}, baseline=center)
+        doc["cases"][0]["blessed"] = 1.48
+        _record(db, doc, f"c{run}")
+    older = report_doc({"t.py::test_a": 1.5}, baseline=1.49)  # a report from before the field existed
+    _record(db, older, "c3")
+    assert [p.baseline for p in read_points(db)] == [1.48, 1.48, 1.48, 1.49]

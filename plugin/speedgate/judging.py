@@ -75,7 +75,7 @@ def judge_measurement(
         note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
     result = CompareResult(
         timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
-        remeasured=first is not measurement, graphed=graphed,
+        remeasured=first is not measurement, graphed=graphed, blessed=entry["speedup"] if entry else None,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
         **roofline(measurement), **error_fields(closeness), **moved,
     )

@@ -39,7 +39,8 @@ class CompareResult:
     stopped_by: str | None = None
     reference_first_ms: float | None = None
     optimized_first_ms: float | None = None
-    baseline: float | None = None
+    baseline: float | None = None  # the speedup judged against: the blessed one, or the kind's center (evidence.judged_against)
+    blessed: float | None = None  # the entry's blessed speedup, whichever was judged against
     change: float | None = None
     remeasured: bool = False
     # Rounds dropped while the device's speed still drifted (speedgate.measure's settling), and whether it settled.
