@@ -58,8 +58,8 @@ def caught_drops(cases: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, floa
         found = evidence.center_of(calibration) if isinstance(calibration, Mapping) else None
         if found is None or "tolerance" not in entry:
             continue
-        baseline, words = evidence.judged_against(entry, entry["tolerance"])
-        if not words:
+        baseline, cards = evidence.judged_against(entry, entry["tolerance"])
+        if not cards:
             continue
         center, tolerance = found[0], entry["tolerance"]
         rows.append((case_id, 1 - entry["speedup"] * (1 - tolerance) / center, 1 - baseline * (1 - tolerance) / center))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from speedgate.baseline import BaselineError, read
-from speedgate.evidence import center_of, judged_against
+from speedgate.evidence import judged_against
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/results_pages.py"
@@ -158,9 +158,8 @@ def case_rows(rows: Sequence[tuple[str, Mapping[str, Any]]], software: SoftwareS
 
 def judged(entry: Mapping[str, Any]) -> str:
     """What the gate judges the case against when it is not the blessed speedup: its kind's center, from N cards."""
-    baseline, words = judged_against(entry, float(entry.get("tolerance", 0.0)))
-    found = center_of(entry["calibration"]) if words else None
-    return f"{num(baseline)}x ({found[1]} cards)" if found else "-"
+    baseline, cards = judged_against(entry, float(entry.get("tolerance", 0.0)))
+    return f"{num(baseline)}x ({cards} cards)" if cards else "-"
 
 
 def metric_rows(rows: Sequence[tuple[str, Mapping[str, Any]]], software: SoftwareSets) -> list[str]:

@@ -159,24 +159,25 @@ def center_of(calibration: Mapping[str, Any]) -> tuple[float, int] | None:
     return float(round_value(_median(medians))), len(medians)
 
 
-def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, str]:
-    """The speedup a gate judges an entry's case against, and words saying where it came from ("" for the blessed
-    speedup). With evidence from two cards or more, the kind's center (center_of), not the one card's bless: a bless
-    on a card at one end of the kind's spread put every other card's reading near one bound of the band, and a drop
-    on a typical card inside it (docs/results/calibration.md, "the center, not the card that blessed"). The bless stays the baseline where it
-    lies outside its tolerance of the center and no evidence is newer than it: a plain re-bless after the case's code
-    changed keeps the old evidence, and a calibrating one adds itself to it; either way the new speedup is what the
-    gate holds the case to. Evidence newer than such a bless outvotes it (cards that all read one speed since)."""
+def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, int]:
+    """The speedup a gate judges an entry's case against, and how many cards' evidence it is the center of (0: the
+    blessed speedup). With evidence from two cards or more, the kind's center (center_of), not the one card's bless:
+    a bless on a card at one end of the kind's spread put every other card's reading near one bound of the band, and
+    a drop on a typical card inside it (docs/results/calibration.md, "the center, not the card that blessed"). The
+    bless stays the baseline where it lies outside its tolerance of the center and no evidence is newer than it: a
+    plain re-bless after the case's code changed keeps the old evidence, and a calibrating one adds itself to it;
+    either way the new speedup is what the gate holds the case to. Evidence newer than such a bless outvotes it
+    (cards that all read one speed since)."""
     blessed = float(entry["speedup"])
     calibration = entry.get("calibration")
     if not isinstance(calibration, Mapping) or (found := center_of(calibration)) is None:
-        return blessed, ""
+        return blessed, 0
     center, count = found
     if abs(blessed / center - 1.0) > tolerance:
         newest = max((str(c.get("measured_at", "")) for c in cards(calibration).values()), default="")
         if str(entry.get("measured_at", "")) >= newest:
-            return blessed, ""
-    return center, f"the median of {count} cards' evidence (blessed {blessed:.3f}x on one)"
+            return blessed, 0
+    return center, count
 
 
 def card_count(calibration: Mapping[str, Any]) -> int:

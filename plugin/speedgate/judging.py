@@ -38,7 +38,8 @@ def judge_measurement(
     """The judged result of a measurement, re-measured once (again()) before a regression stands when remeasure;
     returns (result, first measurement, the measurement judged)."""
     tolerance = fields["tolerance"]
-    baseline, centered = judged_against(entry, tolerance) if entry else (None, "")
+    blessed = entry["speedup"] if entry else None
+    baseline, centered = judged_against(entry, tolerance) if entry else (None, 0)
     judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     first = measurement
     if judgement.verdict == Verdict.REGRESSED and remeasure:
@@ -47,7 +48,7 @@ def judge_measurement(
         judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     note = judgement.note
     if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
-        note += f" (the baseline is {centered})"
+        note += f" (the baseline is the median of {centered} cards' evidence (blessed {blessed:.3f}x on one))"
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     if first is not measurement:
@@ -75,7 +76,7 @@ def judge_measurement(
         note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
     result = CompareResult(
         timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
-        remeasured=first is not measurement, graphed=graphed, blessed=entry["speedup"] if entry else None,
+        remeasured=first is not measurement, graphed=graphed, blessed=blessed,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
         **roofline(measurement), **error_fields(closeness), **moved,
     )
