@@ -34,13 +34,13 @@ def leave_one_card_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
         calibration = entry.get("calibration")
         if not isinstance(calibration, Mapping):
             continue
-        by_card = {name: c for name, c in evidence.cards(calibration).items() if name != evidence.UNRECORDED}
+        every = evidence.cards(calibration)
+        by_card = {name: c for name, c in every.items() if name != evidence.UNRECORDED}
         if len(by_card) < 3:
             continue
         entries += 1
         for card, kept in by_card.items():
-            others = evidence.summarize({**calibration, "machines": {n: c for n, c in evidence.cards(calibration).items()
-                                                                     if n != card}})
+            others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
             tolerance = evidence.tolerance_of(others)
             center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
             for speedup in kept.get("speedups", []):
@@ -54,15 +54,12 @@ def caught_drops(cases: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, floa
     """(case, drop below the center caught before, caught now) for every entry whose baseline is now its center."""
     rows = []
     for case_id, entry in cases.items():
-        calibration = entry.get("calibration")
-        found = evidence.center_of(calibration) if isinstance(calibration, Mapping) else None
-        if found is None or "tolerance" not in entry:
+        if "tolerance" not in entry:
             continue
-        baseline, cards = evidence.judged_against(entry, entry["tolerance"])
-        if not cards:
-            continue
-        center, tolerance = found[0], entry["tolerance"]
-        rows.append((case_id, 1 - entry["speedup"] * (1 - tolerance) / center, 1 - baseline * (1 - tolerance) / center))
+        tolerance = entry["tolerance"]
+        center, cards = evidence.judged_against(entry, tolerance)  # the center wherever cards > 0
+        if cards:
+            rows.append((case_id, 1 - entry["speedup"] * (1 - tolerance) / center, tolerance))
     return rows
 
 
