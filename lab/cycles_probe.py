@@ -1,0 +1,204 @@
+"""Do SM cycles see through the power cap? Each heavy pair of the suite timed in milliseconds and in SM cycles (GPU)
+
+Usage: python -m lab.cycles_probe OUT [--size 8192] [--batches 8] [--pairs fp8_tiled,fp8_persistent,bf16_tiled,gluon]
+
+The 8192^3 matmuls' speedups move 10-30% between cards of one kind (docs/results/calibration.md): at the power cap
+each card settles at its own SM clock, and the two sides of a pair lose different shares there. This probe times
+each pair as the gate does (speedgate's CUDA timer: a hold, AB/BA rounds, L2 flush) with a stamp kernel on the timed
+stream right before and right after every call, inside the events. A stamp is one program per SM writing its SM id,
+%clock64 and %globaltimer; matched by SM id, after minus before is the call's length in that SM's cycles (SM clocks
+need not agree with each other, only each with itself). So every round gives each side a time in ms, in cycles,
+and their ratio, the SM clock the call ran at.
+
+Conditions (what comes before each batch): `suite` (about 50 ms of work, the host's few ms between: the gate's own
+rhythm, at the cap), `cooled` (each batch after 300 ms idle: mostly the full clock). For each pair and condition it
+prints the speedup of the medians in ms and in cycles, and each side's median clock. If the cycle speedup stays put
+where the ms one moves (between conditions here, between cards in the fleet), cycles remove the cap from the ratio.
+OUT/cycles_probe.json keeps every round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3)}  # work per batch (ms), host idle before it (s)
+
+
+def stamp_kernel() -> Any:
+    """The Triton stamp kernel (made on first use: importing this module needs no GPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _stamp(out_ptr):
+        pid = tl.program_id(0)
+        zero = tl.zeros([1], tl.int32)
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [zero], dtype=tl.int32, is_pure=False, pack=1)
+        clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [zero], dtype=tl.int64, is_pure=False, pack=1)
+        ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [zero], dtype=tl.int64, is_pure=False, pack=1)
+        offs = tl.arange(0, 1)
+        tl.store(out_ptr + pid * 3 + offs, sm.to(tl.int64))
+        tl.store(out_ptr + pid * 3 + 1 + offs, clk)
+        tl.store(out_ptr + pid * 3 + 2 + offs, ns)
+
+    return _stamp
+
+
+class Stamps:
+    """Stamp buffers for `calls` calls (before and after each), and the cycles and clock each call ran."""
+
+    def __init__(self, torch: Any, calls: int) -> None:
+        self.torch = torch
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.buf = torch.zeros((calls, 2, self.sms, 3), dtype=torch.int64, device="cuda")
+        self.kernel = stamp_kernel()
+
+    def wrap(self, fn: Callable[[], Any], index: int) -> Callable[[], Any]:
+        before, after = self.buf[index, 0], self.buf[index, 1]
+        kernel, grid = self.kernel, (self.sms,)
+
+        def stamped() -> Any:
+            kernel[grid](before, num_warps=1)
+            out = fn()
+            kernel[grid](after, num_warps=1)
+            return out
+
+        return stamped
+
+    def read(self, count: int) -> list[tuple[float, float]]:
+        """(cycles, MHz) of each of the first `count` calls: the median over SMs seen in both stamps."""
+        data = self.buf[:count].cpu().tolist()
+        out = []
+        for before, after in data:
+            b = {int(s): (c, n) for s, c, n in before}
+            a = {int(s): (c, n) for s, c, n in after}
+            common = sorted(set(a) & set(b))
+            cycles = statistics.median(a[s][0] - b[s][0] for s in common)
+            ns = statistics.median(a[s][1] - b[s][1] for s in common)
+            out.append((float(cycles), cycles / ns * 1e3 if ns > 0 else float("nan")))
+        return out
+
+
+def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """The heavy pairs (reference, optimized, hold) at size^3; hold() holds the pair's autotuned Triton kernel to the
+    config its case was blessed with (call it before the pair's first call)."""
+    import torch.nn.functional as F
+
+    from perftests.kernels import matmul as mm
+    from perftests.kernels.common import hold
+    from perftests.support.matmul import fp8_operands, operands, scaled_mm
+
+    root = Path(__file__).resolve().parents[1]
+    cases = json.loads((root / "baselines" / f"{hardware_key}.json").read_text())["cases"]
+
+    def blessed(case: str) -> dict[str, Any] | None:
+        entry = cases.get(f"perftests/test_triton_matmul.py::{case}")
+        return None if entry is None else entry.get("config")
+
+    x8, w8, sx, sw = fp8_operands("cuda", size, size, size, 0)
+    xb, wb = operands("cuda", torch.bfloat16, size, size, size)
+    tiled, tiled_tuner = mm.launcher("tiled")
+    persistent, persistent_tuner = mm.launcher("tma_persistent")
+    restores: list[Callable[[], None]] = []
+
+    def holding(tuner: Any, case: str) -> Callable[[], None]:
+        def apply() -> None:
+            while restores:
+                restores.pop()()
+            restores.append(hold(tuner, blessed(case)))
+        return apply
+
+    found = {
+        "fp8_tiled": (lambda: scaled_mm(x8, w8, sx, sw), lambda: tiled(x8, w8, scale_x=sx, scale_w=sw),
+                      holding(tiled_tuner, f"test_fp8_matmul[tiled-{size}]::vs_scaled_mm")),
+        "fp8_persistent": (lambda: scaled_mm(x8, w8, sx, sw), lambda: persistent(x8, w8, scale_x=sx, scale_w=sw),
+                           holding(persistent_tuner, f"test_fp8_matmul[tma_persistent-{size}]::vs_scaled_mm")),
+        "bf16_tiled": (lambda: F.linear(xb, wb), lambda: tiled(xb, wb),
+                       holding(tiled_tuner, f"test_matmul[tiled-{size}-bfloat16]::vs_cublas")),
+    }
+    try:
+        from perftests.kernels import matmul_gluon
+
+        found["gluon"] = (lambda: persistent(x8, w8, scale_x=sx, scale_w=sw), lambda: matmul_gluon.fp8_matmul(x8, w8, sx, sw),
+                          holding(persistent_tuner, f"test_fp8_matmul[tma_persistent-{size}]::vs_scaled_mm"))
+    except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
+        print(f"gluon pair left out: {exc!r}")
+    return found
+
+
+def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], Any], batches: int) -> dict[str, Any]:
+    from speedgate.timers.cuda import CudaTimer
+
+    timer = CudaTimer(torch)
+    for fn in (reference, optimized):
+        timer.first_call(fn)
+    timer.time_each([reference, optimized] * 10)
+    pair_ms = statistics.median(timer.time_each([reference, optimized] * 4)) * 2
+    result: dict[str, Any] = {}
+    for name, (work_ms, idle_s) in CONDITIONS.items():
+        count = max(2, int(work_ms / pair_ms))
+        stamps = Stamps(torch, 2 * count)
+        rows: dict[str, list[list[float]]] = {"ref_ms": [], "opt_ms": [], "ref_cycles": [], "opt_cycles": [],
+                                              "ref_mhz": [], "opt_mhz": []}
+        # warm-up at the condition, as the gate's sustained warm-up does
+        timer.time_each([reference, optimized] * count)
+        for _ in range(batches):
+            torch.cuda.synchronize()
+            time.sleep(idle_s)
+            order = []
+            for i in range(count):
+                first, second = (reference, optimized) if i % 2 == 0 else (optimized, reference)
+                order += [stamps.wrap(first, 2 * i), stamps.wrap(second, 2 * i + 1)]
+            times = timer.time_each(order)
+            read = stamps.read(2 * count)
+            for i in range(count):
+                ri, oi = (2 * i, 2 * i + 1) if i % 2 == 0 else (2 * i + 1, 2 * i)
+                rows["ref_ms"].append(times[ri])
+                rows["opt_ms"].append(times[oi])
+                rows["ref_cycles"].append(read[ri][0])
+                rows["opt_cycles"].append(read[oi][0])
+                rows["ref_mhz"].append(read[ri][1])
+                rows["opt_mhz"].append(read[oi][1])
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        result[name] = {"rounds": len(rows["ref_ms"]), "speedup_ms": med["ref_ms"] / med["opt_ms"],
+                        "speedup_cycles": med["ref_cycles"] / med["opt_cycles"], "medians": med, "rows": rows}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--pairs", default="fp8_tiled,fp8_persistent,bf16_tiled,gluon")
+    args = parser.parse_args()
+    import torch
+
+    from speedgate.hardware import detect
+
+    fp = detect(None)
+    args.out.mkdir(parents=True, exist_ok=True)
+    found = pairs(torch, args.size, fp.key)
+    results: dict[str, Any] = {"card": fp.card, "hardware_key": fp.key, "size": args.size, "pairs": {}}
+    for name in args.pairs.split(","):
+        if name not in found:
+            continue
+        reference, optimized, hold_blessed = found[name]
+        hold_blessed()
+        results["pairs"][name] = res = measure(torch, reference, optimized, args.batches)
+        for cond, r in res.items():
+            m = r["medians"]
+            print(f"{fp.card} {name:15} {cond:7} rounds {r['rounds']:4}  ms {r['speedup_ms']:.4f}x  cycles "
+                  f"{r['speedup_cycles']:.4f}x  ref {m['ref_ms']:.4f} ms {m['ref_mhz']:.0f} MHz  opt {m['opt_ms']:.4f} ms "
+                  f"{m['opt_mhz']:.0f} MHz", flush=True)
+    (args.out / "cycles_probe.json").write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
