@@ -14,6 +14,7 @@ from typing import Any
 from .options import DEFAULT_BUDGET_S, DEFAULT_TARGET_NOISE
 from .stats import RatioEstimate, bootstrap_ratio, robust_cv
 from .timers import Fn, Timer, as_timer
+from .timers.cycles import SmCycles
 
 # The stopping checks' statistics may take at most this share of the timed work (the samples' sum, which is the
 # device's busy time on the GPU): when they have used more, the next check is skipped and timing goes on. A
@@ -32,6 +33,9 @@ SETTLE_MAX_S = 1.0
 # A pair of calls this long or longer is warmed up sustained on a device a sustained load slows (warm_up).
 SUSTAINED_PAIR_MS = 1.0
 SUSTAINED_WORK_S = 0.15
+# A heavy compute-bound pair is counted in SM cycles when its optimized side reaches this share of the matmul
+# ceiling in warm-up: tensor-core-bound, its time scales with the SM clock (timers.cycles; docs/results/cycles.md).
+CYCLES_MIN_PEAK = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,15 @@ class Measurement:
     # Rounds dropped while the device's speed drifted (run_rounds' settling), and whether it had settled.
     dropped_rounds: int = 0
     settled: bool = True
+    # Rounds counted in SM cycles (timers.cycles): the samples are ms at the full clock; these are the events' own
+    # medians (reference, optimized), what the audits hold against the roofline, and each side's median SM clock.
+    event_ms: tuple[float, float] | None = None
+    clock_mhz: tuple[float | None, float | None] | None = None
+
+    @property
+    def real_optimized_ms(self) -> float:
+        """The optimized side's median as its events timed it (the samples' median unless counted in cycles)."""
+        return self.event_ms[1] if self.event_ms else self.optimized_ms
 
     @property
     def speedup(self) -> float:
@@ -306,6 +319,7 @@ def time_pair(
     guard: Callable[[], Any] | None = None,
     between: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    compute_floor_ms: float | None = None,
 ) -> Timed:
     """Warm both sides up, then time them in interleaved rounds until the interval is narrow or time runs out.
 
@@ -313,10 +327,13 @@ def time_pair(
     (Timer.for_sides: a CUDA timer may start every call from an idle device). prepare, when given, turns each side
     into what the rounds time (a CUDA graph replay) after warm-up; guard() is a context manager around the rounds
     (the gate's check that nothing recompiled); between(batch) runs after each batch of rounds, outside the timed
-    intervals (the gate's checkpoints).
+    intervals (the gate's checkpoints). compute_floor_ms: the roofline floor of work the case declared compute-bound;
+    a pair it makes tensor-core-bound (counts_cycles) is counted in SM cycles where the timer can (Timer.in_cycles).
     """
     rounds_timer = as_timer(timer).for_sides(reference, optimized, latency=latency)
     warm = warm_up(rounds_timer, [reference, optimized], policy, clock)
+    counter = rounds_timer.in_cycles() if counts_cycles(warm, compute_floor_ms) else None
+    rounds_timer = counter or rounds_timer
     if prepare is not None:
         reference, optimized = prepare(reference), prepare(optimized)
         warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
@@ -328,7 +345,23 @@ def time_pair(
         seconds=rounds.seconds, stopped_by=rounds.stopped_by, timer=rounds_timer.name, confidence=policy.confidence,
         stats_seconds=rounds.stats_seconds, dropped_rounds=rounds.dropped, settled=rounds.settled,
     )
+    if isinstance(counter, SmCycles):
+        (ref_ms, ref_mhz), (opt_ms, opt_mhz) = counter.side(reference), counter.side(optimized)
+        if ref_ms and opt_ms:
+            measurement = dataclasses.replace(measurement, event_ms=(ref_ms, opt_ms), clock_mhz=(ref_mhz, opt_mhz))
     return Timed(measurement, reference, optimized)
+
+
+def counts_cycles(warm: list[float], compute_floor_ms: float | None) -> bool:
+    """Whether a pair is timed in SM cycles (timers.cycles): its declared work is compute-bound (a floor given), it
+    takes SUSTAINED_PAIR_MS or more (a power-capped GPU runs it at its capped clock: warm_up), and in its warm-up
+    calls (reference and optimized alternating) the optimized side reached CYCLES_MIN_PEAK of the matmul ceiling,
+    so that its time is the tensor cores' and scales with the SM clock. A whole model's side, whose memory-bound
+    kernels do not scale with it, stays in milliseconds."""
+    if not compute_floor_ms or len(warm) < 2:
+        return False
+    optimized = median(warm[1::2])
+    return median(warm[0::2]) + optimized >= SUSTAINED_PAIR_MS and compute_floor_ms / optimized >= CYCLES_MIN_PEAK
 
 
 def measure_pair(

@@ -54,9 +54,15 @@ class Timer:
         """fn captured into a CUDA graph; its replay (only where can_graph)."""
         raise NotImplementedError(f"the {self.name} timer captures no CUDA graphs")
 
-    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, float]:
-        """Calls of fn timed as the rounds time them, under the profiler (only where can_profile)."""
+    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, Any]:
+        """Calls of fn timed as the rounds time them, under the profiler (only where can_profile): events_ms,
+        busy_ms, all_streams_ms, and the kernels the calls launched (speedgate.codegen's facts)."""
         raise NotImplementedError(f"the {self.name} timer has no profiler")
+
+    def in_cycles(self) -> Timer | None:
+        """This clock's rounds counted in the device's cycles (speedgate.timers.cycles), or None where it cannot
+        count them (every clock but the held CUDA one)."""
+        return None
 
 
 class _Wrapped(Timer):

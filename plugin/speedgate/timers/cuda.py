@@ -47,6 +47,39 @@ def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, An
             for e in prof.events() if e.device_type == device_type]
 
 
+def traced_kernels(prof: Any) -> list[dict[str, Any]]:
+    """The kernels of a finished torch.profiler trace of profiled calls, as speedgate.codegen's facts (name, grid,
+    block, registers, shared memory), the flush stream's left out (its first activity: the hold's spin kernel).
+
+    The launch facts are in the trace's own file (the profiler's chrome trace), where this torch's raw events leave
+    their metadata empty (torch 2.11): exported once per side, a few kilobytes. [] when the trace cannot be read."""
+    import json
+    import os
+    import tempfile
+
+    from ..codegen import trace_kernels
+
+    try:
+        fd, path = tempfile.mkstemp(suffix=".json", prefix="speedgate-trace-")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+        finally:
+            os.unlink(path)
+    except Exception:  # a torch whose trace cannot be exported: no codegen facts for this side
+        return []
+    events = sorted((e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+                     and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")), key=lambda e: e.get("ts", 0))
+    if not events:
+        return []
+    flush_stream = (events[0].get("args") or {}).get("stream")
+    kernels = [(str(e.get("name")), (e.get("args") or {}).get("stream"), json.dumps(e.get("args") or {}))
+               for e in events if e.get("cat") == "kernel"]
+    return trace_kernels(kernels, skip_stream=flush_stream)
+
+
 class CudaTimer(Timer):
     """CUDA events around each call on the current stream, with the L2 cache flushed before every call.
 
@@ -216,6 +249,11 @@ class CudaTimer(Timer):
                                        "launches more than the launch queue holds")
         return self
 
+    def in_cycles(self) -> Timer | None:
+        from .cycles import counting_cycles
+
+        return counting_cycles(self, self._torch)
+
     def graphed(self, fn: Fn) -> Fn:
         """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
 
@@ -252,7 +290,7 @@ class CudaTimer(Timer):
             hold = min(PROFILE_HOLD_CAP_MS, 2 * self.last_queued_ms)
         return times, entered
 
-    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, float]:
+    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, Any]:
         """`calls` calls of fn timed exactly as the rounds time them (flush, events, call), under torch.profiler.
 
         Returns the events' median over these calls (`events_ms`); the device's busy time per call on every stream
@@ -275,7 +313,7 @@ class CudaTimer(Timer):
             times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]))
         events = statistics.median(times)
         traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
-        return {"events_ms": events, **profiled_busy(traced, calls)}
+        return {"events_ms": events, **profiled_busy(traced, calls), "kernels": traced_kernels(prof)}
 
     def describe(self) -> str:
         return (

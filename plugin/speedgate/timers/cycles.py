@@ -1,0 +1,160 @@
+"""SM cycles around each timed call: the clock for heavy compute-bound pairs, which a card's frequency under its
+power cap does not move.
+
+At the power cap each card settles at its own SM clock, and each kernel of a pair runs at a clock of its own (the
+one that draws more power, lower): an fp8 matmul's speedup over `_scaled_mm` read 0.652x capped and 0.734x after
+idle on one H200 in milliseconds, 0.627x and 0.626x in cycles (docs/results/cycles.md). So a comparison whose
+declared work is compute-bound and whose pair takes a millisecond or more is timed in cycles: a stamp kernel on the
+timed stream right before and right after each call (inside the CUDA events, which still time the call) writes,
+from one program per SM, the SM's id and its %clock64; matched by SM, after minus before is the call's length in
+that SM's cycles (SM clocks need not agree with each other, only each with itself), the median over SMs its cycles.
+Each sample is those cycles at the card's full SM clock, in milliseconds ("ms at full clock"), so the loop, the
+budget and the reports read milliseconds as before; the events' own times and the clock each side ran at are kept
+for the audits and the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from statistics import median
+from typing import Any
+
+from .base import PROFILED_CALLS, Fn, Timer
+
+CYCLES_TIMER = "cuda-sm-cycles-held"
+SM_SLOTS = 1024  # %smid is below %nsmid, which is at most this on every NVIDIA GPU so far
+
+
+def _stamp_kernel() -> Any:
+    """The stamp kernel, made on first use (Triton is imported only here)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _speedgate_stamp(out_ptr):
+        pid = tl.program_id(0)
+        zero = tl.zeros([1], tl.int32)
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [zero], dtype=tl.int32, is_pure=False, pack=1)
+        clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [zero], dtype=tl.int64, is_pure=False, pack=1)
+        ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [zero], dtype=tl.int64, is_pure=False,
+                                       pack=1)
+        offs = tl.arange(0, 1)
+        tl.store(out_ptr + pid * 3 + offs, sm.to(tl.int64))
+        tl.store(out_ptr + pid * 3 + 1 + offs, clk)
+        tl.store(out_ptr + pid * 3 + 2 + offs, ns)
+
+    return _speedgate_stamp
+
+
+def cycles_of(stamps: Any, torch: Any) -> tuple[list[float], list[float]]:
+    """(cycles, MHz) of each call from its two stamps: stamps is (calls, 2, programs, 3) int64, each row (SM id,
+    %clock64, %globaltimer ns); per call the median over the SMs that ran a program of both stamps."""
+    calls = stamps.shape[0]
+    sm = stamps[..., 0].clamp(0, SM_SLOTS - 1)
+    slots = torch.full((calls, 2, SM_SLOTS, 2), float("nan"), dtype=torch.float64, device=stamps.device)
+    values = stamps[..., 1:].to(torch.float64)
+    slots.scatter_(2, sm.unsqueeze(-1).expand(-1, -1, -1, 2), values)
+    delta = slots[:, 1] - slots[:, 0]  # (calls, SM_SLOTS, 2): cycles and ns, NaN where an SM ran one stamp or none
+    cycles = delta[..., 0].nanmedian(dim=1).values
+    ns = delta[..., 1].nanmedian(dim=1).values
+    mhz = cycles / ns * 1e3
+    return [float(c) for c in cycles.cpu().tolist()], [float(f) for f in mhz.cpu().tolist()]
+
+
+class SmCycles(Timer):
+    """A CUDA timer's rounds counted in SM cycles (see the module): each sample is the call's cycles at the card's
+    full SM clock, in ms; the CUDA timer still flushes the L2, holds the device and times the events."""
+
+    name = CYCLES_TIMER
+    can_graph = True
+    can_profile = True
+    sustains = True
+
+    def __init__(self, timer: Any, full_clock_mhz: float) -> None:
+        import torch
+
+        self._timer = timer
+        self._torch = torch
+        self.full_clock_mhz = float(full_clock_mhz)
+        self._programs = int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+        self._kernel = _stamp_kernel()
+        self._buf = torch.zeros((0, 2, self._programs, 3), dtype=torch.int64, device="cuda")
+        # id(fn) -> each timed call's events ms and the SM clock it ran at (MHz): the audits' and the report's.
+        self.events: dict[int, list[float]] = {}
+        self.clocks: dict[int, list[float]] = {}
+        self.properties = getattr(timer, "properties", {})
+
+    def _stamped(self, fn: Fn, index: int) -> Fn:
+        before, after = self._buf[index, 0], self._buf[index, 1]
+        kernel, grid = self._kernel, (self._programs,)
+
+        def stamped() -> Any:
+            kernel[grid](before, num_warps=1)
+            out = fn()
+            kernel[grid](after, num_warps=1)
+            return out
+
+        return stamped
+
+    def first_call(self, fn: Fn) -> tuple[float, Any]:
+        result: tuple[float, Any] = self._timer.first_call(fn)
+        return result
+
+    def time_each(self, fns: Sequence[Fn]) -> list[float]:
+        torch = self._torch
+        if self._buf.shape[0] < len(fns):
+            self._buf = torch.zeros((len(fns), 2, self._programs, 3), dtype=torch.int64, device="cuda")
+        times = self._timer.time_each([self._stamped(fn, i) for i, fn in enumerate(fns)])
+        cycles, mhz = cycles_of(self._buf[:len(fns)], torch)
+        for fn, event_ms, f in zip(fns, times, mhz):
+            self.events.setdefault(id(fn), []).append(event_ms)
+            self.clocks.setdefault(id(fn), []).append(f)
+        return [c / (self.full_clock_mhz * 1e3) for c in cycles]
+
+    def side(self, fn: Fn) -> tuple[float | None, float | None]:
+        """(events' median ms, median SM clock in MHz) of fn's timed calls so far."""
+        events, clocks = self.events.get(id(fn)), [f for f in self.clocks.get(id(fn), []) if f == f]
+        return (median(events) if events else None, median(clocks) if clocks else None)
+
+    def graphed(self, fn: Fn) -> Fn:
+        graphed: Fn = self._timer.graphed(fn)
+        return graphed
+
+    def profile_calls(self, fn: Fn, calls: int = PROFILED_CALLS) -> dict[str, Any]:
+        profiled: dict[str, Any] = self._timer.profile_calls(fn, calls)
+        return profiled
+
+    def describe(self) -> str:
+        return (f"{self._timer.describe()}; counted in SM cycles between stamps around each call, as ms at the full "
+                f"SM clock of {self.full_clock_mhz:.0f} MHz")
+
+
+def full_clock_mhz(torch: Any) -> float | None:
+    """The current GPU's full (maximum) SM clock in MHz, from NVML (None where NVML cannot tell)."""
+    try:
+        import pynvml
+
+        from ..hardware import _nvml_handle, visible_gpu_tokens
+
+        pynvml.nvmlInit()
+        tokens = visible_gpu_tokens()
+        index = torch.cuda.current_device()
+        handle = _nvml_handle(pynvml, tokens[index] if index < len(tokens) else str(index))
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # no NVML, an odd CUDA_VISIBLE_DEVICES: the timer stays in milliseconds
+        return None
+
+
+def counting_cycles(timer: Any, torch: Any, make: Callable[[Any, float], Timer] = SmCycles) -> Timer | None:
+    """An SmCycles around a held CUDA timer (CudaTimer.in_cycles), or None where cycles cannot be counted (no
+    Triton, no NVML)."""
+    mhz = full_clock_mhz(torch)
+    if not mhz:
+        return None
+    try:
+        return make(timer, mhz)
+    except ImportError:
+        return None
+
+
+__all__ = ["CYCLES_TIMER", "SmCycles", "counting_cycles", "cycles_of", "full_clock_mhz"]
