@@ -31,7 +31,8 @@ from .results import CompareResult, MetricResult
 ENTRY_FIELDS = (
     "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "reference_cv", "optimized_cv",
     "rounds", "timer", "reference_first_ms", "optimized_first_ms", "flops", "bytes", "tolerance",
-    "flops_dtype", "peak_fraction", "config", "graphed",
+    "flops_dtype", "peak_fraction", "config", "graphed", "codegen", "reference_event_ms", "optimized_event_ms",
+    "reference_mhz", "optimized_mhz",
 )
 METRIC_FIELDS = ("value", "tolerance", "direction", "unit")
 

@@ -106,7 +106,7 @@ class Evidence:
     optimized_ms: float
     # The profiled calls of each side (timers.CudaTimer.profile_calls): the events' median, the device's busy time
     # per call between flushes, and all the work's busy time over the calls.
-    profiled: Mapping[str, Mapping[str, float]] | None = None
+    profiled: Mapping[str, Mapping[str, Any]] | None = None
     # The roofline floor of the optimized side's declared work on this run's measured ceilings.
     floor_ms: float | None = None
     bound: str | None = None

@@ -7,15 +7,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import codegen
 from .advice import next_step, rebless_hint
-from .attribution import which_side_moved
+from .attribution import MOVED, which_side_moved
 from .closeness import Closeness
 from .evidence import judged_against
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
-from .verdict import Judgement, Verdict, judge, judge_metric
+from .timers.cycles import CYCLES_TIMER
+from .verdict import Judgement, Verdict, fmt_ci, judge, judge_metric, straddles
 
+# Measurements of one comparison before its verdict stands when the first did not pass clearly: the first and up to
+# two more (see final_judgement).
+MEASUREMENTS_TO_DECIDE = 3
 # A case is reported as measured on an unstable GPU when thermal policy held its clocks down for more than this
 # fraction of its comparison (NVML violation counters, read before and after).
 THROTTLE_NOTE_FRACTION = 0.05
@@ -35,31 +40,56 @@ def judge_measurement(
     closeness: list[Closeness],
     software: Mapping[str, Any] | None = None,
 ) -> tuple[CompareResult, Measurement, Measurement]:
-    """The judged result of a measurement, re-measured once (again()) before a regression stands when remeasure;
-    returns (result, first measurement, the measurement judged)."""
+    """The judged result of a measurement; when remeasure and the first did not pass clearly, measured again
+    (again()) up to MEASUREMENTS_TO_DECIDE times in all (final_judgement); returns (result, first measurement, the
+    measurement judged)."""
     tolerance = fields["tolerance"]
     blessed = entry["speedup"] if entry else None
     baseline, centered = judged_against(entry, tolerance) if entry else (None, 0)
-    judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
+    blessed_timer = entry.get("timer") if entry else None
+    unit_changed = blessed_timer is not None and clock_unit(blessed_timer) != clock_unit(measurement.timer)
+    if unit_changed:
+        baseline = None  # a speedup in SM cycles and one in milliseconds are not the same number
     first = measurement
-    if judgement.verdict == Verdict.REGRESSED and remeasure:
-        # Re-measure once before failing: a transient (another process, a clock dip) must not fail CI.
-        measurement = again()
-        judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
+    judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
+    taken = [(measurement, judgement)]
+    if remeasure and undecided(judgement, measurement):
+        # Not yet a clear pass: measure again, up to MEASUREMENTS_TO_DECIDE in all, before calling it. A transient
+        # (another process, a clock dip) must not fail CI, and a noisy re-measurement must not clear a regression.
+        while len(taken) < MEASUREMENTS_TO_DECIDE and not decided(taken):
+            measurement = again()
+            taken.append((measurement, judge(measurement.estimate, baseline, tolerance, file_found=file_found)))
+        judgement = final_judgement(taken)
     note = judgement.note
-    if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+    if unit_changed:
+        note = (f"blessed in {clock_unit(blessed_timer)} ({blessed_timer}), timed in {clock_unit(measurement.timer)} "
+                f"({measurement.timer}): re-bless this case")
+    if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
         note += f" (the baseline is the median of {centered} cards' evidence (blessed {blessed:.3f}x on one))"
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
-    if first is not measurement:
-        note = f"{note} (first measurement {first.speedup:.3f}x regressed; re-measured)".strip()
+    if len(taken) > 1:
+        said = ", ".join(f"{m.speedup:.3f}x {_state(j, m)}" for m, j in taken)
+        note = f"{note} (measured {len(taken)} times: {said})".strip()
     moved: dict[str, Any] = {}
-    if entry and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+    verdict = judgement.verdict
+    if entry and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
         words, moved["reference_change"], moved["optimized_change"] = which_side_moved(
             measurement.reference_ms, measurement.optimized_ms, entry, software)
         note = f"{note}; {words}"
-    blessed_timer = entry.get("timer") if entry else None
-    if blessed_timer and blessed_timer != measurement.timer and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+    measured_kernels = fields.get("codegen")
+    blessed_kernels = entry.get("codegen") if entry else None
+    kernel_changes = codegen.changes(blessed_kernels, measured_kernels)
+    if kernel_changes:
+        note = f"{note}; codegen changed since the bless: {'; '.join(kernel_changes)}".lstrip("; ")
+        repicked = [side for side in codegen.replaced_sides(blessed_kernels, measured_kernels)
+                    if abs(moved.get(f"{side}_change") or 0.0) > MOVED]
+        if repicked and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
+            verdict = Verdict.PICK_CHANGED
+            note = (f"the {' and '.join(repicked)} side launched other kernels than blessed, and moved: another "
+                    f"pick (an autotuner's, a compiler's, a library's), not the blessed kernel slower or faster; "
+                    f"hold the pick or re-bless ({judgement.verdict.value} as measured). {note}")
+    if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
     if entry and entry.get("config") is not None and config is not None and entry["config"] != config:
@@ -75,12 +105,52 @@ def judge_measurement(
                 else "in a calibrating run after the judged one")
         note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
     result = CompareResult(
-        timed=True, verdict=judgement.verdict, note=note, **fields, **measured_fields(measurement, judgement),
+        timed=True, verdict=verdict, note=note, **fields, **measured_fields(measurement, judgement),
+        codegen_changes=kernel_changes or None,
         remeasured=first is not measurement, graphed=graphed, blessed=blessed,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
         **roofline(measurement), **error_fields(closeness), **moved,
     )
     return result, first, measurement
+
+
+def clock_unit(timer: Any) -> str:
+    """What a timer's samples count: 'SM cycles' (timers.cycles) or 'milliseconds' (every other timer)."""
+    return "SM cycles" if timer == CYCLES_TIMER else "milliseconds"
+
+
+def undecided(judgement: Judgement, measurement: Measurement) -> bool:
+    """Whether a measurement leaves the verdict open: its interval wholly under the floor (a regression to confirm),
+    or its point estimate under the floor with the interval reaching over it."""
+    return judgement.verdict == Verdict.REGRESSED or straddles(judgement, measurement.estimate)
+
+
+def decided(taken: list[tuple[Measurement, Judgement]]) -> bool:
+    """A clear pass (the last measurement no longer undecided), or a regression seen twice."""
+    last_m, last_j = taken[-1]
+    return not undecided(last_j, last_m) or sum(j.verdict == Verdict.REGRESSED for _, j in taken) >= 2
+
+
+def final_judgement(taken: list[tuple[Measurement, Judgement]]) -> Judgement:
+    """The verdict of up to MEASUREMENTS_TO_DECIDE measurements of one comparison: the last one's when it is a clear
+    pass (or improvement); regressed when two of them lay wholly under the floor; else inconclusive."""
+    last_m, last_j = taken[-1]
+    if not undecided(last_j, last_m):
+        return last_j
+    regressed = [j for _, j in taken if j.verdict == Verdict.REGRESSED]
+    if len(regressed) >= 2:
+        return last_j if last_j.verdict == Verdict.REGRESSED else regressed[-1]
+    floor = last_j.floor if last_j.floor is not None else 0.0
+    note = (f"inconclusive: {len(taken)} measurements neither cleared the floor {floor:.3f}x nor lay wholly under it "
+            f"twice (last {fmt_ci(last_m.estimate)}); the gate cannot tell a regression from this run's noise: "
+            "re-run on a quiet machine")
+    return Judgement(Verdict.INCONCLUSIVE, last_j.baseline, last_j.floor, last_j.change, note)
+
+
+def _state(judgement: Judgement, measurement: Measurement) -> str:
+    if judgement.verdict == Verdict.REGRESSED:
+        return "under the floor"
+    return "straddling the floor" if straddles(judgement, measurement.estimate) else judgement.verdict.value
 
 
 def untimed(fields: Mapping[str, Any], reason: str, closeness: list[Closeness] | None = None, *,
@@ -124,6 +194,8 @@ def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
         stopped_by=m.stopped_by, reference_first_ms=m.reference_first_ms, optimized_first_ms=m.optimized_first_ms,
         reference_stats=sample_stats(m.reference_samples), optimized_stats=sample_stats(m.optimized_samples),
         baseline=j.baseline, change=j.change, budget=m.budget(), dropped_rounds=m.dropped_rounds, settled=m.settled,
+        reference_event_ms=m.event_ms[0] if m.event_ms else None, optimized_event_ms=m.event_ms[1] if m.event_ms else None,
+        reference_mhz=m.clock_mhz[0] if m.clock_mhz else None, optimized_mhz=m.clock_mhz[1] if m.clock_mhz else None,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from . import integrity, judging
+from . import codegen, integrity, judging
 from . import tolerance as tolerances
 from .blessing import between_run_spread
 from .ceilings import MATMUL_DTYPES
@@ -194,6 +194,9 @@ class Comparison:
         self.opt = Side(optimized, "optimized", spec.case_id, sets, outputs, copy=False)
         self.checker = Checker(spec.case_id, spec.check, spec.rtol, spec.atol, self.ref, self.opt, sets)
         self.first_ms: tuple[float | None, float | None] = (None, None)
+        # Each side's Triton and Gluon kernels as launched after any autotuning (speedgate.codegen): from the graph
+        # capture with graph=True, else from the audit's profiled calls.
+        self.compiled: dict[str, list[dict[str, Any]]] = {}
 
     @property
     def timer(self) -> Timer:
@@ -247,7 +250,7 @@ class Comparison:
         """Warm-up and interleaved rounds (graph replays with graph=True); with inputs=, the sets refilled in place
         after warm-up and at the rounds' checkpoints, the timed outputs checked there and after the last round."""
         policy = Policy.from_settings(self.services.settings)
-        prepare = graph_capture(self.timer, self.spec.case_id) if self.spec.graph else None
+        prepare = self._noting_kernels(graph_capture(self.timer, self.spec.case_id)) if self.spec.graph else None
         checker = self.checker
 
         @contextlib.contextmanager
@@ -258,7 +261,8 @@ class Comparison:
             checker.end_rounds()
 
         timed = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=self.spec.latency,
-                          prepare=prepare, guard=rounds, between=checker.at_checkpoint)
+                          prepare=prepare, guard=rounds, between=checker.at_checkpoint,
+                          compute_floor_ms=self.compute_floor_ms)
         _check_measurable(self.spec.case_id, timed.measurement)
         return timed
 
@@ -267,16 +271,55 @@ class Comparison:
         calls, the roofline floor) and every audit run on it, before anything is judged or recorded."""
         self.checker.again(timed.reference, timed.optimized)
         spec = self.spec
-        profiled = {side: self.timer.profile_calls(fn) for side, fn in
-                    (("reference", timed.reference), ("optimized", timed.optimized))} if self.timer.can_profile else None
+        profiled = None
+        if self.timer.can_profile:
+            profiled = {}
+            for side, fn in (("reference", timed.reference), ("optimized", timed.optimized)):
+                with codegen.compiled_launches() as launched:
+                    profiled[side] = self.timer.profile_calls(fn)
+                self.compiled.setdefault(side, [codegen.compiled_facts(k) for k in launched])
         roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
-        evidence = integrity.Evidence(spec.case_id, timed.measurement.optimized_ms, profiled, floor_ms, bound, ceiling,
-                                      spec.flops, spec.bytes)
+        evidence = integrity.Evidence(spec.case_id, timed.measurement.real_optimized_ms, profiled, floor_ms, bound,
+                                      ceiling, spec.flops, spec.bytes)
         reason = integrity.first_failure(evidence, spec.waived or {})
         if reason:
             raise Dishonest(reason)
         return evidence
+
+    @property
+    def compute_floor_ms(self) -> float | None:
+        """The roofline floor of the case's declared work when the matmul rate sets it (flops= with flops_dtype=,
+        that term the larger), else None: such a pair may be counted in SM cycles (measure.counts_cycles)."""
+        spec = self.spec
+        if not (spec.flops and spec.flops_dtype) or spec.latency:
+            return None
+        roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
+        return roofline[0] if roofline is not None and roofline[1] == "compute" else None
+
+    def _noting_kernels(self, prepare: Callable[[Fn], Fn] | None) -> Callable[[Fn], Fn] | None:
+        """prepare (a graph capture) noting the Triton kernels each side's captured calls launched."""
+        if prepare is None:
+            return None
+        sides = iter(("reference", "optimized"))  # time_pair prepares the reference first
+
+        def noting(fn: Fn) -> Fn:
+            with codegen.compiled_launches() as launched:
+                prepared = prepare(fn)
+            self.compiled.setdefault(next(sides, "optimized"), [codegen.compiled_facts(k) for k in launched])
+            return prepared
+
+        return noting
+
+    def kernels(self, evidence: integrity.Evidence) -> dict[str, list[dict[str, Any]]] | None:
+        """Each side's kernels as deterministic facts (speedgate.codegen), or None when nothing was seen."""
+        found = {}
+        for side in ("reference", "optimized"):
+            traced = (evidence.profiled or {}).get(side, {}).get("kernels") or []
+            facts = codegen.side_facts(traced, self.compiled.get(side, []))
+            if facts:
+                found[side] = facts
+        return found or None
 
     def tolerance(self, entry: Mapping[str, Any] | None) -> tolerances.Tolerance:
         spec = self.spec
@@ -296,7 +339,7 @@ class Comparison:
             self.timer.first_call(self.ref)
             self.timer.first_call(self.opt)
             m = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=spec.latency,
-                          prepare=prepare).measurement
+                          prepare=prepare, compute_floor_ms=self.compute_floor_ms).measurement
             _check_measurable(spec.case_id, m)
             return m
 
@@ -307,7 +350,8 @@ class Comparison:
         monitor = self.services.monitor
         again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
                             judging.THROTTLE_NOTE_FRACTION, cooling)
-        extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence)}
+        extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence),
+                                 "codegen": self.kernels(evidence)}
         result, samples = judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
                                      throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
                                      bound=evidence.bound)
@@ -343,7 +387,7 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
             measurement = replace(measurement, settled=False)
 
     def roofline(m: Measurement) -> dict[str, Any]:
-        return {"peak_fraction": floor_ms / m.optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
+        return {"peak_fraction": floor_ms / m.real_optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
 
     result, first, final = judging.judge_measurement(
         measurement, again, fields, entry=entry, file_found=services.baseline_found_for(spec.hardware_key),

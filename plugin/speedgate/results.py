@@ -87,6 +87,16 @@ class CompareResult:
     waived: dict[str, str] | None = None
     # An anonymized identity of the card that measured it (hardware.card_id); None on the CPU or when NVML cannot tell.
     card: str | None = None
+    # Counted in SM cycles (timer cuda-sm-cycles-held: reference_ms and optimized_ms are ms at the full SM clock):
+    # each side's median as its CUDA events timed it, and the SM clock it ran at (MHz).
+    reference_event_ms: float | None = None
+    optimized_event_ms: float | None = None
+    reference_mhz: float | None = None
+    optimized_mhz: float | None = None
+    # The kernels each side launched, as deterministic facts (speedgate.codegen): {"reference": [...], "optimized":
+    # [...]}; and what changed in them since the bless, one line each.
+    codegen: dict[str, Any] | None = None
+    codegen_changes: list[str] | None = None
 
     @property
     def unchecked(self) -> bool:
@@ -94,18 +104,25 @@ class CompareResult:
         return self.check == "off"
 
     @property
+    def real_optimized_ms(self) -> float | None:
+        """The optimized side's median as its events timed it (optimized_ms unless counted in cycles)."""
+        return self.optimized_event_ms or self.optimized_ms
+
+    @property
     def achieved_tflops(self) -> float | None:
         """The optimized side's arithmetic rate, when flops= was given."""
-        if self.flops is None or not self.optimized_ms:
+        ms = self.real_optimized_ms
+        if self.flops is None or not ms:
             return None
-        return self.flops / (self.optimized_ms * 1e-3) / 1e12
+        return self.flops / (ms * 1e-3) / 1e12
 
     @property
     def achieved_gbps(self) -> float | None:
         """The optimized side's memory rate, when bytes= was given."""
-        if self.bytes is None or not self.optimized_ms:
+        ms = self.real_optimized_ms
+        if self.bytes is None or not ms:
             return None
-        return self.bytes / (self.optimized_ms * 1e-3) / 1e9
+        return self.bytes / (ms * 1e-3) / 1e9
 
     @property
     def detectable_drop(self) -> float | None:

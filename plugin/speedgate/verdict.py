@@ -15,6 +15,11 @@ class Verdict(str, Enum):
     REGRESSED = "regressed"
     IMPROVED = "improved"
     NEW = "new"
+    # Measured again, up to the gate's limit, and still neither clear of the floor nor clearly below it.
+    INCONCLUSIVE = "inconclusive"
+    # The speedup left its band, and the side that moved launched other kernels than blessed (an autotuner's or a
+    # compiler's other pick): its speed is another kernel's, not a change of the blessed one.
+    PICK_CHANGED = "pick-changed"
     NO_BASELINE_FILE = "no-baseline-file"
     UNTIMED = "untimed"
     BLESSED = "blessed"
@@ -24,6 +29,8 @@ class Verdict(str, Enum):
 # Order of severity for reports: regressions first.
 SEVERITY = {
     Verdict.REGRESSED: 0,
+    Verdict.INCONCLUSIVE: 0,
+    Verdict.PICK_CHANGED: 1,
     Verdict.IMPROVED: 1,
     Verdict.NEW: 2,
     Verdict.NO_BASELINE_FILE: 3,
@@ -62,11 +69,12 @@ class Judgement:
 
 
 def fails(verdict: Verdict, strict: bool) -> bool:
-    """Whether a verdict fails its test: a regression always; with strict, also a new case, an improvement beyond
-    tolerance and a missing baseline file."""
-    if verdict == Verdict.REGRESSED:
+    """Whether a verdict fails its test: a regression and an inconclusive comparison always (a gate that could not
+    decide must not read as a pass); with strict, also a new case, an improvement beyond tolerance, another pick and
+    a missing baseline file."""
+    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE):
         return True
-    return strict and verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE)
+    return strict and verdict in (Verdict.IMPROVED, Verdict.NEW, Verdict.NO_BASELINE_FILE, Verdict.PICK_CHANGED)
 
 
 def percent(fraction: float) -> str:
@@ -76,6 +84,12 @@ def percent(fraction: float) -> str:
 
 def fmt_ci(est: RatioEstimate) -> str:
     return f"{est.ratio:.3f}x ({est.confidence:.0%} CI {est.low:.3f}-{est.high:.3f}, {est.rounds} rounds)"
+
+
+def straddles(judgement: Judgement, estimate: RatioEstimate) -> bool:
+    """A pass whose point estimate lies below the floor while its interval reaches over it: not yet decided."""
+    return (judgement.verdict == Verdict.PASS and judgement.floor is not None and estimate.ratio < judgement.floor
+            <= estimate.high)
 
 
 def judge(estimate: RatioEstimate, baseline: float | None, tolerance: float, *, file_found: bool) -> Judgement:

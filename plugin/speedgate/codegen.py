@@ -1,0 +1,227 @@
+"""The kernels a comparison's sides launch, as deterministic facts (launch shape, registers, spills, shared memory,
+the PTX's instruction mix), and what changed against the facts its baseline entry was blessed with.
+
+Time is noisy; these facts are not: the same source, compiler and inputs' shapes make the same kernel. A compiler
+upgrade that doubles a kernel's spills, an autotuner or inductor that picks another kernel, cuBLAS choosing another
+kernel: each shows here as a named change beside the speedup's verdict, where a tolerance wide enough for the card's
+clock would hide it. The facts come from what the gate does anyway: the profiled calls of the audit (every kernel's
+name, grid, block, registers and shared memory, as the CUDA profiler reports them) and, for Triton and Gluon
+kernels, the compiled kernel of the first checked call (ptxas's spills, warps, stages, the PTX). No profiler run or
+disassembly of its own. Pure: no torch, no triton at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+# The PTX instruction classes counted: what moves a kernel's speed when a compiler changes it.
+PTX_CLASSES = {
+    "mma": ("wgmma.", "mma."),  # tensor-core instructions (warpgroup and warp level)
+    "tma": ("cp.async.bulk.",),  # the bulk tensor copy engine
+    "cp_async": ("cp.async.ca.", "cp.async.cg."),
+    "ld_global": ("ld.global.",),
+    "st_global": ("st.global.",),
+    "ld_shared": ("ld.shared.", "ldmatrix."),
+    "st_shared": ("st.shared.", "stmatrix."),
+    "ld_local": ("ld.local.",),
+    "st_local": ("st.local.",),
+    "barrier": ("bar.", "barrier.", "mbarrier."),
+    "atomic": ("atom.", "red."),
+}
+# Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
+COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
+_OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)", re.M)
+
+
+def ptx_mix(ptx: str) -> dict[str, int]:
+    """How many instructions of each of PTX_CLASSES the PTX text holds, and `total` (every instruction line)."""
+    counts: Counter[str] = Counter()
+    for line in ptx.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "/.{}" or stripped.endswith(":") or stripped.startswith("$"):
+            continue  # comments, directives, braces, labels
+        match = _OPCODE.match(stripped)
+        if match is None:
+            continue
+        opcode = match.group(1) + "."
+        counts["total"] += 1
+        for name, prefixes in PTX_CLASSES.items():
+            if opcode.startswith(prefixes):
+                counts[name] += 1
+                break
+    return dict(sorted(counts.items()))
+
+
+def _metadata(event_json: str) -> dict[str, Any]:
+    """A profiler event's metadata (a JSON object's members without the braces), or {} when unreadable."""
+    text = event_json.strip()
+    if not text:
+        return {}
+    try:
+        data = json.loads(text if text.startswith("{") else "{" + text + "}")
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def trace_kernels(events: Iterable[tuple[str, Any, str]], skip_stream: Any = None) -> list[dict[str, Any]]:
+    """The distinct kernels of a profiler trace, in the order of their first launch: (name, stream, metadata JSON)
+    of each kernel activity, the flush stream's left out. Each: name, grid, block, registers, shared_bytes."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name, stream, meta_json in events:
+        if skip_stream is not None and stream == skip_stream:
+            continue
+        meta = _metadata(meta_json)
+        facts: dict[str, Any] = {"name": name}
+        if "grid" in meta:
+            facts["grid"] = list(meta["grid"])
+        if "block" in meta:
+            facts["block"] = list(meta["block"])
+        if "registers per thread" in meta:
+            facts["registers"] = int(meta["registers per thread"])
+        if "shared memory" in meta:
+            facts["shared_bytes"] = int(meta["shared memory"])
+        key = (name, tuple(facts.get("grid", ())), tuple(facts.get("block", ())))
+        seen.setdefault(key, facts)
+    return list(seen.values())
+
+
+def compiled_facts(compiled: Any) -> dict[str, Any]:
+    """What a Triton (or Gluon) compiled kernel says of itself: name, registers, spills, shared memory, warps,
+    stages and the PTX's instruction mix (ptxas ran when it was loaded; nothing is compiled or disassembled here)."""
+    meta = getattr(compiled, "metadata", None)
+    facts: dict[str, Any] = {"name": str(getattr(compiled, "name", getattr(meta, "name", "?")))}
+    for key, attr, owner in (("registers", "n_regs", compiled), ("spills", "n_spills", compiled),
+                             ("shared_bytes", "shared", meta), ("warps", "num_warps", meta),
+                             ("stages", "num_stages", meta)):
+        value = getattr(owner, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts[key] = value
+    asm = getattr(compiled, "asm", None)
+    ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
+    if isinstance(ptx, str):
+        facts["ptx"] = ptx_mix(ptx)
+    return facts
+
+
+@contextlib.contextmanager
+def compiled_launches() -> Iterator[list[Any]]:
+    """Inside: every Triton (and Gluon) kernel launched through a @triton.jit function, its compiled kernel appended
+    to the yielded list once (an autotuned one too, through the same method: wrap calls whose autotuner has already
+    chosen, or its race's candidates are listed too). Nothing when triton is not imported, runs interpreted, or has
+    no such method."""
+    import sys
+
+    found: list[Any] = []
+    seen: set[int] = set()
+    jit = sys.modules.get("triton.runtime.jit")
+    cls = getattr(jit, "JITFunction", None)
+    original = getattr(cls, "run", None)
+    if cls is None or original is None:
+        yield found
+        return
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kernel = original(self, *args, **kwargs)
+        if kernel is not None and not kwargs.get("warmup", False) and id(kernel) not in seen:
+            seen.add(id(kernel))
+            found.append(kernel)
+        return kernel
+
+    cls.run = run
+    try:
+        yield found
+    finally:
+        cls.run = original
+
+
+def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One side's kernels: the trace's (every kernel, its launch shape), each Triton kernel's own facts
+    (compiled_facts) merged into the trace's entry of the same name (or listed alone when the side was not traced,
+    as on a CPU)."""
+    own: dict[str, dict[str, Any]] = {}
+    for facts in compiled:
+        own.setdefault(str(facts["name"]), dict(facts))
+    kernels = []
+    for entry in traced:
+        merged = dict(entry)
+        extra = own.pop(str(entry.get("name")), None)
+        if extra:
+            for key, value in extra.items():
+                merged.setdefault(key, value)
+        kernels.append(merged)
+    kernels.extend(own.values())
+    return kernels
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+def _said(value: Any) -> str:
+    if isinstance(value, list):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+def _kernel_changes(side: str, was: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    said = []
+    for key in COMPARED:
+        if key not in was or key not in now or was[key] == now[key]:
+            continue  # a fact one of the two did not record (an older bless, a side not traced) is no change
+        if key == "ptx":
+            moved = sorted(k for k in {*was[key], *now[key]} if was[key].get(k, 0) != now[key].get(k, 0))
+            detail = ", ".join(f"{k} {was[key].get(k, 0)} -> {now[key].get(k, 0)}" for k in moved)
+            said.append(f"{side} {_short(str(now['name']))}: PTX {detail}")
+        else:
+            said.append(f"{side} {_short(str(now['name']))}: {key} {_said(was[key])} -> {_said(now[key])}")
+    return said
+
+
+def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+            measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
+    """What changed in each side's kernels since the bless, one line each ("optimized _matmul_kernel: spills 0 ->
+    24"): a kernel launched now that the bless did not (another pick), one the bless had that is gone, and each
+    compared fact of a kernel both have. [] when either recorded nothing for a side."""
+    if not blessed or not measured:
+        return []
+    said: list[str] = []
+    for side in ("reference", "optimized"):
+        was, now = blessed.get(side), measured.get(side)
+        if not was or not now:
+            continue
+        was_by = {str(k["name"]): k for k in was}
+        now_by = {str(k["name"]): k for k in now}
+        added = [n for n in now_by if n not in was_by]
+        gone = [n for n in was_by if n not in now_by]
+        if added or gone:
+            said.append(f"{side} side launches other kernels (another pick): "
+                        + "; ".join([*(f"+{_short(n)}" for n in added), *(f"-{_short(n)}" for n in gone)]))
+        for name in now_by:
+            if name in was_by:
+                said.extend(_kernel_changes(side, was_by[name], now_by[name]))
+    return said
+
+
+def replaced_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                   measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
+    """The sides that launch other kernels in place of blessed ones (a blessed kernel gone and another one new): an
+    autotuner's, a compiler's or a library's other pick. A kernel only added beside the blessed ones is no pick."""
+    if not blessed or not measured:
+        return []
+    found = []
+    for side in ("reference", "optimized"):
+        was = {str(k["name"]) for k in blessed.get(side) or ()}
+        now = {str(k["name"]) for k in measured.get(side) or ()}
+        if was and now and (was - now) and (now - was):
+            found.append(side)
+    return found
+
+
+__all__ = ["COMPARED", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "ptx_mix", "replaced_sides", "side_facts",
+           "trace_kernels"]
