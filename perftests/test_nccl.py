@@ -100,6 +100,47 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
                          config={"pieces": P2P_PIECES[size_mb]})
 
 
+# The one-shot kernel's tile, warps and waves (perftests/kernels/oneshot_allreduce.py), chosen by lab/oneshot_sweep.py
+# (docs/results/allreduce.md).
+ONESHOT_CONFIG = dict(rows=8, warps=8, waves=4)
+
+
+def two_or_skip(device: str) -> int:
+    world = world_or_skip(device)
+    if world != 2:
+        pytest.skip(f"the one-shot all-reduce exchanges between exactly 2 GPUs; {world} visible")
+    return world
+
+
+@pytest.mark.parametrize("size_mb", SIZES_MB, ids=[f"{s}MB" for s in SIZES_MB])
+def test_oneshot_quantized_allreduce(perf, device: str, size_mb: int) -> None:
+    """One persistent kernel: each rank quantizes and stores its blocks into the peer's symmetric memory, raises a
+    flag per wave, waits for the peer's, and sums both dequantized in fp32 (no requantization)."""
+    world = two_or_skip(device)
+    numel = size_mb * 2**20 // 2
+    result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
+                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG), world)
+    assert_within_bound(result, "oneshot")
+    assert result["ranks_identical"], "the two ranks' one-shot results differ: each must sum the same two values"
+    perf.compare_samples(measure, name="oneshot_vs_nccl_bf16", world_size=world, bytes=numel * 2.0,
+                         config=ONESHOT_CONFIG)
+
+
+def test_oneshot_quantized_allreduce_stress(device: str) -> None:
+    """1000 calls back to back on inputs that change every call, no synchronisation between them (a rank may run a
+    call ahead, into the other slot), then 8 calls in a CUDA graph replayed 25 times: every output within the
+    one-shot bound, both ranks' outputs the same bits, no wait spun out."""
+    from speedgate.launch import run_ranks
+
+    world = two_or_skip(device)
+    result = run_ranks("perftests.support.nccl_cases:stress_case", world,
+                       dict(numel=8 * 2**20, calls=1000, config=ONESHOT_CONFIG), timeout_s=RANK_TIMEOUT_S)[0]
+    assert not result["spun_out"], "a wait for the peer's flag spun out: a flag was never raised"
+    assert result["max_error_over_bound"] <= 1.0, (
+        f"an output's error is {result['max_error_over_bound']:.3f}x the one-shot bound in {result['calls']} calls")
+    assert result["checksums_equal"], "the two ranks' outputs differ in some call"
+
+
 def test_backward_allreduce_overlap(perf, device: str) -> None:
     world = world_or_skip(device)
     payload = dict(width=4096, layers=8, tokens=4096, bucket_mb=25)

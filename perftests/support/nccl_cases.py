@@ -32,6 +32,7 @@ from perftests.kernels.allreduce import (
     P2PQuantizedAllReduce,
     QuantizedAllReduce,
 )
+from perftests.kernels.oneshot_allreduce import OneShotQuantizedAllReduce
 
 # Keep NVLink multicast off (the GPU machines' rule; NCCL would otherwise try NVLS on H100/H200 systems).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -60,15 +61,16 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def error_check(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """The quantized result y against an fp32 all-reduce of x, with the bound of the module's docstring."""
+def error_check(x: torch.Tensor, y: torch.Tensor, requantized: bool = True) -> dict[str, float]:
+    """The quantized result y against an fp32 all-reduce of x, with the bound of the module's docstring (without its
+    E2 for the one-shot form, which sums the dequantized inputs and never requantizes)."""
     exact = x.float().clone()
     dist.all_reduce(exact)
     amax_ranks = x.float().reshape(-1, quant.QBLOCK).abs().amax(dim=1)
     dist.all_reduce(amax_ranks)  # sum over ranks of each block's max |x_r|
     big_a = exact.reshape(-1, quant.QBLOCK).abs().amax(dim=1)
     e1 = amax_ranks / 254.0
-    e2 = (big_a + e1) / 254.0
+    e2 = (big_a + e1) / 254.0 if requantized else torch.zeros_like(e1)
     per_block = (e1 + e2) * (1.0 + 2.0**-8) + 1e-5 * (amax_ranks + big_a)
     bound = per_block[:, None] + 2.0**-8 * exact.reshape(-1, quant.QBLOCK).abs()
     err = (y.float() - exact).abs().reshape(-1, quant.QBLOCK)
@@ -86,21 +88,28 @@ def inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
 
 
 def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
-                   policy: dict[str, Any] | None = None) -> dict[str, Any]:
+                   policy: dict[str, Any] | None = None, config: dict[str, int] | None = None) -> dict[str, Any]:
     """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
-    'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16."""
+    'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16; 'oneshot': the one-shot kernel
+    (OneShotQuantizedAllReduce, its tile and waves in config) vs NCCL bf16."""
     from speedgate.distributed import measure_across_ranks
 
     rank, world, device = setup()
     try:
         x = inputs(numel, rank, device)
         one = QuantizedAllReduce(numel, world, device, pieces=1)
-        many = (P2PQuantizedAllReduce if variant == "p2p" else QuantizedAllReduce)(numel, world, device, pieces=pieces)
+        if variant == "oneshot":
+            many: Any = OneShotQuantizedAllReduce(numel, world, device, **(config or {}))
+        else:
+            many = (P2PQuantizedAllReduce if variant == "p2p" else QuantizedAllReduce)(numel, world, device, pieces=pieces)
         out = torch.empty_like(x)
         result: dict[str, Any] = {"world": world, "numel": numel}
         if check:
             result["quantized"] = error_check(x, one(x, out))
-            result["pipelined" if variant != "p2p" else "p2p"] = error_check(x, many(x, out))
+            label = {"p2p": "p2p", "oneshot": "oneshot"}.get(variant, "pipelined")
+            result[label] = error_check(x, many(x, out), requantized=variant != "oneshot")
+            if variant == "oneshot":
+                result["ranks_identical"] = _identical_on_ranks(out)
         if timing:
             if variant == "pipelined":
                 reference: Callable[[], Any] = lambda: one(x, out)  # noqa: E731
@@ -111,6 +120,82 @@ def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True
             optimized: Callable[[], Any] = lambda: chosen(x, out)  # noqa: E731
             result["samples"] = measure_across_ranks(reference, optimized, policy=policy)
         return result
+    finally:
+        teardown()
+
+
+def _identical_on_ranks(y: torch.Tensor) -> bool:
+    """Whether every rank holds the same bits in y (one all-gather of each rank's copy of y's bits)."""
+    bits = y.view(torch.int16).contiguous()
+    gathered = [torch.empty_like(bits) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, bits)
+    return all(torch.equal(g, gathered[0]) for g in gathered)
+
+
+def stress_case(numel: int, calls: int = 1000, graph_calls: int = 8, replays: int = 25,
+                config: dict[str, int] | None = None, check: bool = True, timing: bool = False,
+                policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one-shot kernel called back to back, `calls` times, on inputs that change every call, with no
+    synchronisation between calls on either rank (so one rank may run a call ahead); then `graph_calls` calls
+    captured in one CUDA graph and replayed `replays` times, the inputs refilled in place between replays. Every
+    call's output is checked on the device against the fp32 sum of both ranks' inputs (each rank draws both
+    inputs from seeds, so no communication orders the calls) with the one-shot bound, and the bits of every output
+    are summed into a checksum that both ranks must share. Returns the largest error over its bound, the
+    checksums' agreement and whether a wait spun out."""
+    rank, world, device = setup()
+    try:
+        allreduce = OneShotQuantizedAllReduce(numel, world, device, **(config or {}))
+        worst = torch.zeros((), device=device)
+        checksum = torch.zeros((), dtype=torch.int64, device=device)
+        gens = [torch.Generator(device=device).manual_seed(7 + r) for r in range(world)]
+        pool = [torch.empty(numel, dtype=torch.bfloat16, device=device) for _ in range(world)]
+        out = torch.empty(numel, dtype=torch.bfloat16, device=device)
+
+        def draw(into: list[torch.Tensor], call: int) -> None:
+            for r in range(world):  # every rank draws every rank's input: rank r's own is pool[r]
+                into[r].copy_((torch.randn(numel, generator=gens[r], device=device) * (1.0 + r + call % 3)).to(torch.bfloat16))
+
+        def account(inputs_: list[torch.Tensor], y: torch.Tensor, call: int) -> None:
+            nonlocal worst, checksum
+            exact = sum(t.float() for t in inputs_)
+            amax = sum(t.float().reshape(-1, quant.QBLOCK).abs().amax(dim=1) for t in inputs_)
+            bound = (amax / 254.0 * (1.0 + 2.0**-8) + 1e-5 * amax)[:, None] + 2.0**-8 * exact.reshape(-1, quant.QBLOCK).abs()
+            ratio = ((y.float() - exact).abs().reshape(-1, quant.QBLOCK) / bound).amax()
+            worst = torch.maximum(worst, torch.nan_to_num(ratio, nan=float("inf")))
+            checksum = checksum + y.view(torch.int16).to(torch.int64).sum() * (call + 1)
+
+        for call in range(calls):
+            draw(pool, call)
+            allreduce(pool[rank], out)
+            account(pool, out, call)
+        # A CUDA graph of graph_calls calls on graph_calls input sets (this rank's own copies), replayed.
+        sets = [[torch.empty_like(out) for _ in range(world)] for _ in range(graph_calls)]
+        outs = [torch.empty_like(out) for _ in range(graph_calls)]
+        for k in range(graph_calls):
+            draw(sets[k], calls + k)
+        torch.cuda.synchronize(device)
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # two calls before capture, on every rank: the epochs stay in step
+            for k in range(2):
+                allreduce(sets[k][rank], outs[k])
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for k in range(graph_calls):
+                allreduce(sets[k][rank], outs[k])
+        for replay in range(replays):
+            for k in range(graph_calls):
+                draw(sets[k], calls + graph_calls * (replay + 1) + k)
+            graph.replay()
+            for k in range(graph_calls):
+                account(sets[k], outs[k], calls + graph_calls * (replay + 1) + k)
+        torch.cuda.synchronize(device)
+        sums = [torch.zeros_like(checksum) for _ in range(world)]
+        dist.all_gather(sums, checksum)
+        return {"world": world, "numel": numel, "calls": calls + replays * graph_calls,
+                "max_error_over_bound": float(worst), "checksums_equal": all(bool(s == sums[0]) for s in sums),
+                "spun_out": allreduce.failed()}
     finally:
         teardown()
 
