@@ -16,7 +16,8 @@ ranks' blocks, sums them in fp32 and writes bf16. One launch, no host round trip
   - Two buffer slots, chosen by the epoch's parity: the peer can be one call ahead (it finished this call once it
     had this rank's every wave) and writes the other slot meanwhile; it cannot be two ahead.
   - Both ranks recompute their own codes from their input in the reduce step (the same arithmetic that made what
-    they sent), so each sums the same two dequantized blocks: the results are bit-identical on both ranks.
+    they sent) and sum the two dequantized blocks in rank order, the same expression on both: the results are
+    bit-identical on both ranks.
   - A wait that spins past MAX_SPINS gives up and marks the rank's error word (a peer that never came: a bug), so a
     fault ends as a wrong result the check names, not a hang.
 
@@ -51,8 +52,8 @@ def _codes(x_ptr, rows, row_ok, QBLOCK: tl.constexpr):
 
 @triton.jit
 def _oneshot_kernel(x_ptr, out_ptr, peer_codes_ptr, peer_scales_ptr, peer_flags_ptr, codes_ptr, scales_ptr, flags_ptr,
-                    state_ptr, n_blocks, SLOT_CODES, SLOT_SCALES, QBLOCK: tl.constexpr, ROWS: tl.constexpr,
-                    WAVES: tl.constexpr, MAX_SPINS: tl.constexpr):
+                    state_ptr, n_blocks, SLOT_CODES, SLOT_SCALES, RANK: tl.constexpr, QBLOCK: tl.constexpr,
+                    ROWS: tl.constexpr, WAVES: tl.constexpr, MAX_SPINS: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     # state: [epoch, done, error]
@@ -89,8 +90,12 @@ def _oneshot_kernel(x_ptr, out_ptr, peer_codes_ptr, peer_scales_ptr, peer_flags_
                 at = rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :]
                 peer = tl.load(codes_ptr + slot * SLOT_CODES + at, mask=row_ok[:, None], other=0).to(tl.float32)
                 peer_scale = tl.load(scales_ptr + slot * SLOT_SCALES + rows, mask=row_ok, other=0.0)
-                # fp32 addition commutes: both ranks sum the same two values to the same bits
-                total = code * scale[:, None] + peer * peer_scale[:, None]
+                # The same expression in rank order on both ranks (the compiler may fuse it into an FMA, which
+                # rounds its two products differently): the results are the same bits.
+                if RANK == 0:
+                    total = code * scale[:, None] + peer * peer_scale[:, None]
+                else:
+                    total = peer * peer_scale[:, None] + code * scale[:, None]
                 tl.store(out_ptr + at, total.to(tl.bfloat16), mask=row_ok[:, None])
     # The last program to finish moves the epoch on for the next call (and resets the done counter).
     done = tl.atomic_add(state_ptr + 1, 1, sem="acq_rel", scope="gpu")
@@ -149,7 +154,7 @@ class OneShotQuantizedAllReduce:
         (codes, scales, flags), (peer_codes, peer_scales, peer_flags) = self.mine, self.peer
         _oneshot_kernel[(self.programs,)](
             x, out, peer_codes, peer_scales, peer_flags, codes, scales, flags, self.state, self.n_blocks,
-            self.numel, self.n_blocks, QBLOCK=QBLOCK, ROWS=self.rows, WAVES=self.waves, MAX_SPINS=MAX_SPINS,
+            self.numel, self.n_blocks, RANK=self.rank, QBLOCK=QBLOCK, ROWS=self.rows, WAVES=self.waves, MAX_SPINS=MAX_SPINS,
             num_warps=self.warps)
         return out
 

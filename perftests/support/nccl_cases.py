@@ -126,7 +126,7 @@ def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True
 
 def _identical_on_ranks(y: torch.Tensor) -> bool:
     """Whether every rank holds the same bits in y (one all-gather of each rank's copy of y's bits)."""
-    bits = y.view(torch.int16).contiguous()
+    bits = y.contiguous().view(torch.uint8)  # NCCL gathers bytes, not int16
     gathered = [torch.empty_like(bits) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, bits)
     return all(torch.equal(g, gathered[0]) for g in gathered)

@@ -33,6 +33,9 @@ PTX_CLASSES = {
     "barrier": ("bar.", "barrier.", "mbarrier."),
     "atomic": ("atom.", "red."),
 }
+# Facts that tell one config of a kernel's source from another: a change in one of them, with the software unchanged,
+# is another pick.
+PICK_FACTS = ("grid", "block", "registers", "warps", "stages")
 # Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
 COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
 _OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)", re.M)
@@ -145,18 +148,31 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
     (compiled_facts) merged into the trace's entry of the same name (or listed alone when the side was not traced,
     as on a CPU)."""
     own: dict[str, dict[str, Any]] = {}
-    for facts in compiled:
+    for facts in _numbered(compiled):
         own.setdefault(str(facts["name"]), dict(facts))
     kernels = []
-    for entry in traced:
+    for entry in _numbered(traced):
         merged = dict(entry)
-        extra = own.pop(str(entry.get("name")), None)
+        extra = own.pop(str(entry["name"]), None)
         if extra:
             for key, value in extra.items():
                 merged.setdefault(key, value)
         kernels.append(merged)
     kernels.extend(own.values())
     return kernels
+
+
+def _numbered(kernels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Kernels in launch order, a second variant of one name (another grid, other constexprs) named 'name#2', a
+    third 'name#3': one source launched twice in a call (an MLP's two matmuls) stays two kernels."""
+    seen: Counter[str] = Counter()
+    out = []
+    for kernel in kernels:
+        name = str(kernel["name"])
+        seen[name] += 1
+        numbered = name if seen[name] == 1 or "#" in name else f"{name}#{seen[name]}"
+        out.append({**kernel, "name": numbered})
+    return out
 
 
 def _short(name: str) -> str:
@@ -195,8 +211,8 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         was, now = blessed.get(side), measured.get(side)
         if not was or not now:
             continue
-        was_by = {str(k["name"]): k for k in was}
-        now_by = {str(k["name"]): k for k in now}
+        was_by = {str(k["name"]): k for k in _numbered(was)}
+        now_by = {str(k["name"]): k for k in _numbered(now)}
         added = [n for n in now_by if n not in was_by]
         gone = [n for n in was_by if n not in now_by]
         if added or gone:
@@ -208,20 +224,27 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return said
 
 
-def replaced_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
                    measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
-    """The sides that launch other kernels in place of blessed ones (a blessed kernel gone and another one new): an
-    autotuner's, a compiler's or a library's other pick. A kernel only added beside the blessed ones is no pick."""
+    """The sides whose kernels are another pick than blessed (an autotuner's, a compiler's, a library's): a blessed
+    kernel gone and another in its place, or a kernel of the same name with another launch shape, registers, warps
+    or stages (another config of one source). A kernel only added beside the blessed ones is no pick: it is new
+    work."""
     if not blessed or not measured:
         return []
     found = []
     for side in ("reference", "optimized"):
-        was = {str(k["name"]) for k in blessed.get(side) or ()}
-        now = {str(k["name"]) for k in measured.get(side) or ()}
-        if was and now and (was - now) and (now - was):
+        was = {str(k["name"]): k for k in _numbered(blessed.get(side) or ())}
+        now = {str(k["name"]): k for k in _numbered(measured.get(side) or ())}
+        if not was or not now:
+            continue
+        replaced = bool(set(was) - set(now)) and bool(set(now) - set(was))
+        reshaped = any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
+                       for name in set(was) & set(now) for key in PICK_FACTS)
+        if replaced or reshaped:
             found.append(side)
     return found
 
 
-__all__ = ["COMPARED", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "ptx_mix", "replaced_sides", "side_facts",
+__all__ = ["COMPARED", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "ptx_mix", "repicked_sides", "side_facts",
            "trace_kernels"]

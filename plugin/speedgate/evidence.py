@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import codegen
+
 # K, the floor and the ceiling of a calibrated tolerance; why these values: docs/results/plugin-constants.md and
 # docs/results/calibration.md.
 CALIBRATION_K = 3.0
@@ -191,8 +193,9 @@ def report_identity(report: Mapping[str, Any]) -> str:
 
 
 def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
-    """A baseline document with the speedups of gate runs' --speedgate-json reports added to its calibrated entries'
-    evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
+    """A baseline document with the kernels' codegen facts of gate runs' --speedgate-json reports recorded in the
+    entries that have none (same software; never replacing recorded ones: a re-bless does), and their speedups added
+    to its calibrated entries' evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
     not fail for another reason; a calibrating bless's report adds its in-process spread too: a bless on another
     runner, or in a checkout whose file was not kept, joins the evidence as its own file would have); a line for
     each entry whose tolerance changed; and a line for each kind of machine left out. The reports must be runs of
@@ -209,6 +212,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     other_keys: dict[str, int] = {}
     other_configs: list[str] = []
     unsettled: list[str] = []
+    recorded: list[str] = []
+    other_picks: list[str] = []
     for report in reports:
         identity = report_identity(report)
         records = report.get("cases", [])
@@ -223,6 +228,11 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 other_keys[other] = other_keys.get(other, 0) + 1
                 continue
             entry = cases.get(record.get("case_id"))
+            if entry and record.get("codegen") and "codegen" not in entry and record.get("nodeid") not in other_kernel \
+                    and not record.get("test_failed") and _same_software(entry.get("software", {}), report, key):
+                # The kernels' facts are exact: the first run of the entry's software and config records them.
+                entry = cases[record["case_id"]] = {**entry, "codegen": record["codegen"]}
+                recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
             if record.get("timer") != entry.get("timer") or (record.get("test_failed") and record.get("verdict") != "regressed"):
@@ -234,6 +244,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 continue
             if record.get("nodeid") in other_kernel:
                 other_configs.append(record["case_id"])
+                continue
+            if codegen.repicked_sides(entry.get("codegen"), record.get("codegen")):
+                other_picks.append(record["case_id"])  # another pick is its own verdict, never tolerance
                 continue
             held = cards(entry["calibration"]).get(record.get("card") or UNRECORDED, {}).get("reports", [])
             if identity in held:
@@ -250,10 +263,14 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             first = changed.get(record["case_id"], (before, before))[0]
             changed[record["case_id"]] = (first, float(entry["tolerance"]))
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
+    if recorded:
+        lines.append(f"codegen facts recorded for {len(recorded)} entries that had none")
     left_out = [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
                  for case_id in sorted(other_configs)]
+    left_out += [f"left out: {case_id}: its kernels were another pick than the bless's (speedgate.codegen)"
+                 for case_id in sorted(other_picks)]
     left_out += [f"left out: {case_id}: its measurement never settled (the device's speed still drifted when its "
                  "rounds ended)" for case_id in sorted(unsettled)]
     left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "

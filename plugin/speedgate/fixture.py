@@ -257,6 +257,7 @@ class Perf:
         self.results.append(result)
         self._session.record(result)
         self._queue_failure(result)
+        self._fail_codegen(result)
         settings = self._session.settings
         if settings.strict and not settings.update_baselines and result.established == FIXED_INPUTS \
                 and FIXED_INPUTS_WAIVER not in (result.waived or {}):
@@ -264,6 +265,14 @@ class Perf:
                 f"{result.case_id}: strict mode: its correctness was established on fixed inputs (zero-argument sides: "
                 "the same inputs on every call), which cannot show a result cached across calls. Pass inputs=make "
                 "(make(seed) returns the arguments), or state why it cannot: waive={'fixed-inputs': 'why'}")
+
+    def _fail_codegen(self, result: CompareResult) -> None:
+        """--speedgate-strict: new software changed the kernels of a comparison (speedgate.codegen)."""
+        settings = self._session.settings
+        if settings.strict and not settings.update_baselines and result.codegen_drift and result.codegen_changes:
+            self.failures.append(
+                f"{result.case_id}: strict mode: the kernels changed with the software since the bless: "
+                f"{'; '.join(result.codegen_changes)}. If the change is intended, re-bless (pytest --update-baselines)")
 
     def _queue_failure(self, result: CompareResult | MetricResult) -> None:
         settings = self._session.settings

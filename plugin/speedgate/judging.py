@@ -12,6 +12,7 @@ from .advice import next_step, rebless_hint
 from .attribution import MOVED, which_side_moved
 from .closeness import Closeness
 from .evidence import judged_against
+from .hardware import software_drift
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
@@ -80,15 +81,19 @@ def judge_measurement(
     measured_kernels = fields.get("codegen")
     blessed_kernels = entry.get("codegen") if entry else None
     kernel_changes = codegen.changes(blessed_kernels, measured_kernels)
+    drift = codegen_drift(entry, software)
     if kernel_changes:
-        note = f"{note}; codegen changed since the bless: {'; '.join(kernel_changes)}".lstrip("; ")
-        repicked = [side for side in codegen.replaced_sides(blessed_kernels, measured_kernels)
+        after = f" after {', '.join(drift)}" if drift else ""
+        note = f"{note}; codegen changed since the bless{after}: {'; '.join(kernel_changes)}".lstrip("; ")
+        repicked = [side for side in codegen.repicked_sides(blessed_kernels, measured_kernels)
                     if abs(moved.get(f"{side}_change") or 0.0) > MOVED]
-        if repicked and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
+        if repicked and not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
+            # The same software picked other kernels (an autotuner's race, inductor's, a library's heuristics), and
+            # that side moved: its speed is another kernel's, not a change of the blessed one.
             verdict = Verdict.PICK_CHANGED
-            note = (f"the {' and '.join(repicked)} side launched other kernels than blessed, and moved: another "
-                    f"pick (an autotuner's, a compiler's, a library's), not the blessed kernel slower or faster; "
-                    f"hold the pick or re-bless ({judgement.verdict.value} as measured). {note}")
+            note = (f"the {' and '.join(repicked)} side ran other kernels than blessed, and moved: another pick, not "
+                    f"the blessed kernels slower or faster; hold the pick (an autotuner: hold_blessed) or re-bless "
+                    f"({judgement.verdict.value} as measured). {note}")
     if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
@@ -106,12 +111,24 @@ def judge_measurement(
         note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
     result = CompareResult(
         timed=True, verdict=verdict, note=note, **fields, **measured_fields(measurement, judgement),
-        codegen_changes=kernel_changes or None,
+        codegen_changes=kernel_changes or None, codegen_drift=bool(kernel_changes and drift),
         remeasured=first is not measurement, graphed=graphed, blessed=blessed,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,
         **roofline(measurement), **error_fields(closeness), **moved,
     )
     return result, first, measurement
+
+
+# The software that makes kernels: a change of one of these since the bless can change a kernel's code.
+COMPILERS = ("torch", "triton", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
+
+
+def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] | None) -> list[str]:
+    """'triton 3.6.0 -> 3.7.1' for each kernel-making package whose version changed since the entry was blessed."""
+    if not entry:
+        return []
+    keep = lambda versions: {k: v for k, v in dict(versions or {}).items() if k in COMPILERS}  # noqa: E731
+    return software_drift(keep(entry.get("software")), keep(software))
 
 
 def clock_unit(timer: Any) -> str:

@@ -23,6 +23,7 @@ from .measure import Measurement, Policy, Timed, time_pair
 from .results import CompareResult
 from .sides import CaseError, InputSets, Side
 from .timers import Fn, Timer
+from .timers.cycles import CYCLES_TIMER
 
 # What a case may waive, with a stated reason (perf.compare(..., waive={name: reason})): an audit whose condition can
 # be the optimization itself, and strict mode's demand for fresh inputs.
@@ -290,9 +291,14 @@ class Comparison:
     @property
     def compute_floor_ms(self) -> float | None:
         """The roofline floor of the case's declared work when the matmul rate sets it (flops= with flops_dtype=,
-        that term the larger), else None: such a pair may be counted in SM cycles (measure.counts_cycles)."""
+        that term the larger), else None: such a pair may be counted in SM cycles (measure.counts_cycles). A gate
+        run times a case the way its entry was blessed: an entry blessed in milliseconds stays in milliseconds until
+        a bless moves it to cycles, so a file blessed before cycles were counted gates as it did."""
         spec = self.spec
         if not (spec.flops and spec.flops_dtype) or spec.latency:
+            return None
+        entry = self.services.baseline_entry(spec.case_id, spec.hardware_key)
+        if entry is not None and entry.get("timer") != CYCLES_TIMER and not self.services.settings.update_baselines:
             return None
         roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         return roofline[0] if roofline is not None and roofline[1] == "compute" else None
