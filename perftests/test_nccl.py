@@ -102,7 +102,7 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
 
 # The one-shot kernel's tile, warps and waves (perftests/kernels/oneshot_allreduce.py), chosen by lab/oneshot_sweep.py
 # (docs/results/allreduce.md).
-ONESHOT_CONFIG = dict(rows=8, warps=8, waves=4)
+ONESHOT_CONFIG = dict(rows=16, warps=16, waves=4)
 
 
 def two_or_skip(device: str) -> int:

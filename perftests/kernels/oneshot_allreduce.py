@@ -39,14 +39,29 @@ ERROR_SPUN_OUT = -1
 
 
 @triton.jit
+def _mul(a, b):
+    """a * b rounded once (mul.rn: never fused into an FMA, whichever code around it the compiler sees)."""
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _add(a, b):
+    """a + b rounded once (add.rn: never fused into an FMA)."""
+    return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _codes(x_ptr, rows, row_ok, QBLOCK: tl.constexpr):
-    """Rows of x quantized: (int8 codes as fp32, the rows' scales), perftests.kernels.quant's arithmetic."""
+    """Rows of x quantized: (int8 codes as fp32, the rows' scales), perftests.kernels.quant's arithmetic, each
+    operation rounded on its own: the send step and the reduce step compute the same codes to the bit, and both
+    ranks the same sums (a fused multiply-add in one copy and not the other made them differ)."""
     cols = tl.arange(0, QBLOCK)
     x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=1)
     inv = 127.0 / tl.maximum(amax, TINY_C)
-    y = x * inv[:, None]
-    code = tl.where(y >= 0, tl.floor(y + 0.5), -tl.floor(-y + 0.5))
+    y = _mul(x, tl.broadcast_to(inv[:, None], x.shape))
+    half = tl.full(x.shape, 0.5, tl.float32)
+    code = tl.where(y >= 0, tl.floor(_add(y, half)), -tl.floor(_add(-y, half)))
     return code, amax / 127.0
 
 
@@ -90,12 +105,13 @@ def _oneshot_kernel(x_ptr, out_ptr, peer_codes_ptr, peer_scales_ptr, peer_flags_
                 at = rows.to(tl.int64)[:, None] * QBLOCK + cols[None, :]
                 peer = tl.load(codes_ptr + slot * SLOT_CODES + at, mask=row_ok[:, None], other=0).to(tl.float32)
                 peer_scale = tl.load(scales_ptr + slot * SLOT_SCALES + rows, mask=row_ok, other=0.0)
-                # The same expression in rank order on both ranks (the compiler may fuse it into an FMA, which
-                # rounds its two products differently): the results are the same bits.
+                # In rank order, each operation rounded on its own: both ranks sum the same bits.
+                mine = _mul(code, tl.broadcast_to(scale[:, None], code.shape))
+                theirs = _mul(peer, tl.broadcast_to(peer_scale[:, None], peer.shape))
                 if RANK == 0:
-                    total = code * scale[:, None] + peer * peer_scale[:, None]
+                    total = _add(mine, theirs)
                 else:
-                    total = peer * peer_scale[:, None] + code * scale[:, None]
+                    total = _add(theirs, mine)
                 tl.store(out_ptr + at, total.to(tl.bfloat16), mask=row_ok[:, None])
     # The last program to finish moves the epoch on for the next call (and resets the done counter).
     done = tl.atomic_add(state_ptr + 1, 1, sem="acq_rel", scope="gpu")
@@ -113,7 +129,7 @@ class OneShotQuantizedAllReduce:
     all-reduced sum of x into out with one kernel launch. rows, warps, waves: the kernel's tile (ROWS blocks a
     chunk), warps and waves (see the module)."""
 
-    def __init__(self, numel: int, world: int, device: torch.device, *, rows: int = 8, warps: int = 8,
+    def __init__(self, numel: int, world: int, device: torch.device, *, rows: int = 16, warps: int = 16,
                  waves: int = 4) -> None:
         import torch.distributed as dist
         import torch.distributed._symmetric_memory as symm_mem
