@@ -43,8 +43,14 @@ def next_step(
                 else "keep artifacts with --speedgate-artifacts DIR; ")
         return (f"Next: re-run this test to confirm; {look}if the slowdown is intended, re-bless with "
                 f"{bless_command(nodeid)}")
+    if verdict == Verdict.INCONCLUSIVE:
+        return ("Next: re-run this test on a quiet machine (nothing else on its GPU or CPU); if it stays inconclusive, "
+                "raise the budget (--speedgate-budget) so that its interval narrows")
     if metric:
         return f"strict mode: {verdict.value} metric; bless it with {bless_command(nodeid)}"
+    if verdict == Verdict.PICK_CHANGED:
+        return (f"strict mode: the case ran other kernels than blessed; hold the pick (an autotuner: the suite's "
+                f"hold_blessed) or re-bless with {bless_command(nodeid)}")
     if verdict == Verdict.NO_BASELINE_FILE:
         return (f"strict mode: there is no baseline file {baseline_path} for hardware key {hardware_key}; "
                 f"create it with {bless_command()}")

@@ -11,6 +11,8 @@ from .verdict import Verdict, by_severity
 
 COLOURS = {
     Verdict.REGRESSED: "#d62728",
+    Verdict.INCONCLUSIVE: "#ff7f0e",
+    Verdict.PICK_CHANGED: "#9467bd",
     Verdict.IMPROVED: "#2ca02c",
     Verdict.PASS: "#1f77b4",
     Verdict.NEW: "#7f7f7f",

@@ -209,7 +209,7 @@ def _md_table(columns: Sequence[str], rows: Sequence[tuple[Sequence[str], Verdic
     for cells_, verdict in rows:
         cells = list(cells_)
         cells[0] = f"`{cells[0]}`"
-        if verdict == Verdict.REGRESSED:
+        if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE):
             cells[-1] = f"**{cells[-1]}**"
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines

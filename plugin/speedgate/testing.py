@@ -19,7 +19,7 @@ class ScriptedTimer(Timer):
     name = "scripted"
 
     def __init__(self, times: Mapping[str, float | Sequence[float]],
-                 profiles: Mapping[str, Mapping[str, float]] | None = None) -> None:
+                 profiles: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         # profiles: what profile_calls reports per callable name ({"events_ms", "busy_ms", "all_streams_ms"}), to
         # test the audits that read the profiler's view on the CPU; without it the timer has no profiler.
         self._profiles = dict(profiles or {})
@@ -46,7 +46,7 @@ class ScriptedTimer(Timer):
             out.append(self._time(fn))
         return out
 
-    def profile_calls(self, fn: Fn, calls: int = 10) -> dict[str, float]:
+    def profile_calls(self, fn: Fn, calls: int = 10) -> dict[str, Any]:
         for _ in range(calls):
             fn()
         inner = getattr(fn, "__wrapped__", fn)

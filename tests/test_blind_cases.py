@@ -1,0 +1,360 @@
+"""No blind cases: SM cycles for heavy tensor-core-bound pairs, the codegen facts of each side's kernels (a changed
+pick its own verdict, a compiler upgrade's change a strict failure), and a comparison that stays undecided ending
+'inconclusive' rather than passing. CPU only: recorded stamps, profiler traces and compiled-kernel metadata."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedgate import codegen, evidence, judging
+from speedgate.baseline import BaselineError, validate
+from speedgate.measure import CYCLES_MIN_PEAK, SUSTAINED_PAIR_MS, Measurement, counts_cycles, measurement_from_samples
+from speedgate.timers.cycles import CYCLES_TIMER
+from speedgate.verdict import Verdict, fails
+
+# -- SM cycles -----------------------------------------------------------------------------------------------------
+
+
+def test_cycles_are_matched_by_sm_and_a_program_seen_once_is_left_out() -> None:
+    torch = pytest.importorskip("torch")
+    from speedgate.timers.cycles import cycles_of
+
+    # Call 0: four programs on SMs 0-3 in both stamps, 1000 cycles in 500 ns. Call 1: SM 0 ran two programs of the
+    # first stamp and SM 5 one of the second only; each SM's clock starts elsewhere (clocks of SMs need not agree).
+    first = [[[s, 100 + 7 * s, 0] for s in range(4)], [[s, 1100 + 7 * s, 500] for s in (3, 2, 1, 0)]]
+    second = [[[s, 10 + 1000 * s, 0] for s in (0, 0, 1, 2)], [[s, 2010 + 1000 * s, 1000] for s in (0, 1, 2, 5)]]
+    stamps = torch.tensor([first, second], dtype=torch.int64)
+    cycles, mhz = cycles_of(stamps, torch)
+    assert cycles == [1000.0, 2000.0]
+    assert mhz == [2000.0, 2000.0]
+
+
+def warm(reference_ms: float, optimized_ms: float, calls: int = 4) -> list[float]:
+    return [reference_ms, optimized_ms] * calls
+
+
+@pytest.mark.parametrize(("reference_ms", "optimized_ms", "floor_ms", "counted"), [
+    (0.75, 1.1, 0.6, True),   # an fp8 matmul against _scaled_mm: both sides near the ceiling, a heavy pair
+    (40.0, 0.9, 0.6, False),  # an eager attention reference: memory-bound, its time does not scale with the clock
+    (0.3, 0.4, 0.25, False),  # a light pair: no sustained load, no power cap to see through
+    (0.75, 1.1, None, False),  # no declared compute-bound work
+])
+def test_a_pair_is_counted_in_cycles_only_when_both_sides_are_tensor_core_bound_and_heavy(
+        reference_ms: float, optimized_ms: float, floor_ms: float | None, counted: bool) -> None:
+    assert counts_cycles(warm(reference_ms, optimized_ms), floor_ms) is counted
+    if counted:
+        assert reference_ms + optimized_ms >= SUSTAINED_PAIR_MS
+        assert floor_ms is not None and floor_ms / max(reference_ms, optimized_ms) >= CYCLES_MIN_PEAK
+
+
+# -- codegen facts -------------------------------------------------------------------------------------------------
+
+PTX = """
+.version 8.7
+.target sm_90a
+// a comment: ld.global.b32 is not counted here
+.visible .entry _k(
+)
+{
+	.reg .b32 %r<5>;
+$L__BB0_1:
+	ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
+	@%p1 st.global.b32 [ %rd2 + 0 ], %r1;
+	wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f1}, %rd3, %rd4, 1, 1, 1, 0, 1;
+	cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd5, {%r2, %r3}], [%r4];
+	mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r1], %r2;
+	bar.sync 0;
+	st.local.b32 [%rd6], %r1;
+	ret;
+}
+"""
+
+
+def test_the_ptx_mix_counts_instructions_by_class_and_skips_comments_labels_and_directives() -> None:
+    mix = codegen.ptx_mix(PTX)
+    assert mix == {"barrier": 2, "ld_global": 1, "mma": 1, "st_global": 1, "st_local": 1, "tma": 1, "total": 8}
+
+
+def trace_event(name: str, stream: int, **args: Any) -> tuple[str, int, str]:
+    return name, stream, json.dumps({"stream": stream, **args})
+
+
+def test_trace_kernels_keep_each_kernel_once_in_launch_order_without_the_flush_stream() -> None:
+    events = [
+        trace_event("spin", 13),  # the hold and the flush, on the flush stream
+        trace_event("_matmul_kernel", 7, grid=[132, 1, 1], block=[256, 1, 1], **{"registers per thread": 168,
+                                                                                 "shared memory": 147456}),
+        trace_event("fill", 13),
+        trace_event("_matmul_kernel", 7, grid=[132, 1, 1], block=[256, 1, 1], **{"registers per thread": 168}),
+        trace_event("_matmul_kernel", 7, grid=[64, 1, 1], block=[256, 1, 1]),  # another variant of one source
+    ]
+    kernels = codegen.trace_kernels(events, skip_stream=13)
+    assert [k["name"] for k in kernels] == ["_matmul_kernel", "_matmul_kernel"]
+    assert kernels[0] == {"name": "_matmul_kernel", "grid": [132, 1, 1], "block": [256, 1, 1], "registers": 168,
+                          "shared_bytes": 147456}
+    assert codegen.trace_kernels([("k", 7, "")]) == [{"name": "k"}]  # a torch that leaves the metadata empty
+
+
+def compiled(name: str, regs: int, spills: int, ptx: str = PTX) -> Any:
+    meta = types.SimpleNamespace(name=name, shared=1024, num_warps=8, num_stages=3)
+    return types.SimpleNamespace(name=name, n_regs=regs, n_spills=spills, metadata=meta, asm={"ptx": ptx})
+
+
+def test_a_side_merges_triton_facts_into_the_trace_and_numbers_a_second_variant_of_one_name() -> None:
+    traced = [{"name": "_k", "grid": [132, 1, 1]}, {"name": "_k", "grid": [64, 1, 1]}, {"name": "nvjet_gemm"}]
+    own = [codegen.compiled_facts(compiled("_k", 168, 0)), codegen.compiled_facts(compiled("_k", 182, 4))]
+    facts = codegen.side_facts(traced, own)
+    assert [k["name"] for k in facts] == ["_k", "_k#2", "nvjet_gemm"]
+    assert facts[0]["registers"] == 168 and facts[0]["spills"] == 0 and facts[0]["grid"] == [132, 1, 1]
+    assert facts[1]["registers"] == 182 and facts[1]["spills"] == 4 and facts[1]["stages"] == 3
+    assert facts[0]["ptx"]["mma"] == 1
+
+
+def sides(optimized: list[dict[str, Any]], reference: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"reference": reference or [{"name": "nvjet_gemm", "grid": [66, 2, 1]}], "optimized": optimized}
+
+
+def test_a_compiler_that_doubles_spills_is_named() -> None:
+    blessed = sides([{"name": "_k", "registers": 168, "spills": 0, "ptx": {"ld_local": 0, "total": 900}}])
+    now = sides([{"name": "_k", "registers": 255, "spills": 24, "ptx": {"ld_local": 12, "total": 930}}])
+    said = codegen.changes(blessed, now)
+    assert "optimized _k: registers 168 -> 255" in said
+    assert "optimized _k: spills 0 -> 24" in said
+    assert "optimized _k: PTX ld_local 0 -> 12, total 900 -> 930" in said
+    assert codegen.changes(blessed, blessed) == []
+    assert codegen.changes(None, now) == [] and codegen.changes(blessed, {}) == []
+
+
+def test_another_pick_is_a_replaced_kernel_or_another_config_of_one_but_not_an_added_kernel() -> None:
+    blessed = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])
+    replaced = sides([{"name": "triton_tem_mm", "grid": [132, 1, 1]}])
+    reconfigured = sides([{"name": "_k", "grid": [264, 1, 1], "registers": 168}])
+    added = sides([{"name": "spin_kernel"}, {"name": "_k", "grid": [132, 1, 1], "registers": 168}])
+    assert codegen.repicked_sides(blessed, replaced) == ["optimized"]
+    assert codegen.repicked_sides(blessed, reconfigured) == ["optimized"]
+    assert codegen.repicked_sides(blessed, added) == []  # new work beside the blessed kernel: a slowdown, no pick
+    assert "optimized side launches other kernels (another pick): +spin_kernel" in codegen.changes(blessed, added)
+    library = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}], reference=[{"name": "nvjet_other"}])
+    assert codegen.repicked_sides(blessed, library) == ["reference"]
+
+
+def test_facts_recorded_with_duplicate_names_compare_by_launch_order() -> None:
+    blessed = sides([{"name": "_k", "registers": 173}, {"name": "_k", "registers": 182}])
+    now = sides([{"name": "_k", "registers": 173}, {"name": "_k#2", "registers": 182}])
+    assert codegen.changes(blessed, now) == [] and codegen.repicked_sides(blessed, now) == []
+
+
+def test_the_baseline_schema_takes_codegen_facts_and_refuses_malformed_ones() -> None:
+    doc = {"schema_version": 1, "hardware_key": "test-box", "fingerprint": {"hardware": {"kind": "gpu", "name": "x"},
+                                                                           "software": {}},
+           "cases": {"t.py::test": {**ENTRY, "codegen": sides([{"name": "_k", "registers": 168, "ptx": {"mma": 12}}])}}}
+    validate(doc, "t.json")
+    doc["cases"]["t.py::test"]["codegen"]["optimized"][0]["registers"] = -1
+    with pytest.raises(BaselineError):
+        validate(doc, "t.json")
+
+
+# -- judging --------------------------------------------------------------------------------------------------------
+
+ENTRY = {"speedup": 2.0, "reference_ms": 2.0, "optimized_ms": 1.0, "ci_low": 1.98, "ci_high": 2.02, "noise": 0.01,
+         "rounds": 40, "timer": "scripted", "measured_at": "2026-11-26T00:00:00Z",
+         "software": {"torch": "2.11.0", "triton": "3.6.0"}, "tolerance": 0.05}
+SOFTWARE = {"torch": "2.11.0", "triton": "3.6.0"}
+
+
+def measured(speedup: float, spread: float = 0.002, timer: str = "scripted", rounds: int = 40) -> Measurement:
+    """A measurement whose optimized side takes 1/speedup of the reference's 2 ms, with a little paired noise."""
+    ref = [2.0 * (1 + spread * ((i % 5) - 2)) for i in range(rounds)]
+    opt = [2.0 / speedup * (1 + spread * (((i * 3) % 5) - 2)) for i in range(rounds)]
+    return measurement_from_samples(ref, opt, reference_first_ms=None, optimized_first_ms=None, seconds=1.0,
+                                    stopped_by="converged", timer=timer)
+
+
+def judged(first: Measurement, *again: Measurement, entry: dict[str, Any] | None = None,
+           codegen_now: dict[str, Any] | None = None, software: dict[str, Any] | None = None,
+           remeasure: bool = True) -> tuple[Any, int]:
+    queue = list(again)
+    taken = []
+
+    def next_measurement() -> Measurement:
+        taken.append(1)
+        return queue.pop(0)
+
+    fields = {"case_id": "t.py::test", "nodeid": "t.py::test", "name": None, "hardware_key": "test-box",
+              "tolerance": 0.05, "codegen": codegen_now}
+    result, _, _ = judging.judge_measurement(
+        first, next_measurement, fields, entry=ENTRY if entry is None else entry, file_found=True, remeasure=remeasure,
+        graphed=False, throttled={}, roofline=lambda m: {}, closeness=[], software=software or SOFTWARE)
+    return result, len(taken)
+
+
+def test_a_clear_pass_is_measured_once() -> None:
+    result, again = judged(measured(2.0))
+    assert result.verdict == Verdict.PASS and again == 0
+
+
+def test_a_regression_seen_twice_stands() -> None:
+    result, again = judged(measured(1.6), measured(1.62))
+    assert result.verdict == Verdict.REGRESSED and again == 1 and result.remeasured
+
+
+def test_a_regression_a_clean_remeasure_clears_passes_saying_so() -> None:
+    result, again = judged(measured(1.6), measured(1.99))
+    assert result.verdict == Verdict.PASS and again == 1
+    assert "measured 2 times: 1.600x under the floor, 1.990x pass" in result.note
+
+
+def test_a_noisy_remeasure_no_longer_clears_a_regression() -> None:
+    """The busy CPU box: the first measurement said regressed, a noisier one straddled the floor (0.401x, CI
+    0.308-1.338 against 0.9x once); it passed. Now it is measured a third time, and still undecided it fails."""
+    noisy = measured(1.85, spread=0.12)
+    assert noisy.estimate.ratio < 1.9 <= noisy.estimate.high  # straddles the floor 2.0 x 0.95
+    result, again = judged(measured(1.0), noisy, measured(1.86, spread=0.12))
+    assert result.verdict == Verdict.INCONCLUSIVE and again == 2
+    assert fails(result.verdict, strict=False)
+    assert "inconclusive: 3 measurements" in result.note and "re-run on a quiet machine" in result.note
+
+
+def test_a_straddling_first_measurement_is_measured_again_and_a_second_regression_decides() -> None:
+    straddling = measured(1.85, spread=0.12)
+    result, again = judged(straddling, measured(1.6), measured(1.61))
+    assert result.verdict == Verdict.REGRESSED and again == 2
+
+
+def test_blessing_judges_once() -> None:
+    result, again = judged(measured(1.85, spread=0.12), remeasure=False)
+    assert again == 0 and result.verdict == Verdict.PASS
+
+
+def test_an_entry_blessed_in_another_unit_is_not_judged_against() -> None:
+    result, _ = judged(measured(1.5, timer=CYCLES_TIMER))
+    assert result.verdict == Verdict.NEW
+    assert "blessed in milliseconds (scripted), timed in SM cycles" in result.note
+
+
+def test_a_regression_on_another_pick_with_the_same_software_is_pick_changed() -> None:
+    entry = {**ENTRY, "codegen": sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])}
+    now = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 182}])
+    result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now)
+    assert result.verdict == Verdict.PICK_CHANGED
+    assert result.codegen_changes == ["optimized _k: registers 168 -> 182"] and not result.codegen_drift
+    assert "the optimized side ran other kernels than blessed" in result.note
+    assert not fails(result.verdict, strict=False) and fails(result.verdict, strict=True)
+
+
+def test_a_slowdown_that_adds_a_kernel_stays_a_regression() -> None:
+    entry = {**ENTRY, "codegen": sides([{"name": "_k", "grid": [132, 1, 1]}])}
+    now = sides([{"name": "spin"}, {"name": "_k", "grid": [132, 1, 1]}])
+    result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now)
+    assert result.verdict == Verdict.REGRESSED
+    assert "codegen changed since the bless: optimized side launches other kernels (another pick): +spin" in result.note
+
+
+def test_a_compiler_upgrade_that_changed_the_kernels_is_no_pick_and_is_named_with_the_software() -> None:
+    entry = {**ENTRY, "codegen": sides([{"name": "_k", "registers": 168, "spills": 0}])}
+    now = sides([{"name": "_k", "registers": 255, "spills": 24}])
+    upgraded = {"torch": "2.11.0", "triton": "3.7.1"}
+    result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now, software=upgraded)
+    assert result.verdict == Verdict.REGRESSED and result.codegen_drift
+    assert "codegen changed since the bless after triton 3.6.0 -> 3.7.1: optimized _k: registers 168 -> 255" in result.note
+    passing, _ = judged(measured(2.0), entry=entry, codegen_now=now, software=upgraded)
+    assert passing.verdict == Verdict.PASS and passing.codegen_drift and passing.codegen_changes
+
+
+# -- the gate, end to end: a strict run fails on kernels an upgrade changed, reports a pick -------------------------
+
+CONFTEST = """
+import pytest
+from speedgate.testing import ScriptedTimer
+
+KERNELS = {"reference": [{"name": "nvjet_gemm"}], "optimized": [{"name": "_k", "registers": 168, "spills": 0}]}
+
+@pytest.fixture
+def speedgate_timer():
+    profile = {"events_ms": 1.0, "busy_ms": 1.0, "all_streams_ms": 1.0}
+    return ScriptedTimer({"reference": 2.0, "optimized": 1.0},
+                         profiles={"reference": {**profile, "events_ms": 2.0, "busy_ms": 2.0, "kernels": KERNELS["reference"]},
+                                   "optimized": {**profile, "kernels": [{"name": "_k", "registers": 255, "spills": 24}]}})
+"""
+TEST = """
+def reference():
+    return 1.0
+
+def optimized():
+    return 1.0
+
+def test_gemm(perf):
+    perf.compare(reference, optimized, waive={"fixed-inputs": "constants: nothing to cache"})
+"""
+
+
+def project(pytester: pytest.Pytester, software: dict[str, str]) -> Path:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_cases=TEST)
+    pytester.makeini("[pytest]\n")
+    folder = pytester.path / "baselines"
+    folder.mkdir()
+    entry = {**ENTRY, "software": software, "tolerance": 0.05,
+             "codegen": {"reference": [{"name": "nvjet_gemm"}], "optimized": [{"name": "_k", "registers": 168, "spills": 0}]}}
+    doc = {"schema_version": 1, "hardware_key": "test-box", "fingerprint": {"hardware": {"kind": "cpu", "name": "x"},
+                                                                           "software": software},
+           "cases": {"test_cases.py::test_gemm": entry}}
+    (folder / "test-box.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_strict_fails_a_case_whose_kernels_changed_with_the_software(pytester: pytest.Pytester) -> None:
+    from speedgate.hardware import detect
+
+    now = detect("test-box").software
+    project(pytester, {k: "0.0.0" for k in judging.COMPILERS if k in now})  # blessed on other compilers than this run's
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-strict", "--speedgate-json", "run.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the kernels changed with the software since the bless: optimized _k: registers 168 -> 255*"])
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["verdict"] == "pass" and case["codegen_drift"]
+    assert "optimized _k: spills 0 -> 24" in case["codegen_changes"]
+
+
+def test_without_new_software_a_codegen_change_is_reported_not_failed(pytester: pytest.Pytester) -> None:
+    from speedgate.hardware import detect
+
+    project(pytester, {k: v for k, v in detect("test-box").software.items() if k in judging.COMPILERS})
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-strict", "--speedgate-json", "run.json")
+    result.assert_outcomes(passed=1)
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["codegen"]["optimized"] == [{"name": "_k", "registers": 255, "spills": 24}]
+    assert "codegen changed since the bless: optimized _k: registers 168 -> 255" in case["note"]
+
+
+# -- the evidence: facts recorded once, another pick never widens a tolerance ---------------------------------------
+
+def report(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"speedgate_report_version": 1, "run_time": "2026-11-27T00:00:00Z",
+            "fingerprints": {"test-box": {"software": SOFTWARE}}, "cases": records}
+
+
+def record(speedup: float, kernels: dict[str, Any], card: str) -> dict[str, Any]:
+    return {"case_id": "t.py::test", "nodeid": "t.py::test", "hardware_key": "test-box", "timed": True,
+            "speedup": speedup, "timer": "scripted", "verdict": "pass", "card": card, "codegen": kernels}
+
+
+def test_evidence_records_facts_where_an_entry_has_none_and_leaves_another_pick_out() -> None:
+    calibration = evidence.add_process({}, "card-a", 2.0, 0.001, "2026-11-26T00:00:00Z")
+    calibration = evidence.add_process(calibration, "card-b", 2.01, 0.001, "2026-11-26T00:00:00Z")
+    doc = {"hardware_key": "test-box", "cases": {"t.py::test": {**ENTRY, "calibration": calibration,
+                                                                 "tolerance": evidence.tolerance_of(calibration)}}}
+    blessed_pick = sides([{"name": "_k", "registers": 168}])
+    first, lines, _ = evidence.add_reports(doc, [report([record(2.0, blessed_pick, "card-c")])])
+    assert first["cases"]["t.py::test"]["codegen"] == blessed_pick
+    assert "codegen facts recorded for 1 entries that had none" in lines
+    other = sides([{"name": "_k", "registers": 182}])
+    after, _, left_out = evidence.add_reports(first, [report([record(1.7, other, "card-d")])])
+    assert "card-d" not in evidence.cards(after["cases"]["t.py::test"]["calibration"])
+    assert any("another pick than the bless's" in line for line in left_out)
+    assert after["cases"]["t.py::test"]["codegen"] == blessed_pick  # a re-bless, never a report, replaces them
