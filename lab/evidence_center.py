@@ -50,6 +50,75 @@ def leave_one_card_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
     return {"entries": entries, "readings": readings, **counts}
 
 
+# Candidate tolerance rules (issue 46), each a spread the tolerance max(floor, K x spread) is made of, beside the one
+# speedgate uses (evidence.spread_of: the widest in-process spread and the range of every process pooled over cards).
+def robust_spread(calibration: Mapping[str, Any]) -> float:
+    """A spread one outlier cannot widen: the median in-process spread, the median spread of a card's own processes
+    and 1.4826 x the MAD of the cards' medians over their median (the range for two cards), the largest of the
+    three."""
+    import statistics
+
+    by_card = evidence.cards(calibration)
+    medians = [m for name, c in by_card.items() if name != evidence.UNRECORDED
+               if (m := evidence._median(evidence._numbers(c.get("speedups"), positive=True))) is not None]
+    if not medians:
+        return evidence.spread_of(calibration)
+    runs = [v for c in by_card.values() for v in evidence._numbers(c.get("run_spreads"), positive=False)]
+    own = [evidence.between_run_spread(v) for c in by_card.values()
+           if len(v := evidence._numbers(c.get("speedups"), positive=True)) >= 2]
+    between = 0.0
+    if len(medians) >= 3:
+        center = statistics.median(medians)
+        between = 1.4826 * statistics.median(abs(m - center) for m in medians) / center
+    elif len(medians) == 2:
+        between = evidence.between_run_spread(medians)
+    return max(statistics.median(runs) if runs else 0.0, statistics.median(own) if own else 0.0, between)
+
+
+def trimmed_spread(calibration: Mapping[str, Any]) -> float:
+    """speedgate's spread with the one process farthest from the pooled median left out (five processes or more)."""
+    import statistics
+
+    pooled = [v for c in evidence.cards(calibration).values() for v in evidence._numbers(c.get("speedups"), positive=True)]
+    runs = evidence._numbers(calibration.get("process_run_spreads"), positive=False)
+    if len(pooled) >= 5:
+        middle = statistics.median(pooled)
+        pooled.remove(max(pooled, key=lambda v: abs(v - middle)))
+    return max([*runs, *([evidence.between_run_spread(pooled)] if len(pooled) >= 2 else [])], default=0.0)
+
+
+RULES = {"speedgate's": evidence.spread_of, "robust (MAD)": robust_spread, "trimmed range": trimmed_spread}
+
+
+def rules_left_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per rule of RULES: the left-out cards' readings inside, below and above the band around the center the other
+    cards give (leave_one_card_out, against the center), and how many entries' tolerances on all their evidence
+    lie over 5% and over 10%."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, spread in RULES.items():
+        tol = lambda calibration, spread=spread: float(evidence.round_value(evidence.calibrated_tolerance(spread(calibration))))  # noqa: E731
+        counts = {"inside": 0, "below": 0, "above": 0}
+        tolerances = []
+        for entry in cases.values():
+            calibration = entry.get("calibration")
+            if not isinstance(calibration, Mapping):
+                continue
+            tolerances.append(tol(calibration))
+            every = evidence.cards(calibration)
+            if sum(1 for card in every if card != evidence.UNRECORDED) < 3:
+                continue
+            for card, kept in every.items():
+                if card == evidence.UNRECORDED:
+                    continue
+                others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
+                tolerance = tol(others)
+                center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
+                for speedup in kept.get("speedups", []):
+                    counts[_side(speedup / center - 1, tolerance)] += 1
+        out[name] = {**counts, "over_5": sum(t > 0.05 for t in tolerances), "over_10": sum(t > 0.10 for t in tolerances)}
+    return out
+
+
 def caught_drops(cases: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, float, float]]:
     """(case, drop below the center caught before, caught now) for every entry whose baseline is now its center."""
     rows = []
@@ -77,6 +146,11 @@ def table(path: Path) -> list[str]:
                  "that the gate catches (before -> now):")
     lines.extend(f"- `{case}`: {before:.1%} -> {now:.1%}" for case, before, now in
                  [*moved[:5], *[r for r in moved[::-1][:3] if r not in moved[:5]]])
+    lines += ["Tolerance rules, each card left out (readings against the other cards' center) and the tolerances on "
+              "all the evidence:", "| rule | inside | below (false alarm) | above | tolerances over 5% | over 10% |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, c in rules_left_out(cases).items():
+        lines.append(f"| {name} | {c['inside']} | {c['below']} | {c['above']} | {c['over_5']} | {c['over_10']} |")
     return lines
 
 

@@ -31,3 +31,19 @@ def test_a_bless_on_the_slowest_card_sets_off_alarms_that_the_center_does_not(tm
     path.write_text(json.dumps({"cases": cases}))
     lines = evidence_center.table(path)
     assert lines[0].startswith("kind.json: 1 entries") and "| against the kind's center | 5 | 0 | 0 |" in lines
+
+
+def test_the_robust_rule_is_not_widened_by_one_outlier_card_and_the_rules_are_counted() -> None:
+    # Eight cards, one blessed far above the rest (the H100 fp8 tiled-8192 shape: 0.740 against 0.635-0.685).
+    cards = {"a": [0.740], **{name: [0.635 + 0.007 * i] for i, name in enumerate("bcdefgh")}}
+    calibration = entry(0.740, cards, 0.33)["calibration"]
+    from speedgate import evidence
+
+    without = entry(0.685, {k: v for k, v in cards.items() if k != "a"}, 0.05)["calibration"]
+    old = evidence.spread_of(evidence.summarize(calibration)), evidence.spread_of(evidence.summarize(without))
+    robust = evidence_center.robust_spread(calibration), evidence_center.robust_spread(without)
+    assert old[0] > 2 * old[1]  # the outlier more than doubles the range-based spread
+    assert robust[0] < 1.3 * robust[1]  # and barely moves the robust one
+    out = evidence_center.rules_left_out({"fp8": entry(0.740, cards, 0.33)})
+    assert set(out) == set(evidence_center.RULES)
+    assert all(sum(c[k] for k in ("inside", "below", "above")) == 8 for c in out.values())
