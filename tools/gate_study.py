@@ -17,27 +17,26 @@ by a time limit goes on where it stopped when started again with the same OUT. T
 tolerance, the drop it can detect, false alarms over clean runs, and per slowdown the detections and the speedup's
 measured median change.
 
-The slowdown is injected by this module loaded as a pytest plugin (`-p tools.gate_study`, environment variable
-SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare. It changes nothing else.
+The slowdown is injected by speedgate.study's plugin (loaded here as `-p tools.gate_study`, environment variable
+SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare. It changes nothing else. For a
+study of a selection against the files it has (no bless), `python -m speedgate study` is the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speedgate.timers import median_event_ms, spin_cycles_per_ms
+from speedgate.study import SLOWDOWN_ENV
+from speedgate.study import pytest_configure as study_plugin_configure
 
 ROOT = Path(__file__).resolve().parents[1]
-SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 
 # One case or two of each family whose sides are plain callables (the slowdown wraps the optimized one): element-wise,
 # row-wise, matmul bf16 and fp8 (Triton, Gluon, CUTLASS), attention (short and long, causal and full; Triton, Gluon),
@@ -63,56 +62,9 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------- the plugin side: inject a slowdown
-
-def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
-    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (7 more calls,
-    events, median), then times it behind a spin kernel of that many cycles to learn the spin's fixed cost; every
-    later call first queues a spin kernel on the current stream, sized so the two add `share` of the side's time."""
-    spin: list[int] = []
-
-    @functools.wraps(optimized)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        if spin:
-            torch.cuda._sleep(spin[0])
-            return optimized(*args, **kwargs)
-        out = optimized(*args, **kwargs)
-        plain = median_event_ms(torch, lambda: optimized(*args, **kwargs))
-        target = share * plain
-        cycles = max(1, round(target * cycles_per_ms()))
-        # A spin kernel costs its launch besides its cycles (a few microseconds: 2% of a 0.1 ms side): measure what
-        # it adds, once, and take that off.
-        added = median_event_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
-        fixed = added - cycles / cycles_per_ms()
-        spin.append(max(1, round((target - max(fixed, 0.0)) * cycles_per_ms())))
-        return out
-
-    return run
-
-
-def pytest_configure(config: Any) -> None:
-    share = os.environ.get(SLOWDOWN_ENV)
-    if not share:
-        return
-    import torch
-
-    from speedgate.fixture import Perf
-
-    rate: list[float] = []
-
-    def cycles_per_ms() -> float:
-        if not rate:
-            rate.append(spin_cycles_per_ms(torch))
-        return rate[0]
-
-    plain = Perf.compare
-
-    @functools.wraps(plain)
-    def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
-        return plain(self, reference, slowed(optimized, float(share), torch, cycles_per_ms), **kwargs)
-
-    Perf.compare = compare  # type: ignore[method-assign]
-    config.add_cleanup(lambda: setattr(Perf, "compare", plain))
+# ---------------------------------------------------------------- the plugin side: speedgate.study's injection
+# (`-p tools.gate_study` loads it as before)
+pytest_configure = study_plugin_configure
 
 
 # ---------------------------------------------------------------- the study: runs and the table

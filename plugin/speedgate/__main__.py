@@ -14,6 +14,10 @@ def run() -> int:
         from .history.cli import main as history_main
 
         return history_main(sys.argv[2:])
+    if sys.argv[1:2] == ["study"]:
+        from .study import main as study_main
+
+        return study_main(sys.argv[2:])
     if sys.argv[1:2] == ["evidence"]:
         from .evidence_cli import main as evidence_main
 

@@ -1,0 +1,214 @@
+"""`python -m speedgate study`: what a gate catches. Gate runs of a selection, clean and with a slowdown injected into
+every optimized side, and per comparison which slowdowns it caught.
+
+    python -m speedgate study OUT [--slowdowns 0.02,0.05,0.10] [--runs 1] [--repeat 1] [--page PAGE.md] -- PYTEST ARGS
+
+Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's settings
+name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin
+(`-p speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin
+kernel on the timed stream, sized from that side's own event-timed median so the two add `share` of its time (GPU
+only). A comparison catches a slowdown when each run slowed by it failed it: regressed, inconclusive, or another
+pick (which fails under --speedgate-strict). Clean runs count false alarms (regressed, improved, inconclusive). The
+table goes to OUT/study.md and the terminal, its last line "N of M comparisons catch a 5% regression"; --page
+writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept, so a study
+cut off goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
+CAUGHT = ("regressed", "inconclusive", "pick-changed")
+FALSE_ALARMS = ("regressed", "improved", "inconclusive")
+
+
+# -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
+
+def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
+    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (7 more calls,
+    events, median), then times it behind a spin kernel of that many cycles to learn the spin's fixed cost; every
+    later call first queues a spin kernel on the current stream, sized so the two add `share` of the side's time."""
+    from .timers import median_event_ms
+
+    spin: list[int] = []
+
+    @functools.wraps(optimized)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if spin:
+            torch.cuda._sleep(spin[0])
+            return optimized(*args, **kwargs)
+        out = optimized(*args, **kwargs)
+        plain = median_event_ms(torch, lambda: optimized(*args, **kwargs))
+        target = share * plain
+        cycles = max(1, round(target * cycles_per_ms()))
+        # A spin kernel costs its launch besides its cycles (a few microseconds: 2% of a 0.1 ms side): what it adds
+        # is measured once and taken off.
+        added = median_event_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
+        fixed = added - cycles / cycles_per_ms()
+        spin.append(max(1, round((target - max(fixed, 0.0)) * cycles_per_ms())))
+        return out
+
+    return run
+
+
+def pytest_configure(config: Any) -> None:
+    share = os.environ.get(SLOWDOWN_ENV)
+    if not share:
+        return
+    import torch
+
+    from .fixture import Perf
+    from .timers import spin_cycles_per_ms
+
+    rate: list[float] = []
+
+    def cycles_per_ms() -> float:
+        if not rate:
+            rate.append(spin_cycles_per_ms(torch))
+        return rate[0]
+
+    plain = Perf.compare
+
+    @functools.wraps(plain)
+    def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
+        return plain(self, reference, slowed(optimized, float(share), torch, cycles_per_ms), **kwargs)
+
+    Perf.compare = compare  # type: ignore[method-assign]
+    config.add_cleanup(lambda: setattr(Perf, "compare", plain))
+
+
+# -- the runs and the table ----------------------------------------------------------------------------------------
+
+def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | None = None,
+               cwd: Path | None = None) -> dict[str, Any]:
+    """One fresh pytest process of the study (its report kept as OUT/<label>.json, reused when it exists)."""
+    report = out / f"{label}.json"
+    if report.exists():
+        print(f"{label}: kept from an earlier run", flush=True)
+        loaded: dict[str, Any] = json.loads(report.read_text())
+        return loaded
+    env = {k: v for k, v in os.environ.items() if k != SLOWDOWN_ENV}
+    if slowdown:
+        env[SLOWDOWN_ENV] = str(slowdown)
+    cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.study",
+           "--speedgate-json", str(report)]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    except KeyboardInterrupt:  # a report of the cases the run got to is no whole run: run it again next time
+        set_aside(report)
+        raise
+    (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    print(f"{label}: exit {proc.returncode}: {last}", flush=True)
+    if proc.returncode not in (0, 1) or not report.exists():
+        set_aside(report)
+        raise SystemExit(f"speedgate study: {label}: pytest exited {proc.returncode} without a complete report; see "
+                         f"{out / f'{label}.log'}")
+    loaded = json.loads(report.read_text())
+    return loaded
+
+
+def set_aside(report: Path) -> None:
+    """An interrupted or failed run's report is renamed, so that the next study runs it again."""
+    if report.exists():
+        report.replace(report.with_suffix(".incomplete.json"))
+
+
+def timed_cases(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["case_id"]: c for c in report.get("cases", []) if c.get("timed")}
+
+
+def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequence[Mapping[str, Any]]],
+          share: float = 0.05) -> str:
+    """Per comparison its tolerance, false alarms in the clean runs and, per slowdown, the runs that caught it and
+    the speedup's median change; then the totals and the catch line for `share`."""
+    cases: dict[str, dict[str, Any]] = {}
+    for report in [*clean, *(r for runs in slowed_runs.values() for r in runs)]:
+        for case_id, case in timed_cases(report).items():
+            cases.setdefault(case_id, case)
+    shares = sorted(slowed_runs)
+    head = ["comparison", "tolerance", "timer", "false alarms", *(f"+{s:.0%}: caught, median change" for s in shares)]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | ---: |" + " --- |" * len(shares)]
+    alarms = trials = 0
+    catches = {s: 0 for s in shares}
+    for case_id, case in sorted(cases.items()):
+        runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
+        wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
+        alarms, trials = alarms + wrong, trials + len(runs)
+        row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")), f"{wrong}/{len(runs)}"]
+        for s in shares:
+            got = [c for r in slowed_runs[s] if (c := timed_cases(r).get(case_id))]
+            hit = sum(c["verdict"] in CAUGHT for c in got)
+            if got and hit == len(got):
+                catches[s] += 1
+            changes = [c["change"] for c in got if c.get("change") is not None]
+            kinds = sorted({c["verdict"] for c in got if c["verdict"] in CAUGHT} - {"regressed"})
+            said = f"{hit}/{len(got)}" + (f" ({', '.join(kinds)})" if kinds else "")
+            row.append(f"{said}, {statistics.median(changes):+.1%}" if changes else said)
+        lines.append("| " + " | ".join(row) + " |")
+    total = len(cases)
+    summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
+    summary += [f"+{s:.0%} caught in {n} of {total} comparisons" for s, n in catches.items()]
+    caught = catches.get(share)
+    line = (f"{caught} of {total} comparisons catch a {share:.0%} regression" if caught is not None
+            else f"no run slowed by {share:.0%}")
+    return "\n".join(lines) + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
+
+
+def page(text: str, reports: Sequence[Mapping[str, Any]], command: str) -> str:
+    """The study as a results page: the date, the GPU and the cards of its runs, then the table."""
+    keys = sorted({c.get("hardware_key", "?") for r in reports for c in r.get("cases", [])})
+    cards = sorted({c["card"] for r in reports for c in r.get("cases", []) if c.get("card")})
+    dates = sorted({str(r.get("run_time", ""))[:10] for r in reports if r.get("run_time")})
+    software: Mapping[str, Any] = next((fp.get("software", {}) for r in reports for fp in r.get("fingerprints", {}).values()), {})
+    said = ", ".join(f"{k} {v}" for k, v in sorted(software.items()) if k in ("torch", "triton"))
+    return (f"# The gate study on {', '.join(keys) or '?'}\n\nMeasured {', '.join(dates) or '?'} on card(s) "
+            f"{', '.join(cards) or '?'} ({said}), by `{command}`: {len(reports)} gate runs, each a fresh process.\n\n"
+            + text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m speedgate study [options] OUT -- PYTEST ARGS",
+                                     description=__doc__.split("\n\n")[0],
+                                     epilog="Everything after -- goes to pytest (the selection, -k, options).")
+    parser.add_argument("out", type=Path, help="folder for the runs' reports, logs and study.md")
+    parser.add_argument("--slowdowns", default="0.02,0.05,0.10",
+                        help="injected slowdowns, fractions of the optimized side's time (default: 0.02,0.05,0.10)")
+    parser.add_argument("--runs", type=int, default=1, help="clean gate runs (default: 1)")
+    parser.add_argument("--repeat", type=int, default=1, help="gate runs per slowdown (default: 1)")
+    parser.add_argument("--page", type=Path, default=None, help="also write the table as a results page here")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.pytest_args = argv[cut + 1:]
+    try:
+        shares = [float(s) for s in args.slowdowns.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--slowdowns must be fractions separated by commas, got {args.slowdowns!r}")
+    if any(not 0.0 < s < 1.0 for s in shares) or args.runs < 0 or args.repeat < 1:
+        parser.error("--slowdowns must lie in (0, 1), --runs must be >= 0 and --repeat >= 1")
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    clean = [run_pytest(out, f"clean{i}", args.pytest_args) for i in range(args.runs)]
+    slowed_runs = {s: [run_pytest(out, f"slow{s:g}-{i}", args.pytest_args, slowdown=s) for i in range(args.repeat)]
+                   for s in shares}
+    text = table(clean, slowed_runs)
+    (out / "study.md").write_text(text)
+    print(text, end="")
+    if args.page is not None:
+        reports = [*clean, *(r for runs in slowed_runs.values() for r in runs)]
+        args.page.write_text(page(text, reports, "python -m speedgate study " + " ".join(argv)))
+    return 0
+
+
+__all__ = ["SLOWDOWN_ENV", "main", "page", "slowed", "table"]
