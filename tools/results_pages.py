@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from speedgate.baseline import BaselineError, read
-from speedgate.evidence import judged_against
+from speedgate.evidence import cause_of, judged_against
+from speedgate.tolerance import WIDE_TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/results_pages.py"
@@ -222,7 +223,13 @@ def baseline_page(doc: Mapping[str, Any], source: str, chart_name: str | None) -
     ]
     if chart_name:
         lines += [f"![blessed speedups of {md(key)}]({chart_name})", ""]
-    lines += ["| family | comparisons | metrics |", "| --- | ---: | ---: |"]
+    wide = sorted((ident, e) for ident, e in cases.items() if float(e.get("tolerance", 0.0)) > WIDE_TOLERANCE)
+    lines += [f"{plural(len(wide), 'comparison')} with a tolerance over {WIDE_TOLERANCE:.0%}, each with what set it "
+              "(its own evidence):", ""]
+    lines += table(["comparison", "tolerance", "timer", "what set it"], "lrll",
+                   [(f"`{md(ident)}`", pct(e.get("tolerance")), md(str(e.get("timer", "-"))), md(cause_of(e)))
+                    for ident, e in wide]) if wide else []
+    lines += ["", "| family | comparisons | metrics |", "| --- | ---: | ---: |"]
     for family in sorted(set(families) | set(metric_families)):
         title = f"`{family}`"
         lines.append(f"| [{title}](#{anchor(family)}) | {len(families.get(family, []))} | {len(metric_families.get(family, []))} |")

@@ -182,6 +182,26 @@ def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, i
     return center, count
 
 
+def cause_of(entry: Mapping[str, Any]) -> str:
+    """What set an entry's tolerance, in words, from its own evidence: the widest in-process spread (and its card), or
+    the spread between the processes of its cards (their speedups' range); the case's pin; or the default."""
+    calibration = entry.get("calibration")
+    if not isinstance(calibration, Mapping) or not calibration:
+        return "no calibration: the case's pinned tolerance (its reason is in a comment beside its compare()) or the default"
+    by_card = cards(calibration)
+    runs = [(v, name) for name, c in by_card.items() for v in _numbers(c.get("run_spreads"), positive=False)]
+    pooled = [v for c in by_card.values() for v in _numbers(c.get("speedups"), positive=True)]
+    between = calibration.get("process_spread")
+    widest = max(runs, default=(0.0, ""))
+    recorded = card_count(calibration)
+    where = f"{len(pooled)} processes on {recorded} cards" if recorded > 1 else f"{len(pooled)} processes"
+    if isinstance(between, (int, float)) and between >= widest[0] and len(pooled) >= 2:
+        return (f"the spread between {where}: {between:.2%} (speedups {min(pooled):.4g}-{max(pooled):.4g}x, "
+                f"between cards {calibration.get('machine_spread', 0.0):.2%})")
+    card = f" on card {widest[1]}" if widest[1] and widest[1] != UNRECORDED else ""
+    return f"the spread between runs in one process: {widest[0]:.2%}{card} (the widest of {where})"
+
+
 def card_count(calibration: Mapping[str, Any]) -> int:
     """How many recorded cards gave evidence (evidence from before cards were recorded counts as none)."""
     return sum(1 for name in cards(calibration) if name != UNRECORDED)

@@ -11,12 +11,13 @@ from . import codegen
 from .advice import next_step, rebless_hint
 from .attribution import MOVED, which_side_moved
 from .closeness import Closeness
-from .evidence import judged_against
+from .evidence import cause_of, judged_against
 from .hardware import software_drift
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
 from .timers.cycles import CYCLES_TIMER
+from .tolerance import WIDE_TOLERANCE
 from .verdict import Judgement, Verdict, fmt_ci, judge, judge_metric, straddles
 
 # Measurements of one comparison before its verdict stands when the first did not pass clearly: the first and up to
@@ -109,8 +110,10 @@ def judge_measurement(
         when = (f"after {measurement.dropped_rounds} rounds were dropped" if measurement.dropped_rounds
                 else "in a calibrating run after the judged one")
         note = f"{note}; the device's speed still drifted {when}: an unstable measurement".lstrip("; ")
+    wide = entry is not None and fields.get("tolerance_source") == "calibrated" and tolerance > WIDE_TOLERANCE
     result = CompareResult(
         timed=True, verdict=verdict, note=note, **fields, **measured_fields(measurement, judgement),
+        tolerance_cause=cause_of(entry) if wide and entry is not None else None,
         codegen_changes=kernel_changes or None, codegen_drift=bool(kernel_changes and drift),
         remeasured=first is not measurement, graphed=graphed, blessed=blessed,
         throttled={name: round(frac, 3) for name, frac in throttled.items()} or None,

@@ -11,6 +11,7 @@ from .advice import create_file_hint
 from .hardware import software_drift
 from .reporting import RunView, write_text
 from .results import CompareResult, MetricResult
+from .tolerance import WIDE_TOLERANCE
 from .verdict import Verdict, by_severity
 
 COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "detects", "rate", "% peak", "checked on",
@@ -349,7 +350,6 @@ def stages_line(records: Sequence[CompareResult]) -> str | None:
             + ", ".join(f"{name} {totals[key]:.1f} s" for name, key in STAGES))
 
 
-WIDE_TOLERANCE = 0.10  # above this, the report says why the tolerance is so wide and what the case still catches
 
 
 def wide_tolerances(records: Sequence[CompareResult]) -> list[str]:
@@ -360,9 +360,10 @@ def wide_tolerances(records: Sequence[CompareResult]) -> list[str]:
         if not r.timed or r.tolerance <= WIDE_TOLERANCE:
             continue
         why = {"case": "pinned by the case (its reason is in a comment beside its compare())",
-               "calibrated": "calibrated: the spread of its speedup between runs, processes and cards",
+               "calibrated": f"calibrated, set by {r.tolerance_cause}" if r.tolerance_cause else
+                             "calibrated: the spread of its speedup between runs, processes and cards",
                "configured": "the run's configured default", "default": "the default of its hardware key"}.get(
             r.tolerance_source, "its entry's")
         catches = f"catches a drop of {r.detectable_drop:.1%} or more" if r.detectable_drop is not None else ""
-        lines.append(f"{r.case_id}: tolerance {r.tolerance:.0%}, {why}; {catches}".rstrip("; "))
+        lines.append(f"{r.case_id}: tolerance {r.tolerance:.1%}, {why}; {catches}".rstrip("; "))
     return lines

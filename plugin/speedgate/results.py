@@ -97,6 +97,8 @@ class CompareResult:
     # [...]}; and what changed in them since the bless, one line each.
     codegen: dict[str, Any] | None = None
     codegen_changes: list[str] | None = None
+    # What set a calibrated tolerance over report.WIDE_TOLERANCE, in words (evidence.cause_of): the report says it.
+    tolerance_cause: str | None = None
     # Whether those changes came with new software since the bless (a compiler or library upgrade changed the
     # kernels): what --speedgate-strict fails on. Without new software they are picks, reported only.
     codegen_drift: bool = False

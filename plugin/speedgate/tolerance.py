@@ -25,6 +25,10 @@ CONFIGURED = "configured"
 KEY_DEFAULT = "default"
 SOURCES = (PINNED, CALIBRATED, CONFIGURED, KEY_DEFAULT)
 
+# Above this, a run's report and the file's results page say what set the tolerance (evidence.cause_of), and what the
+# case still catches: a tolerance over 5% lets a 5% regression through.
+WIDE_TOLERANCE = 0.05
+
 
 @dataclass(frozen=True)
 class Tolerance:
