@@ -12,7 +12,7 @@ from .hardware import software_drift
 from .reporting import RunView, write_text
 from .results import CompareResult, MetricResult
 from .tolerance import WIDE_TOLERANCE
-from .verdict import Verdict, by_severity
+from .verdict import Verdict, by_severity, percent
 
 COLUMNS = ("case", "ref ms", "opt ms", "speedup", "95% CI", "baseline", "change", "detects", "rate", "% peak", "checked on",
            "verdict")
@@ -365,5 +365,5 @@ def wide_tolerances(records: Sequence[CompareResult]) -> list[str]:
                "configured": "the run's configured default", "default": "the default of its hardware key"}.get(
             r.tolerance_source, "its entry's")
         catches = f"catches a drop of {r.detectable_drop:.1%} or more" if r.detectable_drop is not None else ""
-        lines.append(f"{r.case_id}: tolerance {r.tolerance:.1%}, {why}; {catches}".rstrip("; "))
+        lines.append(f"{r.case_id}: tolerance {percent(r.tolerance)}, {why}; {catches}".rstrip("; "))
     return lines
