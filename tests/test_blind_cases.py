@@ -358,3 +358,15 @@ def test_evidence_records_facts_where_an_entry_has_none_and_leaves_another_pick_
     assert "card-d" not in evidence.cards(after["cases"]["t.py::test"]["calibration"])
     assert any("another pick than the bless's" in line for line in left_out)
     assert after["cases"]["t.py::test"]["codegen"] == blessed_pick  # a re-bless, never a report, replaces them
+
+
+def test_a_wide_tolerance_names_what_set_it() -> None:
+    calibration = evidence.add_process({}, "card-a", 1.0, 0.038, "2026-11-26T00:00:00Z")
+    calibration = evidence.add_process(calibration, "card-b", 1.01, 0.031, "2026-11-26T00:00:00Z")
+    assert evidence.cause_of({"calibration": calibration}) == \
+        "the spread between runs in one process: 3.80% on card card-a (the widest of 2 processes on 2 cards)"
+    for card, speedup in (("card-c", 0.90), ("card-d", 1.10)):
+        calibration = evidence.add_process(calibration, card, speedup, 0.001, "2026-11-26T00:00:00Z")
+    said = evidence.cause_of({"calibration": calibration})
+    assert said.startswith("the spread between 4 processes on 4 cards:") and "(speedups 0.9-1.1x" in said
+    assert evidence.cause_of({}).startswith("no calibration")
