@@ -266,11 +266,11 @@ class SpeedgateSession:
         if self._timer is None:
             from .gpu_state import open_monitor
             from .measure import warm_statistics
-            from .timers import CudaTimer, make_timer
+            from .timers import make_timer
 
             warm_statistics()
             self._timer = make_timer(self.settings.timer)
-            if self._timer.name == CudaTimer.name:
+            if self._timer.on_gpu:  # its GPU's state is watched, and it cools before timing begins
                 tokens = visible_gpu_tokens()
                 self.monitor = open_monitor(tokens[0] if tokens else "0")
                 if self.monitor is not None:
@@ -305,13 +305,12 @@ class SpeedgateSession:
     def contention_warning(self) -> str | None:
         """The warning when the host clock's timed calls, in this process or any xdist worker, were contended."""
         from .devices import CpuContention, slowed_sides
-        from .timers import CpuTimer
 
         total = CpuContention()
         for counts in (self._own_contention(), *self._absorbed_contention):
             if counts:
                 total.add(counts)
-        return total.words(slowed_sides(self.records, CpuTimer.name))
+        return total.words(slowed_sides(self.records, total.clocks))
 
     def roofline(
         self, timer: Timer, flops: float | None, nbytes: float | None, flops_dtype: str | None
@@ -319,9 +318,8 @@ class SpeedgateSession:
         """(floor ms, bound, the ceiling in words) of the declared work on this run's measured ceilings, on the GPU;
         None elsewhere or with no work declared."""
         from .ceilings import Ceilings, measure_copy_gbps, measure_matmul_tflops
-        from .timers import CudaTimer
 
-        if timer.name != CudaTimer.name or not (flops or nbytes):
+        if not timer.on_gpu or not (flops or nbytes):
             return None
         import torch
 
