@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import integrity, judging
 from . import tolerance as tolerances
@@ -23,6 +23,10 @@ from .measure import Measurement, Policy, Timed, time_pair
 from .results import CompareResult
 from .sides import CaseError, InputSets, Side
 from .timers import Fn, Timer
+
+if TYPE_CHECKING:
+    from .bench import Bench
+    from .book import BaselineBook
 
 # What a case may waive, with a stated reason (perf.compare(..., waive={name: reason})): an audit whose condition can
 # be the optimization itself, and strict mode's demand for fresh inputs.
@@ -40,26 +44,20 @@ class Dishonest(AssertionError):
 
 
 class Services(Protocol):
-    """What the stages need from the run (speedgate.session.SpeedgateSession provides it)."""
+    """What the stages need from the run (speedgate.session.SpeedgateSession holds it): its settings, the bench they
+    time on (timer, GPU monitor, roofline, the fingerprint's card and software), the baseline book they judge
+    against, and the project's own audit (pytest_speedgate_audit)."""
 
     @property
     def settings(self) -> Any: ...
 
     @property
-    def monitor(self) -> Any: ...
+    def bench(self) -> Bench: ...
 
-    def timer(self) -> Timer: ...
+    @property
+    def book(self) -> BaselineBook: ...
 
-    def baseline_entry(self, case_id: str, key: str | None = None) -> dict[str, Any] | None: ...
-
-    def baseline_found_for(self, key: str) -> bool: ...
-
-    def roofline(self, timer: Timer, flops: float | None, nbytes: float | None,
-                 flops_dtype: str | None) -> tuple[float, str, str] | None: ...
-
-    def software(self) -> Mapping[str, Any]: ...
-
-    def card(self) -> str | None: ...
+    def audit(self, evidence: integrity.Evidence) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,7 @@ class Comparison:
     @property
     def timer(self) -> Timer:
         if self._timer is None:
-            self._timer = self.services.timer()
+            self._timer = self.services.bench.timer()
         return self._timer
 
     def run(self, untimed: str = "") -> tuple[CompareResult, dict[str, Any] | None]:
@@ -269,11 +267,11 @@ class Comparison:
         spec = self.spec
         profiled = {side: self.timer.profile_calls(fn) for side, fn in
                     (("reference", timed.reference), ("optimized", timed.optimized))} if self.timer.can_profile else None
-        roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
+        roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
         evidence = integrity.Evidence(spec.case_id, timed.measurement.optimized_ms, profiled, floor_ms, bound, ceiling,
                                       spec.flops, spec.bytes)
-        reason = integrity.first_failure(evidence, spec.waived or {})
+        reason = integrity.first_failure(evidence, spec.waived or {}) or self.services.audit(evidence)
         if reason:
             raise Dishonest(reason)
         return evidence
@@ -304,7 +302,7 @@ class Comparison:
 
         # If heat held the GPU down, it cools before a re-measurement (gpu_state.COOL_WAIT_S at most).
         cooling: list[str] = []
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
                             judging.THROTTLE_NOTE_FRACTION, cooling)
         extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence)}
@@ -316,13 +314,13 @@ class Comparison:
         return result, samples
 
     def _violations(self) -> dict[str, int]:
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         return monitor.violations() if monitor else {}
 
     def _throttled(self, before: dict[str, int], started: float) -> dict[str, float]:
         from .gpu_state import throttled_fractions
 
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         return throttled_fractions(before, monitor.violations(), time.monotonic() - started) if monitor else {}
 
 
@@ -333,9 +331,9 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     blessing with --speedgate-calibrate, then the verdict (re-measured once before a regression stands). Returns the
     result and its raw samples (for the artifacts of a failing test)."""
     settings = services.settings
-    entry = services.baseline_entry(spec.case_id, spec.hardware_key)
+    entry = services.book.entry(spec.case_id, spec.hardware_key)
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
-    fields = {**spec.fields(tol), **extra, "card": services.card()}
+    fields = {**spec.fields(tol), **extra, "card": services.bench.card()}
     if settings.calibrate_runs:
         calibrated, settled = calibration(measurement, again, settings.calibrate_runs)
         fields.update(calibrated)
@@ -346,9 +344,9 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
         return {"peak_fraction": floor_ms / m.optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
 
     result, first, final = judging.judge_measurement(
-        measurement, again, fields, entry=entry, file_found=services.baseline_found_for(spec.hardware_key),
+        measurement, again, fields, entry=entry, file_found=services.book.found(spec.hardware_key),
         remeasure=not settings.update_baselines, graphed=graphed, throttled=throttled, roofline=roofline,
-        closeness=closeness, software=services.software(),
+        closeness=closeness, software=services.bench.software(),
     )
     return result, judging.samples_record(first, final)
 
