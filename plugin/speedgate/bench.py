@@ -18,7 +18,7 @@ from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
 # where it is used, so a worker that never timed does not load it.
 if TYPE_CHECKING:
     from .ceilings import Ceilings
-    from .devices import Assignment
+    from .devices import Assignment, CpuContention
     from .gpu_state import Monitor
     from .results import CompareResult
     from .timers import Timer, TimerKind
@@ -43,7 +43,7 @@ class Bench:
         self.gpu_state_at_start: dict[str, str] = {}
         self._ceilings: Ceilings | None = None
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
-        self._absorbed_contention: list[dict[str, Any]] = []  # xdist workers' CPU contention counts
+        self._absorbed_contention: list[CpuContention] = []  # xdist workers' CPU contention counts
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it timed on
 
     # -- the machine ---------------------------------------------------------------------------------------------
@@ -186,10 +186,10 @@ class Bench:
         """The warning when the host clock's timed calls, in this process or any xdist worker, were contended."""
         from .devices import CpuContention, slowed_sides
 
+        own = self.own_contention()
         total = CpuContention()
-        for counts in (self.own_contention(), *self._absorbed_contention):
-            if counts:
-                total.add(counts)
+        for counts in ([CpuContention(**own)] if own else []) + self._absorbed_contention:
+            total.add(counts)
         return total.words(slowed_sides(records, total.clocks))
 
     # -- xdist ---------------------------------------------------------------------------------------------------
@@ -202,7 +202,9 @@ class Bench:
         for key, state in gpu_state.items():
             self.gpu_state_at_start.setdefault(key, state)
         if contention:
-            self._absorbed_contention.append(dict(contention))
+            from .devices import CpuContention
+
+            self._absorbed_contention.append(CpuContention(**contention))
         if worker:
             self.workers[worker["id"]] = {"device": worker["device"], "shared": worker["shared"],
                                           "pinned": worker["pinned"]}

@@ -234,14 +234,15 @@ class CpuContention:
             self.load = max(self.load, os.getloadavg()[0])
         self.cores = self.cores or usable_cores()
 
-    def add(self, other: Mapping[str, Any]) -> None:
+    def add(self, other: CpuContention) -> None:
         """Another process's counts (an xdist worker's)."""
-        for name in ("samples", "preempted", "switches"):
-            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
-        self.load = max(self.load, float(other.get("load", 0.0)))
-        self.cores = max(self.cores, int(other.get("cores", 0)))
-        self.threads = max(self.threads, int(other.get("threads", 1)))
-        self.clocks = sorted({*self.clocks, *other.get("clocks", ())})
+        self.samples += other.samples
+        self.preempted += other.preempted
+        self.switches += other.switches
+        self.load = max(self.load, other.load)
+        self.cores = max(self.cores, other.cores)
+        self.threads = max(self.threads, other.threads)
+        self.clocks = sorted({*self.clocks, *other.clocks})
 
     def words(self, slowed: Sequence[tuple[str, str, float, float]]) -> str | None:
         """The warning when the timing was contended; None when it was not (or too few calls to tell). slowed: the

@@ -134,7 +134,7 @@ class RunLedger:
         self.test_seconds.update(report.test_seconds)
         for key, fp in report.fingerprints.items():
             known = self.fingerprints.get(key)
-            if known is None or len(fp.get("hardware", {})) > len(known.get("hardware", {})):
+            if known is None or len(fp["hardware"]) > len(known["hardware"]):
                 self.fingerprints[key] = fp
         self.used = self.used or bool(report.records) or bool(report.metrics)
 
