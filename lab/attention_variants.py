@@ -1,7 +1,7 @@
 """The Triton flash kernel's variants (the vendor-gap probe's sides): the suite's kernel (perftests/kernels/
 attention.py) with switches on its launch order, its softmax and its loop, at any candidate tile, optionally tracing
-where its programs ran. Built from the suite's blocks (_scores, _causal_mask, _softmax_step, _accumulate, _start_rows,
-_store_rows, its config and pre_hook); with every switch at its default it compiles to the suite kernel's PTX
+where its programs ran. Built from the suite's public blocks (block_scores, causal_mask, softmax_step, accumulate,
+start_rows, store_rows, row_block_heavy_first, its kernel_configs); with every switch at its default it compiles to the suite kernel's PTX
 (lab/ptx_diff.py checks it), so a probe's `default` side times the kernel the suite times. What each variant measured
 is on the vendor-gap results page (docs/results/vendor-gap.md).
 """
@@ -74,15 +74,15 @@ def _variant_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, 
                    SOFTMAX: tl.constexpr, EXP2_SPLIT: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     """The suite's _attn_inner with the switches: at their defaults, the suite's blocks in the suite's order."""
     for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        qk = attn._scores(q, k_desc, row0, start_n)
+        qk = attn.block_scores(q, k_desc, row0, start_n)
         if SOFTMAX:
             if not FOLD:
                 qk = qk * qk_scale  # log2 domain: exp2 below
             if MASKED:
-                qk = attn._causal_mask(qk, offs_m, start_n, BLOCK_N)
+                qk = attn.causal_mask(qk, offs_m, start_n, BLOCK_N)
             if FOLD and not EXP2_SPLIT and not LAZY_RESCALE:
-                p, alpha, m_i, l_i = attn._softmax_step(qk, m_i, l_i, qk_scale)
-                acc = attn._accumulate(acc, p, alpha, v_desc, row0, start_n)
+                p, alpha, m_i, l_i = attn.softmax_step(qk, m_i, l_i, qk_scale)
+                acc = attn.accumulate(acc, p, alpha, v_desc, row0, start_n)
             else:
                 if FOLD:
                     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -105,7 +105,7 @@ def _variant_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, 
                     p = _exp2(_exponent(qk, m_new, qk_scale, FOLD), EXP2_SPLIT)
                     alpha = tl.math.exp2(m_i - m_new)
                     l_i = l_i * alpha + tl.sum(p, 1)
-                    acc = attn._accumulate(acc, p, alpha, v_desc, row0, start_n)
+                    acc = attn.accumulate(acc, p, alpha, v_desc, row0, start_n)
                     m_i = m_new
         else:  # a timing diagnostic, wrong by design: (q k^T) v with no softmax, for what the MMAs alone take
             v = v_desc.load([row0 + start_n, 0])
@@ -116,7 +116,7 @@ def _variant_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, 
 # Why a kernel of its own and not the suite's with a hook: the switches sit inside the suite kernel's loop and
 # around its launch order, where a hook would be a switch on the suite's kernel again. So this kernel repeats the
 # suite kernel's dozen lines of structure (row block, causal split, store) around the suite's blocks.
-@triton.autotune(configs=attn._configs(), key=["S", "HEAD_DIM", "CAUSAL", *SWITCHES])
+@triton.autotune(configs=attn.kernel_configs(), key=["S", "HEAD_DIM", "CAUSAL", *SWITCHES])
 @triton.jit
 def _attn_fwd_variant(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                       HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -126,12 +126,12 @@ def _attn_fwd_variant(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     if trace is not None:  # a constexpr test: None compiles the kernel without the timestamps
         began = globaltimer()
     if HEAVY_FIRST and CAUSAL:
-        start_m = attn._row_block_heavy_first()
+        start_m = attn.row_block_heavy_first()
     else:
         start_m = tl.program_id(0)
     row0 = tl.program_id(1) * S
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q, m_i, l_i, acc = attn._start_rows(q_desc, row0, start_m, BLOCK_M, HEAD_DIM)
+    q, m_i, l_i, acc = attn.start_rows(q_desc, row0, start_m, BLOCK_M, HEAD_DIM)
     qk_scale = sm_scale * attn.LOG2E
     if CAUSAL:
         acc, l_i, m_i = _variant_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, start_m * BLOCK_M,
@@ -143,7 +143,7 @@ def _attn_fwd_variant(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
     else:
         acc, l_i, m_i = _variant_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N,
                                        False, FOLD, WARP_SPECIALIZE, SOFTMAX, EXP2_SPLIT, LAZY_RESCALE)
-    attn._store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M)
+    attn.store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M)
     if trace is not None:
         slot = trace + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * 3
         tl.store(slot, began)

@@ -75,7 +75,7 @@ def attention_gluon(head_dim: int, causal: bool, block_m: int, block_n: int, war
         constants = {**shape, "PINGPONG": False, "LOADER": False, **switches}
         return compile_to(schedules._attn_fwd_ws_schedule, ag.signature(head_dim, ag.WARPGROUP_ROWS, block_n), constants,
                           4, 1, last)
-    kernel = schedules._attn_fwd_lookahead if switches.pop("LOOKAHEAD", False) else ag._attn_fwd_pipelined
+    kernel = schedules._attn_fwd_lookahead if switches.pop("LOOKAHEAD", False) else ag.KERNELS["pv_under"]
     return compile_to(kernel, ag.signature(head_dim, block_m, block_n), {**shape, "num_warps": warps, **switches},
                       warps, 1, last)
 

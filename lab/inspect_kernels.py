@@ -89,7 +89,7 @@ def main() -> None:
 
     q, k, v = (torch.randn(2, 8, 8192, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     attn.flash_attention(q, k, v, True)
-    tuner = attn._attn_fwd_kernel
+    tuner = attn.KERNEL
     _safe_report(f"flash attention causal S8192 D128 {mm.best_config(tuner)}", tuner, args.out)
     del triton
 

@@ -1,8 +1,8 @@
 """The Gluon fp8 matmul's other forms (the vendor-gap probe's sides): the suite's kernel (perftests/kernels/
 matmul_gluon.py: halves, a loader partition, persistent) against its K tiles as four quarter MMAs two in flight,
 without the loader partition (consumer warpgroup 0 refills the ring), and one program an output tile. Built from the
-suite's blocks (Fp8Program, its ring, _allocate, _halves, _store_halves, _send_output, _tile_offsets, and the suite's
-own consumer and loader partitions where a form has them). What each form measured is on the vendor-gap results page
+suite's public blocks (Fp8Program, its ring, allocate, mma_halves, store_halves, send_output, grouped_tile_offsets,
+half_layout, and the suite's own consumer and loader partitions where a form has them). What each form measured is on the vendor-gap results page
 (docs/results/vendor-gap.md).
 """
 
@@ -50,19 +50,19 @@ def _promote_quarters(a, b, acc0, acc1, acc2, acc3, s0, s1):
 
 @gluon.jit
 def _form_consumer(p, WG: gl.constexpr, QUARTERS: gl.constexpr, LOADER: gl.constexpr):
-    """The suite's consumer (mg._consumer) with QUARTERS (each K tile as _promote_quarters) and without the loader
+    """The suite's consumer (mg.consumer) with QUARTERS (each K tile as _promote_quarters) and without the loader
     partition (LOADER False: warpgroup 0 refills the slot the previous K tile used once both released it; one tile
     a program, its first STAGES K tiles loaded before the partitions start)."""
     LOADS: gl.constexpr = WG == 0 and not LOADER
     ROWS: gl.constexpr = p.BLOCK_M // 2
     if QUARTERS:
         QUARTER: gl.constexpr = p.BLOCK_N // 4
-        q_layout: gl.constexpr = mg._half_layout(QUARTER)
+        q_layout: gl.constexpr = mg.half_layout(QUARTER)
         s0 = gl.zeros([ROWS, QUARTER], gl.float32, layout=q_layout)
         s1 = gl.zeros([ROWS, QUARTER], gl.float32, layout=q_layout)
     else:
         HALF: gl.constexpr = p.BLOCK_N // 2
-        acc_layout: gl.constexpr = mg._half_layout(HALF)
+        acc_layout: gl.constexpr = mg.half_layout(HALF)
         zero = gl.zeros([ROWS, HALF], gl.float32, layout=acc_layout)
     scale = gl.load(p.scale_x_ptr) * gl.load(p.scale_w_ptr)
     done = 0
@@ -82,7 +82,7 @@ def _form_consumer(p, WG: gl.constexpr, QUARTERS: gl.constexpr, LOADER: gl.const
             if QUARTERS:
                 acc0, acc1, acc2, acc3, s0, s1 = _promote_quarters(a, p.w_smem.index(slot), acc0, acc1, acc2, acc3, s0, s1)
             else:
-                acc0, acc1 = mg._halves(a, p.w_smem.index(slot), acc0, acc1, zero)
+                acc0, acc1 = mg.mma_halves(a, p.w_smem.index(slot), acc0, acc1, zero)
             p.ring.release(slot)
             if LOADS:  # one tile a program here: refill K tile i - 1's slot (both warpgroups are likely past it)
                 prev = ring_slot(i + p.ring.STAGES - 1, p.ring.STAGES)
@@ -98,9 +98,9 @@ def _form_consumer(p, WG: gl.constexpr, QUARTERS: gl.constexpr, LOADER: gl.const
             y0.slice(QUARTER, QUARTER, dim=1).store((acc1 * scale).to(p.y_desc.dtype))
             y1.slice(0, QUARTER, dim=1).store((acc2 * scale).to(p.y_desc.dtype))
             y1.slice(QUARTER, QUARTER, dim=1).store((acc3 * scale).to(p.y_desc.dtype))
-            mg._send_output(p, off_m, off_n, WG)
+            mg.send_output(p, off_m, off_n, WG)
         else:
-            mg._store_halves(p, acc0, acc1, scale, off_m, off_n, WG)
+            mg.store_halves(p, acc0, acc1, scale, off_m, off_n, WG)
     tma.store_wait(pendings=0)
 
 
@@ -118,18 +118,18 @@ def _fp8_matmul_form(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K, 
     else:
         tiles = (pid, pid + 1, 1)
     k_tiles = gl.cdiv(K, BLOCK_K)
-    x_smem, w_smem, y_smem, ring = mg._allocate(x_desc, w_desc, y_desc, STAGES)
+    x_smem, w_smem, y_smem, ring = mg.allocate(x_desc, w_desc, y_desc, STAGES)
     p = mg.Fp8Program(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ring, scale_x_ptr, scale_w_ptr, tiles, k_tiles,
                       GROUP_M)
     if LOADER:
         if QUARTERS:
             gl.warp_specialize([(_form_consumer, (p, 0, QUARTERS, LOADER)), (_form_consumer, (p, 1, QUARTERS, LOADER)),
-                                (mg._loader, (p,))], [4, 1], [mg.CONSUMER_REGS, mg.LOADER_REGS])
+                                (mg.loader, (p,))], [4, 1], [mg.CONSUMER_REGS, mg.LOADER_REGS])
         else:
-            gl.warp_specialize([(mg._consumer, (p, 0)), (mg._consumer, (p, 1)), (mg._loader, (p,))], [4, 1],
+            gl.warp_specialize([(mg.consumer, (p, 0)), (mg.consumer, (p, 1)), (mg.loader, (p,))], [4, 1],
                                [mg.CONSUMER_REGS, mg.LOADER_REGS])
     else:
-        off_m, off_n = mg._tile_offsets(pid, gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M, BLOCK_M, BLOCK_N)
+        off_m, off_n = mg.grouped_tile_offsets(pid, gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M, BLOCK_M, BLOCK_N)
         for i in gl.static_range(STAGES):
             p.load_k_tile(off_m, off_n, i, i, i < k_tiles)
         gl.warp_specialize([(_form_consumer, (p, 0, QUARTERS, LOADER)), (_form_consumer, (p, 1, QUARTERS, LOADER))],

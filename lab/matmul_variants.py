@@ -1,7 +1,8 @@
 """The persistent TMA matmul's variants (the vendor-gap probe's fp8 sides): the suite's kernel (perftests/kernels/
 matmul.py) with a promotion every n K tiles, warp specialization of its tile loop, n programs an SM, or one config
-without the autotuner's race. Built from the suite's blocks (_tile_offsets, _k_tile, _store_tile, its configs, pruning
-and pre_hook); with every switch at its default it compiles to the suite kernel's PTX (lab/ptx_diff.py checks it).
+without the autotuner's race. Built from the suite's public blocks (tile_offsets, k_tile, store_tile, its tile_configs,
+prune and set_tma_block_shapes); with every switch at its default it compiles to the suite kernel's PTX (lab/ptx_diff.py
+checks it).
 What each variant measured is on the vendor-gap results page (docs/results/vendor-gap.md).
 """
 
@@ -25,7 +26,7 @@ def _k_loop_promoted(x_desc, w_desc, off_m, off_n, k_tiles, BLOCK_M: tl.constexp
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for ki in range(k_tiles):
-        x, w = mm._k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
+        x, w = mm.k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
         part = tl.dot(x, w.T, part)
         if ki % PROMOTE_TILES == PROMOTE_TILES - 1:
             acc += part
@@ -35,9 +36,9 @@ def _k_loop_promoted(x_desc, w_desc, off_m, off_n, k_tiles, BLOCK_M: tl.constexp
 
 # A kernel of its own, not a hook on the suite's: the switches change the suite kernel's loops themselves. It repeats
 # the suite kernel's loop structure around the suite's blocks.
-@triton.autotune(configs=mm._tile_configs(mm._set_tma_block_shapes),
-                 key=["M", "N", "K", *mm._EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE"],
-                 prune_configs_by={"early_config_prune": mm._prune})
+@triton.autotune(configs=mm.tile_configs(mm.set_tma_block_shapes),
+                 key=["M", "N", "K", *mm.EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE"],
+                 prune_configs_by={"early_config_prune": mm.prune})
 @triton.jit
 def _matmul_tma_persistent_variant(
     x_desc, w_desc, y_desc, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr, M, N, K,
@@ -52,18 +53,18 @@ def _matmul_tma_persistent_variant(
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WARP_SPECIALIZE):
-        off_m, off_n = mm._tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = mm.tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
         if PROMOTE_TILES > 1:
             acc = _k_loop_promoted(x_desc, w_desc, off_m, off_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, PROMOTE_TILES)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for ki in range(k_tiles):
-                x, w = mm._k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
+                x, w = mm.k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
                 if FP8_PRECISE:
                     acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
                 else:
                     acc = tl.dot(x, w.T, acc)
-        mm._store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+        mm.store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
                        HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE, BLOCK_M, BLOCK_N)
 
 

@@ -339,7 +339,7 @@ def probe_fp8_shape(timer: Any, rounds: int, n: int, graph: bool, sweep: bool,
 
     add_side(sides, info, "_scaled_mm", lambda: scaled_mm(x8, w8, sx, sw), error, dict)
     add_side(sides, info, "_scaled_mm_fast", lambda: scaled_mm_fast(x8, w8, sx, sw), error, dict)
-    choices = [plain_config(c) for c in mm._prune(kernel.configs, {"x_ptr": x8})] + FP8_EXTRA_CONFIGS  # as the race
+    choices = [plain_config(c) for c in mm.prune(kernel.configs, {"x_ptr": x8})] + FP8_EXTRA_CONFIGS  # as the race
     for name, (variant, config) in swept(FP8_VARIANTS, FP8_SWEPT, choices, sweep).items():
         def run(variant: dict[str, Any] = variant, config: dict[str, Any] | None = config) -> Any:
             return matmul_variants.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, config=config, **variant)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
-from speedgate.session import args_folder, case_anchor, case_base, orphaned_entries
+from speedgate.case_ids import args_folder, case_anchor, case_base, orphaned_entries
 
 # Zero-argument scripted sides: strict runs below accept their fixed inputs by name.
 TESTS = CASES + """

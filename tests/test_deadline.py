@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
-from speedgate.faults import Watchdog
+from speedgate.deadline import Watchdog
 
 # Blocked in a C call: time.sleep releases the GIL (as CUDA's waits do); libc's sleep through ctypes.PyDLL keeps it.
 BLOCKS = {

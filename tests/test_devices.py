@@ -195,7 +195,7 @@ def test_contention_is_said_when_medians_rose_and_the_process_lost_the_cpu() -> 
     busy = CpuContention()
     busy.batch([0] * 60 + [2] * 40)
     assert busy.words([]) is None  # preempted, but every median held: single-threaded work keeps it
-    busy.add({"samples": 100, "preempted": 0, "switches": 0, "load": 0.0, "cores": 2, "threads": 2})  # a quiet worker
+    busy.add(CpuContention(samples=100, preempted=0, switches=0, load=0.0, cores=2, threads=2))  # a quiet worker
     words = busy.words(slowed)
     assert words is not None
     assert words.startswith("CPU timing was contended: 2 timed sides' median call took 3x their fastest or more "

@@ -141,26 +141,32 @@ def test_static(perf):
 
 def test_the_fingerprint_kept_is_the_latest_view_not_the_first() -> None:
     """A metric recorded before the timer existed must not freeze a fingerprint without the timer's fields."""
+    from dataclasses import fields
+    from pathlib import Path
     from types import SimpleNamespace
 
     from speedgate.hardware import Fingerprint
+    from speedgate.ledger import WorkerReport
     from speedgate.session import SpeedgateSession
 
-    session = SpeedgateSession(SimpleNamespace())
-    session._fingerprint = Fingerprint(key="gpu-x", hardware={"kind": "gpu", "name": "X"}, software={})
+    settings = SimpleNamespace(baseline_dir=Path("baselines"), hardware_key=None, timer="auto")
+    session = SpeedgateSession(settings)
+    session.bench._fingerprint = Fingerprint(key="gpu-x", hardware={"kind": "gpu", "name": "X"}, software={})
     result = SimpleNamespace(hardware_key="gpu-x", case_id="c", metric_id="m", to_json=lambda: {})
     session.record_metric(result)
-    session.fingerprint.hardware["sm_count"] = 132  # what the CUDA timer adds when it is made
+    session.bench.fingerprint.hardware["sm_count"] = 132  # what the CUDA timer adds when it is made
     session.record(result)
     assert session.fingerprints["gpu-x"]["hardware"]["sm_count"] == 132
 
     # Across xdist workers: the fuller view wins, in either order.
     sparse = {"hardware": {"kind": "gpu"}, "software": {}}
     full = {"hardware": {"kind": "gpu", "sm_count": 132}, "software": {}}
+    empty = {f.name: None if f.name in ("cpu_contention", "worker") else {} if str(f.type).startswith("dict") else []
+             for f in fields(WorkerReport)}
     for first, second in ((sparse, full), (full, sparse)):
-        controller = SpeedgateSession(SimpleNamespace())
+        controller = SpeedgateSession(settings)
         for fp in (first, second):
-            controller.absorb(json.dumps({"records": [], "failed": [], "fingerprints": {"gpu-x": fp}}))
+            controller.absorb(WorkerReport(**{**empty, "fingerprints": {"gpu-x": fp}}).to_json())
         assert controller.fingerprints["gpu-x"] == full
 
 

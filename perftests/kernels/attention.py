@@ -3,6 +3,10 @@
 q, k, v: (B, H, S, D) contiguous, seen as (B * H * S, D) matrices through TMA descriptors (tiles never straddle
 two heads: S is a multiple of every tile height). Work: 4 * B * H * S^2 * D flops (QK^T and PV), half of it
 when causal. The fewest bytes: read q, k, v and write o, 4 * B * H * S * D * itemsize.
+
+The kernel's blocks are public for the lab's variants, which rebuild its loop around them (lab/attention_variants.py):
+kernel_configs, row_block_heavy_first, block_scores, causal_mask, softmax_step, accumulate, start_rows, store_rows;
+and KERNEL, the autotuned kernel flash_attention launches.
 """
 
 from __future__ import annotations
@@ -34,33 +38,33 @@ INTERPRETER_TILE = (32, 16, 4, 1)  # small enough for the interpreter's shapes
 LOG2E = tl.constexpr(1.4426950408889634)  # 1 / ln 2: the softmax runs in the log2 domain, on exp2
 
 
-def _configs() -> list[triton.Config]:
+def kernel_configs() -> list[triton.Config]:
     bm, bn, warps, stages = INTERPRETER_TILE if INTERPRETING else TILE
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)]
 
 
 @triton.jit
-def _row_block_heavy_first():
+def row_block_heavy_first():
     """This program's row block. Causal row blocks near the end of the sequence have the most key blocks: launched
     first, the short ones fill the last wave instead of the long ones."""
     return tl.num_programs(0) - 1 - tl.program_id(0)
 
 
 @triton.jit
-def _scores(q, k_desc, row0, start_n):
+def block_scores(q, k_desc, row0, start_n):
     """q k^T against the key block at start_n: (BLOCK_M, BLOCK_N) unscaled scores, k by TMA."""
     k = k_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
     return tl.dot(q, k.T)
 
 
 @triton.jit
-def _causal_mask(qk, offs_m, start_n, BLOCK_N: tl.constexpr):
+def causal_mask(qk, offs_m, start_n, BLOCK_N: tl.constexpr):
     """Scores of keys after their query set to -inf."""
     return tl.where(offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :], qk, -float("inf"))
 
 
 @triton.jit
-def _softmax_step(qk, m_i, l_i, qk_scale):
+def softmax_step(qk, m_i, l_i, qk_scale):
     """Online softmax of one block of unscaled scores: p, the factor alpha for the running sums, the new row maxima
     and sums. The scale is folded into one fused multiply-add per score, and the row maximum taken on unscaled
     scores (the scale is positive), scaled once a row."""
@@ -71,7 +75,7 @@ def _softmax_step(qk, m_i, l_i, qk_scale):
 
 
 @triton.jit
-def _accumulate(acc, p, alpha, v_desc, row0, start_n):
+def accumulate(acc, p, alpha, v_desc, row0, start_n):
     """acc rescaled by alpha plus p v for the value block at start_n (v by TMA)."""
     v = v_desc.load([row0 + start_n, 0])  # (BLOCK_N, D)
     return tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
@@ -81,16 +85,16 @@ def _accumulate(acc, p, alpha, v_desc, row0, start_n):
 def _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, start, stop, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     for start_n in tl.range(start, stop, BLOCK_N):
-        qk = _scores(q, k_desc, row0, start_n)
+        qk = block_scores(q, k_desc, row0, start_n)
         if MASKED:
-            qk = _causal_mask(qk, offs_m, start_n, BLOCK_N)
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale)
-        acc = _accumulate(acc, p, alpha, v_desc, row0, start_n)
+            qk = causal_mask(qk, offs_m, start_n, BLOCK_N)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale)
+        acc = accumulate(acc, p, alpha, v_desc, row0, start_n)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _start_rows(q_desc, row0, start_m, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+def start_rows(q_desc, row0, start_m, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
     """The row block's q (by TMA) and its running state: row maxima, row sums, the fp32 accumulator."""
     q = q_desc.load([row0 + start_m * BLOCK_M, 0])
     m_i = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
@@ -100,23 +104,23 @@ def _start_rows(q_desc, row0, start_m, BLOCK_M: tl.constexpr, HEAD_DIM: tl.const
 
 
 @triton.jit
-def _store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M: tl.constexpr):
+def store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M: tl.constexpr):
     out = acc / l_i[:, None]
     o_desc.store([row0 + start_m * BLOCK_M, 0], out.to(o_desc.dtype))
 
 
 # An autotuner of one config runs no race: it applies the config's pre_hook and records best_config, as reports use.
-@triton.autotune(configs=_configs(), key=["S", "HEAD_DIM", "CAUSAL"])
+@triton.autotune(configs=kernel_configs(), key=["S", "HEAD_DIM", "CAUSAL"])
 @triton.jit
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if CAUSAL:
-        start_m = _row_block_heavy_first()
+        start_m = row_block_heavy_first()
     else:
         start_m = tl.program_id(0)
     row0 = tl.program_id(1) * S  # first row of this (batch, head) in the (B*H*S, D) view
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q, m_i, l_i, acc = _start_rows(q_desc, row0, start_m, BLOCK_M, HEAD_DIM)
+    q, m_i, l_i, acc = start_rows(q_desc, row0, start_m, BLOCK_M, HEAD_DIM)
     qk_scale = sm_scale * LOG2E
     if CAUSAL:
         # Blocks wholly below the diagonal need no mask; only the diagonal block does.
@@ -126,8 +130,11 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, sm_scale, S,
                                     (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True)
     else:
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_desc, v_desc, row0, offs_m, 0, S, qk_scale, BLOCK_N, False)
-    _store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M)
+    store_rows(o_desc, acc, l_i, row0, start_m, BLOCK_M)
 
+
+# The autotuned kernel flash_attention launches: what tools read its compiled form from (lab/inspect_kernels.py).
+KERNEL = _attn_fwd_kernel
 
 # The largest tile any config uses: S must be a multiple of it (no ragged-edge masks in the kernel).
 MAX_BLOCK = 128

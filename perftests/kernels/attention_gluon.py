@@ -18,7 +18,10 @@ it has retired.
 Two forms of that schedule, chosen per head dim (CHOICE): "pv_under", one partition of BLOCK_M rows; and at
 D = 128 "two_warpgroups_loader": 128-row blocks as two consumer warpgroups (warp_specialize), each the schedule on its
 64 rows, both reading one K and one V ring that a one-warp loader partition fills (FlashAttention-3's producer and
-consumers). The other schedules they were measured against are lab/attention_gluon_schedules.py's; the measurements,
+consumers). The other schedules they were measured against are lab/attention_gluon_schedules.py's, built from this
+module's blocks, which are public for it (load_block, row_block, mma_layouts, store_rows, softmax, issue_scores,
+issue_pv, rescaled, pipelined_start and pipelined_finish, consumer_rows, consumer_state, last_pv, ws_consumer,
+ws_loader, ws_allocate, the aggregates and KERNELS); the kernels carry nothing only the lab needs. The measurements,
 docs/results/vendor-gap.md.
 
 Same layout as attention.flash_attention: q, k, v (B, H, S, D) contiguous, seen as (B * H * S, D). Gluon has no
@@ -59,7 +62,7 @@ def choice(head_dim: int, causal: bool) -> tuple[str, dict[str, int]]:
 
 
 @gluon.jit
-def _load_block(desc, smem, bars, row, slot, pred):
+def load_block(desc, smem, bars, row, slot, pred):
     """One (BLOCK_N, D) tile by TMA into ring slot `slot`, signalling bars[slot] when its bytes have landed."""
     bar = bars.index(slot)
     mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
@@ -67,7 +70,7 @@ def _load_block(desc, smem, bars, row, slot, pred):
 
 
 @gluon.jit
-def _row_block(S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+def row_block(S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     """This program's rows: the first row of its (batch, head) in the (B*H*S, D) view, its first query row within
     the sequence, and how many key blocks it reads (causal: up to the diagonal, the last one maybe past it, masked).
     Causal row blocks go longest first: the short ones fill the last wave."""
@@ -85,7 +88,7 @@ def _row_block(S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.const
 
 
 @gluon.constexpr_function
-def _mma_layouts(warps, block_n, head_dim):
+def mma_layouts(warps, block_n, head_dim):
     """The warpgroup MMA layouts of the scores (rows, BLOCK_N) and of the output (rows, HEAD_DIM), warps stacked
     along the rows (16 rows a warp), K 16 an instruction (16-bit operands), and p's operand layout for the p v MMA
     from registers."""
@@ -95,7 +98,7 @@ def _mma_layouts(warps, block_n, head_dim):
 
 
 @gluon.jit
-def _store_rows(acc, l_i, tile, o_desc, row, row_o: gl.constexpr):
+def store_rows(acc, l_i, tile, o_desc, row, row_o: gl.constexpr):
     """acc / l_i in the output's dtype through `tile` (a q tile every MMA reading it has retired) to o's rows."""
     out = acc / gl.convert_layout(l_i, row_o)[:, None]
     tile.store(out.to(o_desc.dtype))
@@ -105,7 +108,7 @@ def _store_rows(acc, l_i, tile, o_desc, row, row_o: gl.constexpr):
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, m0, start_n, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+def softmax(s, m_i, l_i, qk_scale, m0, start_n, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Online softmax of one block of unscaled scores s: p (fp32), the factor alpha for the running sums, the new
     row maxima and sums. The scale (log2 e / sqrt(D)) is folded into one multiply-add per score."""
@@ -122,19 +125,19 @@ def _softmax(s, m_i, l_i, qk_scale, m0, start_n, CAUSAL: gl.constexpr, BLOCK_M: 
 
 
 @gluon.jit
-def _issue_scores(q_tile, k_smem, slot, s_zero):
+def issue_scores(q_tile, k_smem, slot, s_zero):
     """S = q k^T against the key block in ring slot `slot`, issued (s_zero: the result's layout; use_acc=False)."""
     return warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
-def _issue_pv(p16, v_smem, slot, acc):
+def issue_pv(p16, v_smem, slot, acc):
     """acc + p v against the value block in ring slot `slot`, issued."""
     return warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
 
 
 @gluon.jit
-def _rescaled(acc, alpha, p, dtype: gl.constexpr, row_o: gl.constexpr, p_layout: gl.constexpr):
+def rescaled(acc, alpha, p, dtype: gl.constexpr, row_o: gl.constexpr, p_layout: gl.constexpr):
     """acc rescaled by alpha (after the p v MMA it was waited for) and p as the next p v MMA's 16-bit operand."""
     acc = acc * gl.convert_layout(alpha, row_o)[:, None]
     return acc, gl.convert_layout(p.to(dtype), p_layout)
@@ -145,7 +148,7 @@ def _rescaled(acc, alpha, p, dtype: gl.constexpr, row_o: gl.constexpr, p_layout:
 @aggregate
 class Pipelined:
     """The one-partition kernel's program: descriptors, its q tile and the K and V rings (ready barriers only: the
-    warpgroups that read a slot refill it), its rows, its shape (the MMAs' layouts follow from it: _mma_layouts;
+    warpgroups that read a slot refill it), its rows, its shape (the MMAs' layouts follow from it: mma_layouts;
     Triton 3.6's aggregates cannot hold layouts)."""
 
     q_desc: tma.tensor_descriptor
@@ -185,7 +188,7 @@ class Pipelined:
 
 
 @gluon.jit
-def _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+def pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """Everything before the key loop: the program's rows, shared memory and barriers, q and the first STAGES K and
     V blocks by TMA, the running state, and S[0] (retired, its K slot refilled). Returned in the order the names
@@ -193,11 +196,11 @@ def _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.c
     follows it."""
     gl.static_assert(STAGES >= 2, "the last block's V is loaded while an earlier block is in the loop")
     dtype: gl.constexpr = q_desc.dtype
-    layouts: gl.constexpr = _mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
+    layouts: gl.constexpr = mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
     s_layout: gl.constexpr = layouts[0]  # (named: Triton 3.6 takes a layout argument only from a constexpr name)
     o_layout: gl.constexpr = layouts[1]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row0, m0, n_blocks = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
+    row0, m0, n_blocks = row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -213,8 +216,8 @@ def _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.c
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [row0 + m0, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
-        _load_block(k_desc, k_smem, k_bars, row0 + i * BLOCK_N, i, i < n_blocks)
-        _load_block(v_desc, v_smem, v_bars, row0 + i * BLOCK_N, i, i < n_blocks)
+        load_block(k_desc, k_smem, k_bars, row0 + i * BLOCK_N, i, i < n_blocks)
+        load_block(v_desc, v_smem, v_bars, row0 + i * BLOCK_N, i, i < n_blocks)
 
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
@@ -223,58 +226,58 @@ def _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.c
 
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_bars.index(0), 0)
-    s = _issue_scores(q_smem, k_smem, 0, s_zero)
+    s = issue_scores(q_smem, k_smem, 0, s_zero)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    _load_block(k_desc, k_smem, k_bars, row0 + STAGES * BLOCK_N, 0, STAGES < n_blocks)  # S[0] read slot 0
+    load_block(k_desc, k_smem, k_bars, row0 + STAGES * BLOCK_N, 0, STAGES < n_blocks)  # S[0] read slot 0
     p = Pipelined((q_desc, k_desc, v_desc, o_desc), (q_smem, k_smem, v_smem), (q_bar, k_bars, v_bars), qk_scale,
                   (row0, m0, n_blocks), HEAD_DIM, CAUSAL, BLOCK_M, BLOCK_N, STAGES, num_warps)
     return p, m_i, l_i, acc, s_zero, s
 
 
 @gluon.jit
-def _pipelined_finish(p, p16, acc, l_i, last):
+def pipelined_finish(p, p16, acc, l_i, last):
     """After the key loop: the last block's p v, the barriers retired, the rows stored."""
     mbarrier.wait(p.v_bars.index(ring_slot(last, p.STAGES)), ring_phase(last, p.STAGES))
-    acc = _issue_pv(p16, p.v_smem, ring_slot(last, p.STAGES), acc)
+    acc = issue_pv(p16, p.v_smem, ring_slot(last, p.STAGES), acc)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     mbarrier.invalidate(p.q_bar)
     for i in gl.static_range(p.STAGES):
         mbarrier.invalidate(p.k_bars.index(i))
         mbarrier.invalidate(p.v_bars.index(i))
-    o_layout: gl.constexpr = _mma_layouts(p.num_warps, p.BLOCK_N, p.HEAD_DIM)[1]
-    _store_rows(acc, l_i, p.q_smem, p.o_desc, p.row0 + p.m0, gl.SliceLayout(1, o_layout))
+    o_layout: gl.constexpr = mma_layouts(p.num_warps, p.BLOCK_N, p.HEAD_DIM)[1]
+    store_rows(acc, l_i, p.q_smem, p.o_desc, p.row0 + p.m0, gl.SliceLayout(1, o_layout))
 
 
 @gluon.jit
 def _attn_fwd_pipelined(q_desc, k_desc, v_desc, o_desc, qk_scale, S,
                         HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         STAGES: gl.constexpr, num_warps: gl.constexpr):
-    p, m_i, l_i, acc, s_zero, s = _pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM, CAUSAL,
+    p, m_i, l_i, acc, s_zero, s = pipelined_start(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM, CAUSAL,
                                                    BLOCK_M, BLOCK_N, STAGES, num_warps)
     dtype: gl.constexpr = q_desc.dtype
-    layouts: gl.constexpr = _mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
+    layouts: gl.constexpr = mma_layouts(num_warps, BLOCK_N, HEAD_DIM)
     s_layout: gl.constexpr = layouts[0]
     p_layout: gl.constexpr = layouts[2]
     row_o: gl.constexpr = gl.SliceLayout(1, layouts[1])
     # Block j's softmax under block j-1's p v (FlashAttention-3's order): the accumulator is rescaled after p v has
     # added into it, acc = alpha[j] (acc + p[j-1] v[j-1]), the same sum.
-    pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, p.m0, 0, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+    pr, alpha, m_i, l_i = softmax(s, m_i, l_i, qk_scale, p.m0, 0, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
     p16 = gl.convert_layout(pr.to(dtype), p_layout)
     for j in range(1, p.n_blocks):
         slot = ring_slot(j, STAGES)
         prev = ring_slot(j - 1, STAGES)
         mbarrier.wait(p.k_bars.index(slot), ring_phase(j, STAGES))
-        s = _issue_scores(p.q_smem, p.k_smem, slot, s_zero)
+        s = issue_scores(p.q_smem, p.k_smem, slot, s_zero)
         mbarrier.wait(p.v_bars.index(prev), ring_phase(j - 1, STAGES))
-        pv = _issue_pv(p16, p.v_smem, prev, acc)
+        pv = issue_pv(p16, p.v_smem, prev, acc)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S[j] retired; PV[j-1] still running
-        pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, p.m0, j * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+        pr, alpha, m_i, l_i = softmax(s, m_i, l_i, qk_scale, p.m0, j * BLOCK_N, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-        _load_block(p.k_desc, p.k_smem, p.k_bars, p.row0 + (j + STAGES) * BLOCK_N, slot, j + STAGES < p.n_blocks)
-        _load_block(p.v_desc, p.v_smem, p.v_bars, p.row0 + (j - 1 + STAGES) * BLOCK_N, prev, j - 1 + STAGES < p.n_blocks)
-        acc, p16 = _rescaled(acc, alpha, pr, dtype, row_o, p_layout)
-    _pipelined_finish(p, p16, acc, l_i, p.n_blocks - 1)
+        load_block(p.k_desc, p.k_smem, p.k_bars, p.row0 + (j + STAGES) * BLOCK_N, slot, j + STAGES < p.n_blocks)
+        load_block(p.v_desc, p.v_smem, p.v_bars, p.row0 + (j - 1 + STAGES) * BLOCK_N, prev, j - 1 + STAGES < p.n_blocks)
+        acc, p16 = rescaled(acc, alpha, pr, dtype, row_o, p_layout)
+    pipelined_finish(p, p16, acc, l_i, p.n_blocks - 1)
 
 
 # ---------------------------------------------------------------- two_warpgroups_loader: two consumers and a loader
@@ -319,7 +322,7 @@ class TwoWarpgroups:
 
 
 @gluon.jit
-def _consumer_rows(p, WG: gl.constexpr):
+def consumer_rows(p, WG: gl.constexpr):
     """Consumer warpgroup WG's rows: its first query row, the key blocks it reads, its q tile (its load issued)."""
     m0 = p.m0 + p.ROWS * WG
     if p.CAUSAL:
@@ -334,9 +337,9 @@ def _consumer_rows(p, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_state(p):
+def consumer_state(p):
     """A consumer's running row maxima and sums, its accumulator, and a zero scores tile (the MMA's layout)."""
-    layouts: gl.constexpr = _mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
+    layouts: gl.constexpr = mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
     s_layout: gl.constexpr = layouts[0]
     o_layout: gl.constexpr = layouts[1]
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -348,85 +351,82 @@ def _consumer_state(p):
 
 
 @gluon.jit
-def _last_pv(p, p16, acc, last):
+def last_pv(p, p16, acc, last):
     """A consumer after its key loop: the last block's p v, retired."""
     slot = p.v_ring.wait_ready(last)
-    acc = _issue_pv(p16, p.v_smem, slot, acc)
+    acc = issue_pv(p16, p.v_smem, slot, acc)
     return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
 @gluon.jit
-def _ws_consumer(p, WG: gl.constexpr):
+def ws_consumer(p, WG: gl.constexpr):
     """Consumer warpgroup WG: rows [m0 + ROWS WG, m0 + ROWS (WG + 1)) of the program's 2 ROWS, the pv_under
     schedule, each K and V slot released once read (the loader refills it when both consumers have)."""
     dtype: gl.constexpr = p.q_desc.dtype
-    layouts: gl.constexpr = _mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
+    layouts: gl.constexpr = mma_layouts(4, p.BLOCK_N, p.HEAD_DIM)
     s_layout: gl.constexpr = layouts[0]
     p_layout: gl.constexpr = layouts[2]
     row_o: gl.constexpr = gl.SliceLayout(1, layouts[1])
-    m0, n_blocks, q_tile, q_bar = _consumer_rows(p, WG)
-    m_i, l_i, acc, s_zero = _consumer_state(p)
+    m0, n_blocks, q_tile, q_bar = consumer_rows(p, WG)
+    m_i, l_i, acc, s_zero = consumer_state(p)
 
     mbarrier.wait(q_bar, 0)
     slot = p.k_ring.wait_ready(0)
-    s = _issue_scores(q_tile, p.k_smem, slot, s_zero)
+    s = issue_scores(q_tile, p.k_smem, slot, s_zero)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     p.k_ring.release(slot)
-    pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, p.qk_scale, m0, 0, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
+    pr, alpha, m_i, l_i = softmax(s, m_i, l_i, p.qk_scale, m0, 0, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
     p16 = gl.convert_layout(pr.to(dtype), p_layout)
     for j in range(1, n_blocks):
         slot = ring_slot(j, p.k_ring.STAGES)
         prev = ring_slot(j - 1, p.v_ring.STAGES)
         p.k_ring.wait_ready_in(slot, j)
         p.v_ring.wait_ready_in(prev, j - 1)
-        s = _issue_scores(q_tile, p.k_smem, slot, s_zero)
-        pv = _issue_pv(p16, p.v_smem, prev, acc)
+        s = issue_scores(q_tile, p.k_smem, slot, s_zero)
+        pv = issue_pv(p16, p.v_smem, prev, acc)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p.k_ring.release(slot)
-        pr, alpha, m_i, l_i = _softmax(s, m_i, l_i, p.qk_scale, m0, j * p.BLOCK_N, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
+        pr, alpha, m_i, l_i = softmax(s, m_i, l_i, p.qk_scale, m0, j * p.BLOCK_N, p.CAUSAL, p.ROWS, p.BLOCK_N, s_layout)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
         p.v_ring.release(prev)
-        acc, p16 = _rescaled(acc, alpha, pr, dtype, row_o, p_layout)
-    acc = _last_pv(p, p16, acc, n_blocks - 1)
-    _store_rows(acc, l_i, q_tile, p.o_desc, p.row0 + m0, row_o)
+        acc, p16 = rescaled(acc, alpha, pr, dtype, row_o, p_layout)
+    acc = last_pv(p, p16, acc, n_blocks - 1)
+    store_rows(acc, l_i, q_tile, p.o_desc, p.row0 + m0, row_o)
 
 
 @gluon.jit
-def _ws_loader(p):
+def ws_loader(p):
     """The loader partition (one warp): every K and V block of the program into the rings, a slot refilled once both
     consumer warpgroups have released it."""
     for b in range(p.n_all):
         slot = p.k_ring.wait_empty(b)
-        _load_block(p.k_desc, p.k_smem, p.k_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
+        load_block(p.k_desc, p.k_smem, p.k_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
         slot = p.v_ring.wait_empty(b)
-        _load_block(p.v_desc, p.v_smem, p.v_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
+        load_block(p.v_desc, p.v_smem, p.v_ring.ready, p.row0 + b * p.BLOCK_N, slot, True)
 
 
 @gluon.jit
-def _ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Shared memory and barriers of the two-warpgroup kernel: a q tile per consumer, the K and V rings (ready: TMA's
-    bytes; empty: both consumers), and `turn`, two barriers the lab's ping-pong schedule passes its turn through
-    (unused here; allocated so that the kernel compiles as it did when the schedules were one kernel's switches)."""
+def ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Shared memory and barriers of the two-warpgroup kernel: a q tile per consumer, and the K and V rings (ready:
+    TMA's bytes; empty: both consumers)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, _WARPGROUP_ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(q_bars.index(i), count=1)
-        mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)
         mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
-    return (q_smem, k_smem, v_smem), q_bars, turn, Ring(k_ready, k_empty, STAGES), Ring(v_ready, v_empty, STAGES)
+    return (q_smem, k_smem, v_smem), q_bars, Ring(k_ready, k_empty, STAGES), Ring(v_ready, v_empty, STAGES)
 
 
 @gluon.jit
@@ -434,14 +434,18 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, HEAD_DIM: gl.const
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     gl.static_assert(BLOCK_M == 2 * _WARPGROUP_ROWS, "two consumer warpgroups")
     gl.static_assert(STAGES >= 2, "the loader fills a slot while the consumers read another")
-    rows = _row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
-    smem, q_bars, turn, k_ring, v_ring = _ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM, BLOCK_N, STAGES)
+    rows = row_block(S, BLOCK_M, BLOCK_N, CAUSAL)
+    smem, q_bars, k_ring, v_ring = ws_allocate(q_desc, k_desc, v_desc, HEAD_DIM, BLOCK_N, STAGES)
     p = TwoWarpgroups((q_desc, k_desc, v_desc, o_desc), smem, q_bars, k_ring, v_ring, qk_scale, rows, HEAD_DIM, CAUSAL,
                       BLOCK_N)
     # The two consumers (the default partition, and a worker of a warpgroup) and the loader (one warp).
-    gl.warp_specialize([(_ws_consumer, (p, 0)), (_ws_consumer, (p, 1)), (_ws_loader, (p,))], [4, 1],
+    gl.warp_specialize([(ws_consumer, (p, 0)), (ws_consumer, (p, 1)), (ws_loader, (p,))], [4, 1],
                        [CONSUMER_REGS, LOADER_REGS])
 
+
+# The kernel of each schedule (flash_attention launches them; the lab's schedules compile and launch them at other
+# tiles, lab/attention_gluon_schedules.py).
+KERNELS = {"pv_under": _attn_fwd_pipelined, "two_warpgroups_loader": _attn_fwd_ws}
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 

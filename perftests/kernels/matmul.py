@@ -3,6 +3,9 @@
 Layout throughout: y = x @ w.T with x (M, K) and w (N, K) row-major, as nn.Linear stores its weight; K is
 contiguous in both operands, the layout Hopper's wgmma (and fp8 in particular) wants.
 Work: 2*M*N*K flops; the fewest bytes are (M*K + N*K + M*N) * itemsize.
+
+The persistent kernel's blocks are public for the lab's variants, which rebuild its loops around them
+(lab/matmul_variants.py): tile_configs, prune, set_tma_block_shapes, EPILOGUE_KEYS, tile_offsets, k_tile, store_tile.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from .common import INTERPRETING, best_config  # noqa: F401 (best_config re-expo
 ACTIVATIONS = (None, "gelu_tanh")
 
 
-def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
+def tile_configs(pre_hook: Any = None) -> list[triton.Config]:
     """Tile shapes to autotune over on the GPU; one small config under the interpreter (which cannot autotune)."""
     if INTERPRETING:
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}, num_warps=4, num_stages=1, pre_hook=pre_hook)]
@@ -29,7 +32,7 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
         (256, 128, 64, 3, 8),
         (128, 128, 64, 4, 8),
         (128, 128, 64, 3, 4),
-        # 128-deep K tiles, kept for 8-bit operands only (see _prune): fp8 promotes its accumulator once per
+        # 128-deep K tiles, kept for 8-bit operands only (see prune): fp8 promotes its accumulator once per
         # K tile, and 128x128 tiles leave registers for the second accumulator that promotion needs.
         (128, 256, 128, 3, 8),
         (256, 128, 128, 3, 8),
@@ -49,7 +52,7 @@ def _tile_configs(pre_hook: Any = None) -> list[triton.Config]:
     ]
 
 
-def _prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
+def prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
     """16-bit operands: 64-deep K tiles only (128-deep ones overflow shared memory on the wide tiles).
     8-bit operands: 128-deep K tiles only: every fp8 case chose one when all were raced (the H100's runs:
     docs/results/triton-suite.md), and the race is half as long without the rest."""
@@ -83,10 +86,10 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row
     return acc
 
 
-_EPILOGUE_KEYS = ["HAS_BIAS", "ACTIVATION", "HAS_SCALE", "HAS_ROW_SCALE", "FP8_PRECISE"]
+EPILOGUE_KEYS = ["HAS_BIAS", "ACTIVATION", "HAS_SCALE", "HAS_ROW_SCALE", "FP8_PRECISE"]
 
 
-@triton.autotune(configs=_tile_configs(), key=["M", "N", "K", *_EPILOGUE_KEYS], prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=tile_configs(), key=["M", "N", "K", *EPILOGUE_KEYS], prune_configs_by={"early_config_prune": prune})
 @triton.jit
 def _matmul_kernel(
     x_ptr, w_ptr, y_ptr, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
@@ -203,7 +206,7 @@ def matmul(
     return out
 
 
-def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
+def set_tma_block_shapes(nargs: dict[str, Any]) -> None:
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
     nargs["x_desc"].block_shape = [bm, bk]
     nargs["w_desc"].block_shape = [bn, bk]
@@ -211,7 +214,7 @@ def _set_tma_block_shapes(nargs: dict[str, Any]) -> None:
 
 
 @triton.jit
-def _tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   GROUP_M: tl.constexpr):
     """The first row and column of output tile tile_id in grouped order: GROUP_M row-tiles share each column-tile
     while it is hot in L2."""
@@ -224,7 +227,7 @@ def _tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M: tl.constexpr, B
 
 
 @triton.jit
-def _k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K: tl.constexpr):
+def k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K: tl.constexpr):
     """K tile ki of x's rows and w's columns of one output tile, by TMA: the copy engine fills shared memory; edges
     are zero-filled."""
     x = x_desc.load([off_m, ki * BLOCK_K])
@@ -233,7 +236,7 @@ def _k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+def store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
                 HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -243,8 +246,8 @@ def _store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_
     y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
 
 
-@triton.autotune(configs=_tile_configs(_set_tma_block_shapes), key=["M", "N", "K", *_EPILOGUE_KEYS],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=tile_configs(set_tma_block_shapes), key=["M", "N", "K", *EPILOGUE_KEYS],
+                 prune_configs_by={"early_config_prune": prune})
 @triton.jit
 def _matmul_tma_persistent_kernel(
     x_desc, w_desc, y_desc, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr, M, N, K,
@@ -259,15 +262,15 @@ def _matmul_tma_persistent_kernel(
     num_pid_in_group = GROUP_M * num_pid_n
     # One program per SM walks the output tiles with a stride of NUM_SMS: no tail wave, no launch per tile.
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS):
-        off_m, off_n = _tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
-            x, w = _k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
+            x, w = k_tile(x_desc, w_desc, off_m, off_n, ki, BLOCK_K)
             if FP8_PRECISE:
                 acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
             else:
                 acc = tl.dot(x, w.T, acc)
-        _store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
+        store_tile(acc, y_desc, off_m, off_n, M, N, bias_ptr, scale_x_ptr, scale_w_ptr, row_scale_ptr,
                     HAS_BIAS, ACTIVATION, HAS_SCALE, HAS_ROW_SCALE, BLOCK_M, BLOCK_N)
 
 

@@ -12,7 +12,9 @@ BLOCK_N at a time (the registers hold the accumulator and one partial), waits, a
 warpgroup's MMAs keep the tensor cores busy. A one-warp loader partition refills the ring, a slot once both consumers
 have released it. The grid is persistent, one program an SM looping over output tiles in grouped order: the loader
 fetches the next tile's first K tiles while the consumers store this one's output. How this form compares with
-_scaled_mm and with the forms it was chosen from (lab/matmul_gluon_forms.py): docs/results/vendor-gap.md.
+_scaled_mm and with the forms it was chosen from (lab/matmul_gluon_forms.py, built from this module's blocks, which
+are public for it: grouped_tile_offsets, Fp8Program, mma_halves, send_output, store_halves, half_layout, consumer,
+loader, allocate): docs/results/vendor-gap.md.
 
 y = (x @ w^T) * scale_x * scale_w in bf16, x (M, K) and w (N, K) e4m3, K-major, as matmul.matmul_tma_persistent
 takes them. Gluon has no interpreter: tests compile it for sm_90 on the CPU; the GPU runs it.
@@ -38,7 +40,7 @@ GROUP_M = 8  # row tiles that share each column tile of w while it is in L2
 
 
 @gluon.jit
-def _tile_offsets(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+def grouped_tile_offsets(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """The first row and column of output tile `tile` in grouped order: GROUP_M row blocks share each column block
     of w while it is in L2."""
     in_group = GROUP_M * num_pid_n
@@ -88,8 +90,8 @@ class Fp8Program:
 
     @gluon.jit
     def tile_offsets(self, tile):
-        """The first row and column of output tile `tile` (_tile_offsets on y's shape)."""
-        return _tile_offsets(tile, gl.cdiv(self.y_desc.shape[0], self.BLOCK_M), gl.cdiv(self.y_desc.shape[1], self.BLOCK_N),
+        """The first row and column of output tile `tile` (grouped_tile_offsets on y's shape)."""
+        return grouped_tile_offsets(tile, gl.cdiv(self.y_desc.shape[0], self.BLOCK_M), gl.cdiv(self.y_desc.shape[1], self.BLOCK_N),
                              self.GROUP_M, self.BLOCK_M, self.BLOCK_N)
 
     @gluon.jit
@@ -102,7 +104,7 @@ class Fp8Program:
 
 
 @gluon.jit
-def _halves(a, b, acc0, acc1, zero):
+def mma_halves(a, b, acc0, acc1, zero):
     """One K tile of a warpgroup's rows as two MMA halves of BLOCK_N, each into a zeroed partial (`zero`: its layout;
     use_acc=False ignores its values), waited for and added into its fp32 accumulator."""
     HALF: gl.constexpr = b.shape[0] // 2
@@ -116,7 +118,7 @@ def _halves(a, b, acc0, acc1, zero):
 
 
 @gluon.jit
-def _send_output(p, off_m, off_n, WG: gl.constexpr):
+def send_output(p, off_m, off_n, WG: gl.constexpr):
     """A warpgroup's two (BLOCK_M / 2, BLOCK_N / 2) output buffers, written, out to y by TMA."""
     fence_async_shared()
     rows: gl.constexpr = p.BLOCK_M // 2
@@ -125,30 +127,30 @@ def _send_output(p, off_m, off_n, WG: gl.constexpr):
 
 
 @gluon.jit
-def _store_halves(p, acc0, acc1, scale, off_m, off_n, WG: gl.constexpr):
+def store_halves(p, acc0, acc1, scale, off_m, off_n, WG: gl.constexpr):
     """A warpgroup's rows of an output tile, scaled, into its two output buffers once the previous tile's stores
     have left them, and out."""
     tma.store_wait(pendings=0)
     p.y_smem.index(2 * WG).store((acc0 * scale).to(p.y_desc.dtype))
     p.y_smem.index(2 * WG + 1).store((acc1 * scale).to(p.y_desc.dtype))
-    _send_output(p, off_m, off_n, WG)
+    send_output(p, off_m, off_n, WG)
 
 
 @gluon.constexpr_function
-def _half_layout(half_n):
+def half_layout(half_n):
     """The warpgroup MMA layout of a (BLOCK_M / 2, half_n) fp32 result: 4 warps stacked along the rows, 16 rows a
     warp, K 32 an instruction (8-bit operands)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, half_n, 32])
 
 
 @gluon.jit
-def _consumer(p, WG: gl.constexpr):
+def consumer(p, WG: gl.constexpr):
     """Consumer warpgroup WG: rows [BLOCK_M / 2 WG, BLOCK_M / 2 (WG + 1)) of each of the program's output tiles. Per
-    K tile, _halves, then the slot released (both warpgroups arrive); the tile's output stored by TMA, draining under
+    K tile, mma_halves, then the slot released (both warpgroups arrive); the tile's output stored by TMA, draining under
     the next tile's MMAs. The ring's position runs on across the tiles."""
     ROWS: gl.constexpr = p.BLOCK_M // 2
     HALF: gl.constexpr = p.BLOCK_N // 2
-    acc_layout: gl.constexpr = _half_layout(HALF)
+    acc_layout: gl.constexpr = half_layout(HALF)
     zero = gl.zeros([ROWS, HALF], gl.float32, layout=acc_layout)
     scale = gl.load(p.scale_x_ptr) * gl.load(p.scale_w_ptr)
     done = 0  # K tiles consumed before this output tile: the ring's position
@@ -158,15 +160,15 @@ def _consumer(p, WG: gl.constexpr):
         acc1 = gl.zeros([ROWS, HALF], gl.float32, layout=acc_layout)
         for i in range(p.k_tiles):
             slot = p.ring.wait_ready(done + i)
-            acc0, acc1 = _halves(p.x_smem.index(slot).slice(ROWS * WG, ROWS), p.w_smem.index(slot), acc0, acc1, zero)
+            acc0, acc1 = mma_halves(p.x_smem.index(slot).slice(ROWS * WG, ROWS), p.w_smem.index(slot), acc0, acc1, zero)
             p.ring.release(slot)
         done += p.k_tiles
-        _store_halves(p, acc0, acc1, scale, off_m, off_n, WG)
+        store_halves(p, acc0, acc1, scale, off_m, off_n, WG)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def _loader(p):
+def loader(p):
     """The loader partition (one warp): every K tile of each of the program's output tiles into the ring, a slot
     refilled once both consumers released it; the next tile's first K tiles load while the consumers store."""
     done = 0
@@ -179,7 +181,7 @@ def _loader(p):
 
 
 @gluon.jit
-def _allocate(x_desc, w_desc, y_desc, STAGES: gl.constexpr):
+def allocate(x_desc, w_desc, y_desc, STAGES: gl.constexpr):
     """The ring's K tiles and barriers (ready: one arrival, TMA's bytes; empty: both consumers) and the output
     buffers: one (BLOCK_M / 2, BLOCK_N / 2) tile per consumer warpgroup and half, [2 WG x 2 halves]."""
     x_smem = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -203,11 +205,11 @@ def _fp8_matmul_kernel(x_desc, w_desc, y_desc, scale_x_ptr, scale_w_ptr, M, N, K
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     tiles = (gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0))
     k_tiles = gl.cdiv(K, BLOCK_K)
-    x_smem, w_smem, y_smem, ring = _allocate(x_desc, w_desc, y_desc, STAGES)
+    x_smem, w_smem, y_smem, ring = allocate(x_desc, w_desc, y_desc, STAGES)
     p = Fp8Program(x_desc, w_desc, y_desc, x_smem, w_smem, y_smem, ring, scale_x_ptr, scale_w_ptr, tiles, k_tiles,
                    GROUP_M)
     # The two consumers (the default partition, and a worker of a warpgroup) and the loader (one warp).
-    gl.warp_specialize([(_consumer, (p, 0)), (_consumer, (p, 1)), (_loader, (p,))], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    gl.warp_specialize([(consumer, (p, 0)), (consumer, (p, 1)), (loader, (p,))], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 # The TMA tiles of x, w and y: block shape and element type (y by quarter tiles: a warpgroup's rows, half the columns).

@@ -104,10 +104,8 @@ def render(records: Sequence[CompareResult], path: Path, title: str, metrics: Se
 class ChartReport:
     """--speedgate-chart: the run as a PNG (needs matplotlib), when it has results."""
 
-    name = "chart"
-
-    def path(self, run: RunView) -> Path | None:
-        return run.settings.chart_path if run.has_results else None
+    def path(self, run: RunView, asked: Path | None) -> Path | None:
+        return asked if run.has_results else None
 
     def write(self, run: RunView, path: Path) -> None:
         title = f"speedgate: {', '.join(run.result_keys)}, {len(run.records)} cases, {len(run.metrics)} metrics"

@@ -9,8 +9,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,6 +223,7 @@ class CpuContention:
     load: float = 0.0  # the highest 1-minute load average seen after a batch of calls
     cores: int = 0
     threads: int = 1  # torch's intra-op threads when the run ended (1 without torch)
+    clocks: list[str] = field(default_factory=list)  # the labels of the clocks whose timed calls these are
 
     def batch(self, switches_per_call: Sequence[int]) -> None:
         """The involuntary switches during each call of one batch of timed calls."""
@@ -233,13 +234,15 @@ class CpuContention:
             self.load = max(self.load, os.getloadavg()[0])
         self.cores = self.cores or usable_cores()
 
-    def add(self, other: Mapping[str, Any]) -> None:
+    def add(self, other: CpuContention) -> None:
         """Another process's counts (an xdist worker's)."""
-        for name in ("samples", "preempted", "switches"):
-            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
-        self.load = max(self.load, float(other.get("load", 0.0)))
-        self.cores = max(self.cores, int(other.get("cores", 0)))
-        self.threads = max(self.threads, int(other.get("threads", 1)))
+        self.samples += other.samples
+        self.preempted += other.preempted
+        self.switches += other.switches
+        self.load = max(self.load, other.load)
+        self.cores = max(self.cores, other.cores)
+        self.threads = max(self.threads, other.threads)
+        self.clocks = sorted({*self.clocks, *other.clocks})
 
     def words(self, slowed: Sequence[tuple[str, str, float, float]]) -> str | None:
         """The warning when the timing was contended; None when it was not (or too few calls to tell). slowed: the
@@ -257,12 +260,13 @@ class CpuContention:
                 "(torch.set_num_threads(1), OMP_NUM_THREADS=1), or on a quiet machine")
 
 
-def slowed_sides(results: Iterable[Any], timer_name: str) -> list[tuple[str, str, float, float]]:
-    """(case, side, median ms, fastest ms) of the sides timed by timer_name whose median call took SLOW_MEDIAN
-    times their fastest or more (results: CompareResults, with each side's sample statistics in seconds)."""
+def slowed_sides(results: Iterable[Any], clocks: Collection[str]) -> list[tuple[str, str, float, float]]:
+    """(case, side, median ms, fastest ms) of the sides timed by one of these clocks (the labels results carry, those
+    of CpuContention.clocks) whose median call took SLOW_MEDIAN times their fastest or more (results: CompareResults,
+    with each side's sample statistics in seconds)."""
     slowed = []
     for result in results:
-        if getattr(result, "timer", None) != timer_name:
+        if getattr(result, "timer", None) not in clocks:
             continue
         for side in ("reference", "optimized"):
             stats = getattr(result, f"{side}_stats", None) or {}

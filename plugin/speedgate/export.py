@@ -1,10 +1,11 @@
-"""The run as files for other tools: speedgate's JSON report, pytest-benchmark's JSON layout, JUnit properties."""
+"""The run as files for other tools: speedgate's JSON report, pytest-benchmark's JSON layout, JUnit properties (each
+test's, and the suite's)."""
 
 from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ GATE_FIELDS = ("case_id", "speedup", "ci_low", "ci_high", "noise", "baseline", "
 
 
 def json_report(
-    records: Sequence[CompareResult], metrics: Sequence[MetricResult], failed_nodeids: set[str], *,
+    records: Sequence[CompareResult], metrics: Sequence[MetricResult], failed_nodeids: Collection[str], *,
     settings: Mapping[str, Any], fingerprints: Mapping[str, Any], ceilings: Mapping[str, Any],
     gpu_state: Mapping[str, str], workers: Mapping[str, Any],
 ) -> dict[str, Any]:
@@ -58,6 +59,33 @@ def junit_suite_properties(results: Sequence[CompareResult]) -> list[tuple[str, 
     keys = ", ".join(sorted({r.hardware_key for r in results}))
     return [("speedgate.hardware_key", keys), ("speedgate.cases", len(results)),
             *((f"speedgate.{verdict}", count) for verdict, count in sorted(tally.items()))]
+
+
+def junit_per_test(config: Any) -> bool:
+    """Whether each result becomes a property of its test: pytest's xunit2 schema (its default family) has no
+    testcase properties, xunit1 and legacy do (pytest's record_property follows the same rule)."""
+    try:
+        return config.getini("junit_family") != "xunit2"
+    except ValueError:  # junitxml disabled (-p no:junitxml): the properties are only report data
+        return True
+
+
+def add_junit_properties(item: Any, results: Sequence[CompareResult]) -> None:
+    """A test's results as its properties (they travel under xdist as report data), where its family has them."""
+    if junit_per_test(item.config):
+        item.user_properties.extend(junit_properties(results))
+
+
+def add_junit_suite_properties(config: Any, records: Sequence[CompareResult]) -> None:
+    """The run's hardware key and verdict tally as properties of the JUnit test suite (valid in every family), as
+    pytest's record_testsuite_property adds them; only on the controller, which alone writes the file."""
+    from _pytest.junitxml import xml_key  # the key record_testsuite_property reads; pytest has no public one
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not records:
+        return
+    for name, value in junit_suite_properties(records):
+        xml.add_global_property(name, value)
 
 
 def benchmark_machine_info() -> dict[str, Any]:
@@ -114,10 +142,8 @@ def pytest_benchmark_report(records: Sequence[CompareResult], fingerprints: Mapp
 class JsonReport:
     """--speedgate-json: speedgate's own report, every case and metric (written even when no test used perf)."""
 
-    name = "json"
-
-    def path(self, run: RunView) -> Path | None:
-        return run.settings.json_path
+    def path(self, run: RunView, asked: Path | None) -> Path | None:
+        return asked
 
     def write(self, run: RunView, path: Path) -> None:
         s = run.settings
@@ -138,10 +164,8 @@ class JsonReport:
 class BenchmarkReport:
     """--speedgate-benchmark-json: the timed cases in pytest-benchmark's JSON layout."""
 
-    name = "benchmark-json"
-
-    def path(self, run: RunView) -> Path | None:
-        return run.settings.benchmark_json_path
+    def path(self, run: RunView, asked: Path | None) -> Path | None:
+        return asked
 
     def write(self, run: RunView, path: Path) -> None:
         doc = pytest_benchmark_report(run.records, run.fingerprints, run.now)

@@ -1,6 +1,7 @@
 """CUDA faults inside a test: which errors poison the process's CUDA context and which only ran out of memory, and
-what the run does after one (end the xdist worker so a fresh one runs the rest, or stop later perf cases); and
-speedgate's own deadline, which ends and names a test that hangs (Watchdog).
+what the run does after one (end the xdist worker so a fresh one runs the rest, or stop later perf cases); and, on
+the xdist controller, the crash report of a worker that died (speedgate ended it, pytest-timeout did, or its deadline:
+speedgate.deadline).
 
 A sticky error (an illegal memory access, a device-side assert, ...) leaves the process's CUDA context unusable:
 every later CUDA call in it fails with the same error, so later cases would fail blaming themselves. Under xdist the
@@ -8,33 +9,19 @@ worker ends right after the culprit's report is sent, and xdist starts a fresh w
 rest; in a serial run the later cases that use `perf` fail at setup naming the culprit. Out of memory is
 recoverable: the failed test's frames are dropped and the allocator's cache emptied after it.
 
-A kernel that never finishes leaves the host waiting inside a CUDA call (a synchronize, a copy) that never returns
-to Python, so nothing raised in the test's thread can end it. A watchdog thread can (Watchdog): CUDA's waits release
-the GIL. When the deadline passes it writes which test hung (and since when) and the stacks of every thread, and ends
-the process with os._exit. Serially that ends the run; under xdist it ends the worker, xdist names the test in its
-crash report (the controller adds what the watchdog wrote, see crash_story, and keeps the results it saved) and starts
-a fresh worker for the rest. A C call that keeps the GIL would starve the watchdog: faulthandler's own timer (a C
-thread, no GIL) then dumps the stacks and exits a little later, unless pytest's faulthandler_timeout already uses
-that one timer of the process. The clock restarts whenever a comparison of the test finishes (progress), so the
-deadline is per comparison: a test with many slow comparisons is not cut short by their sum.
-
 Imports neither pytest nor torch: torch is looked up in sys.modules, never imported; hook objects are duck-typed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import gc
 import os
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any, NoReturn
 
 
@@ -252,154 +239,5 @@ def timeout_setting(config: Any) -> float | None:
     return None
 
 
-# -- the deadline ---------------------------------------------------------------------------------------------
-EXIT_DEADLINE = 1  # what faulthandler's exit=True uses too; under xdist the controller only sees a crash
-HOW_TO_CHANGE = "--speedgate-deadline SECONDS, ini speedgate_deadline, or @pytest.mark.speedgate_deadline(SECONDS)"
-
-
-def backstop_grace(seconds: float) -> float:
-    """How long after the watchdog faulthandler's timer fires: time for the watchdog to write its story first."""
-    return max(2.0, 0.05 * seconds)
-
-
-def side_file(testrunuid: str, worker: str) -> Path:
-    """Where an xdist worker's watchdog writes what it ended, for the controller's crash report: under the system's
-    temporary folder, named by xdist's run id (both sides know it) and the worker id."""
-    return Path(tempfile.gettempdir()) / "speedgate-deadlines" / f"{testrunuid}-{worker}.txt"
-
-
-class Watchdog:
-    """One process's deadline: armed for a test, restarted by progress, disarmed after the test.
-
-    stderr_fd: a descriptor of the real stderr (pytest's capture redirects fd 2 while a test runs). side: under xdist,
-    the file the controller reads when the worker dies. backstop: whether faulthandler's timer is free to use.
-    payload: under xdist, the worker's results so far, written beside the side file for the controller to keep.
-    """
-
-    def __init__(self, stderr_fd: int, side: Path | None = None, backstop: bool = True,
-                 payload: Callable[[], str] | None = None) -> None:
-        self._stderr_fd = stderr_fd
-        self._side = side
-        self._payload = payload  # under xdist: the worker's results so far, which would die with it
-        self._side_fd: int | None = None
-        self._backstop = backstop
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._nodeid: str | None = None
-        self._seconds = 0.0
-        self._due = 0.0
-        self._since = ""
-
-    def arm(self, nodeid: str, seconds: float) -> None:
-        """Start the clock for a test: it must finish, or make progress, within seconds."""
-        with self._cond:
-            self._nodeid, self._seconds, self._since = nodeid, seconds, "it started"
-            self._restart()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._watch, name="speedgate-deadline", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def progress(self, what: str) -> None:
-        """A comparison finished: the next one gets the whole deadline."""
-        with self._cond:
-            if self._nodeid is None:
-                return
-            self._since = f"{what} finished"
-            self._restart()
-            self._cond.notify_all()
-
-    def disarm(self) -> None:
-        with self._cond:
-            if self._nodeid is None:
-                return
-            self._nodeid = None
-            if self._backstop:
-                faulthandler.cancel_dump_traceback_later()
-            if self._side_fd is not None:  # nothing to tell: the test ended in time
-                os.ftruncate(self._side_fd, 0)
-                os.lseek(self._side_fd, 0, os.SEEK_SET)  # faulthandler writes at the offset: no hole before it
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        self.disarm()
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._side_fd is not None:
-            os.close(self._side_fd)
-            self._side_fd = None
-            if self._side is not None:
-                self._side.unlink(missing_ok=True)
-
-    def _restart(self) -> None:
-        self._due = time.monotonic() + self._seconds
-        if self._backstop:
-            faulthandler.dump_traceback_later(self._seconds + backstop_grace(self._seconds), exit=True,
-                                              file=self._story_fd())
-
-    def _story_fd(self) -> int:
-        """Where the stacks go: the side file under xdist (the controller shows it), else stderr."""
-        if self._side is None:
-            return self._stderr_fd
-        if self._side_fd is None:
-            self._side.parent.mkdir(parents=True, exist_ok=True)
-            self._side_fd = os.open(self._side, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        return self._side_fd
-
-    def _watch(self) -> None:
-        with self._cond:
-            while not self._closed:
-                if self._nodeid is None:
-                    self._cond.wait()
-                    continue
-                left = self._due - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-                self._fire()
-
-    def _fire(self) -> None:
-        headline = (f"speedgate: {self._nodeid} ran past its deadline of {self._seconds:g} s since {self._since}: "
-                    f"it hung, and speedgate ends this process ({HOW_TO_CHANGE} changes the deadline)")
-        fd = self._story_fd()
-        os.lseek(fd, 0, os.SEEK_END)
-        os.write(fd, f"\n{headline}. The stacks of its threads:\n".encode())
-        faulthandler.dump_traceback(file=fd, all_threads=True)
-        if fd != self._stderr_fd:  # under xdist: a line on the terminal too; the stacks go with the crash report
-            os.write(self._stderr_fd, f"\n{headline}; its stacks: in the crash report\n".encode())
-        if self._side is not None and self._payload is not None:
-            try:
-                payload_file(self._side).write_text(self._payload())
-            except Exception as exc:  # noqa: BLE001  # the process ends either way; say what is lost
-                os.write(self._stderr_fd, f"speedgate: this worker's results are lost: {exc!r}\n".encode())
-        os._exit(EXIT_DEADLINE)
-
-
-def payload_file(side: Path) -> Path:
-    return side.with_suffix(".payload.json")
-
-
-def crash_story(testrunuid: str, worker: str) -> tuple[str | None, str | None]:
-    """What a worker's watchdog (or faulthandler's timer) wrote before the worker died, and the worker's results it
-    saved; None for what it did not write. Read once: the files are removed, so a fresh worker of the same id starts
-    clean."""
-    path = side_file(testrunuid, worker)
-    found: list[str | None] = []
-    for each in (path, payload_file(path)):
-        try:
-            text = each.read_text(errors="replace")
-        except OSError:
-            found.append(None)
-            continue
-        each.unlink(missing_ok=True)
-        found.append(text.strip() or None)
-    return found[0], found[1]
-
-
-__all__ = ["EXIT_DEADLINE", "EXIT_POISONED", "HOW_TO_CHANGE", "Fault", "FaultKind", "FaultWatch", "Watchdog", "WorkerCrashes",
-           "backstop_grace", "classify", "classify_text", "crash_story", "end_worker", "payload_file", "release_cuda_memory",
-           "side_file", "synchronize_cuda", "timeout_setting"]
+__all__ = ["EXIT_POISONED", "Fault", "FaultKind", "FaultWatch", "WorkerCrashes", "classify", "classify_text", "end_worker",
+           "release_cuda_memory", "synchronize_cuda", "timeout_setting"]

@@ -105,7 +105,7 @@ class Perf:
         if graph and latency:
             raise ValueError(f"speedgate: {case_id}: graph=True times the device's work only, latency=True the host's "
                              "work too: choose one")
-        spec = case_spec(case_id, self.nodeid, self._session.hardware_key, name=name, tolerance=tolerance, flops=flops,
+        spec = case_spec(case_id, self.nodeid, self._session.bench.hardware_key, name=name, tolerance=tolerance, flops=flops,
                          bytes=bytes, flops_dtype=flops_dtype, config=config, check=check_mode(check, outputs, case_id),
                          rtol=rtol, atol=atol, graph=graph, latency=latency, waive=waive)
         comparison = Comparison(spec, reference, optimized, services=self._session, timer=self._timer,
@@ -141,7 +141,8 @@ class Perf:
         """
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"speedgate: world_size must be a positive int, got {world_size!r}")
-        key = self._session.hardware_key if world_size == 1 else self._session.multi_gpu_key(world_size)
+        bench = self._session.bench
+        key = bench.hardware_key if world_size == 1 else bench.multi_gpu_key(world_size)
         case_id = self._case_id(name)
         spec = case_spec(case_id, self.nodeid, key, name=name, tolerance=tolerance, flops=flops, bytes=bytes,
                          flops_dtype=flops_dtype, config=config, check=CALLER)  # the outputs live in other processes
@@ -190,7 +191,7 @@ class Perf:
         settings = self._session.settings
         if settings.update_baselines and settings.calibrate_runs is None:
             return None
-        entry = self._session.baseline_entry(self._session.case_id(self.nodeid, name))
+        entry = self._session.book.entry(self._case_id_of(name), self._session.bench.hardware_key)
         config = (entry or {}).get("config")
         return dict(config) if isinstance(config, Mapping) else None
 
@@ -207,7 +208,7 @@ class Perf:
 
     def _case_id(self, name: str | None) -> str:
         """This test's id for a comparison named name; ValueError when the test already compared one of that name."""
-        case_id = self._session.case_id(self.nodeid, name)
+        case_id = self._case_id_of(name)
         if any(r.case_id == case_id for r in self.results):
             raise ValueError(f"speedgate: {case_id} was already compared in this test; give each compare a distinct name=")
         return case_id
@@ -227,7 +228,7 @@ class Perf:
         alone separates noise from change, so give timings a wide one and exact counts 0. A regression fails the
         test after its body, like a speedup regression; --update-baselines blesses the value.
         """
-        metric_id = self._session.case_id(self.nodeid, name)
+        metric_id = self._case_id_of(name)
         if not name or any(c in name for c in "\n\r\t"):
             raise ValueError(f"speedgate: metric name {name!r} must be non-empty and on one line")
         if any(m.metric_id == metric_id for m in self.metrics):
@@ -236,15 +237,18 @@ class Perf:
             raise ValueError(f"speedgate: metric {metric_id} must be a finite number, got {value!r}")
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"speedgate: metric tolerance must be finite and non-negative, got {tolerance!r}")
-        key = self._session.hardware_key
+        book, key = self._session.book, self._session.bench.hardware_key
         result = judging.judge_metric_value(
             metric_id, self.nodeid, name, key, float(value), tolerance=float(tolerance), direction=direction,
-            unit=unit, entry=self._session.baseline_metric(metric_id), file_found=self._session.baseline_found,
+            unit=unit, entry=book.metric(metric_id, key), file_found=book.found(key),
         )
         self.metrics.append(result)
         self._session.record_metric(result)
         self._queue_failure(result)
         return result
+
+    def _case_id_of(self, name: str | None) -> str:
+        return self._session.case_ids.case_id(self.nodeid, name)
 
     def _untimed_reason(self) -> str:
         if self._session.settings.correctness_only:
@@ -278,7 +282,7 @@ class Perf:
         settings = self._session.settings
         if not settings.update_baselines and fails(result.verdict, settings.strict):
             self.failures.append(judging.failure_text(
-                result, baseline_path=self._session.baseline_path_for(result.hardware_key),
+                result, baseline_path=self._session.book.path_for(result.hardware_key),
                 artifacts_dir=settings.artifacts_dir))
 
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import hardware
+from .reporting import BUILT_IN, ReportRegistry
 from .timers import TIMER_CHOICES
 from .tolerance import DEFAULT_CPU_TOLERANCE, DEFAULT_TOLERANCE, default_for, is_cpu_key
 
@@ -43,19 +42,7 @@ HELP_TOLERANCE = (
     "allowed fractional drop of a speedup below its baseline, in [0, 1), for every case that names none "
     f"(default: {DEFAULT_TOLERANCE}, and {DEFAULT_CPU_TOLERANCE} on CPU hardware keys, those named cpu-...)"
 )
-HELP_JSON = "write every case's measurement and verdict to this JSON file (default: not written)"
-HELP_MARKDOWN = (
-    "write the summary table as Markdown to this file "
-    "(default: not written; the table is appended to $GITHUB_STEP_SUMMARY whenever that is set)"
-)
-HELP_BENCHMARK_JSON = (
-    "write timed cases in pytest-benchmark's JSON layout, readable by `pytest-benchmark compare` (default: not written)"
-)
 HELP_ARTIFACTS = "keep failing tests' artifacts (samples, Triton source/PTX/SASS, inductor code) under DIR (default: not kept)"
-HELP_CHART = (
-    "draw the run as a PNG (needs matplotlib): speedup against baseline with tolerance bands, and percent of peak "
-    "(default: not drawn)"
-)
 HELP_CORRECTNESS = "run every comparison's correctness check but time nothing and gate nothing (default: off)"
 HELP_STRICT = "also fail new cases, improvements beyond tolerance and a missing baseline file (default: off)"
 HELP_TIMER = (
@@ -170,16 +157,16 @@ def _short_named_options() -> dict[str, dict[str, Any]]:
     }
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """Register speedgate's command-line options (one group, every name prefixed) and its ini keys."""
+def add_options(parser: pytest.Parser) -> ReportRegistry:
+    """Register speedgate's command-line options (one group, every name prefixed), its own reports' (each report
+    owns its option: speedgate.reporting) and its ini keys. Returns the registry of reports, which a project's
+    reports join (pytest_speedgate_reports)."""
     group = parser.getgroup("speedgate", "speedgate: gate optimizations on correctness and measured speedup")
     for name, keywords in _short_named_options().items():
         group.addoption(name, **keywords)
-    group.addoption("--speedgate-json", default=None, metavar="PATH", help=HELP_JSON)
-    group.addoption("--speedgate-markdown", default=None, metavar="PATH", help=HELP_MARKDOWN)
-    group.addoption("--speedgate-benchmark-json", default=None, metavar="PATH", help=HELP_BENCHMARK_JSON)
+    reports = ReportRegistry(group)
+    reports.add(BUILT_IN)
     group.addoption("--speedgate-artifacts", default=None, metavar="DIR", help=HELP_ARTIFACTS)
-    group.addoption("--speedgate-chart", default=None, metavar="PATH", help=HELP_CHART)
     group.addoption("--speedgate-strict", action="store_true", default=None, help=HELP_STRICT)
     group.addoption("--speedgate-timer", default=None, type=_timer, metavar="{auto,cpu,cuda}", help=HELP_TIMER)
     group.addoption("--speedgate-budget", default=None, type=_positive, metavar="SECONDS", help=HELP_BUDGET)
@@ -200,6 +187,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
     parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
     parser.addini("speedgate_deadline", HELP_DEADLINE, default=None)
+    return reports
 
 
 def add_short_spellings(parser: pytest.Parser) -> list[str]:
@@ -224,6 +212,17 @@ def value_options() -> list[str]:
     return [SHORT_SPELLINGS[name] for name, keywords in _short_named_options().items() if "action" not in keywords]
 
 
+def drop_option_values(early_config: pytest.Config, args: list[str]) -> None:
+    """`--baseline-dir DIR`: until the short spellings exist, pytest's early parse takes DIR for a test path and would
+    look for conftests there. Drop such values from the paths that initial conftests are looked up from."""
+    paths = getattr(early_config.known_args_namespace, "file_or_dir", None)
+    if not paths:
+        return
+    for flag, value in zip(args, args[1:]):
+        if flag in value_options() and value in paths:
+            paths.remove(value)
+
+
 def shadowed_words(taken: list[str]) -> str:
     """The warning for short spellings that another plugin or the project's conftest defined."""
     pairs = ", ".join(f"{short} (speedgate's is {name})" for name, short in SHORT_SPELLINGS.items() if short in taken)
@@ -237,11 +236,7 @@ class Settings:
     baseline_dir: Path
     hardware_key: str | None
     tolerance: float | None  # None: not set, each case gets its hardware key's default (see default_tolerance)
-    json_path: Path | None
-    markdown_path: Path | None
-    benchmark_json_path: Path | None
     artifacts_dir: Path | None
-    chart_path: Path | None
     correctness_only: bool
     strict: bool
     timer: str
@@ -308,16 +303,6 @@ def _require_gpu(source: str) -> None:
     raise SettingsError(f"{source}: no GPU is visible ({reason}); use the auto or cpu timer on this machine")
 
 
-def _installed(module: str) -> bool:
-    """Whether module can be imported, without importing it (matplotlib takes a while)."""
-    if module in sys.modules:
-        return sys.modules[module] is not None  # None: blocked on purpose
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def pin_workers_asked(early_config: pytest.Config) -> bool:
     """Whether --speedgate-pin-workers or ini speedgate_pin_workers asks to pin xdist workers' GPUs. Read before the
     conftests load (pinning must precede any CUDA start): the command line as parsed so far, then the ini file."""
@@ -378,11 +363,7 @@ def read_settings(config: pytest.Config) -> Settings:
         baseline_dir=baseline_path,
         hardware_key=key,
         tolerance=tolerance,
-        json_path=cli_path("speedgate_json"),
-        markdown_path=cli_path("speedgate_markdown"),
-        benchmark_json_path=cli_path("speedgate_benchmark_json"),
         artifacts_dir=cli_path("speedgate_artifacts"),
-        chart_path=cli_path("speedgate_chart"),
         correctness_only=bool(opt("speedgate_correctness_only")) or _ini_switch(config, "speedgate_correctness_only"),
         strict=bool(opt("speedgate_strict")) or _ini_switch(config, "speedgate_strict"),
         timer=timer,
@@ -393,13 +374,6 @@ def read_settings(config: pytest.Config) -> Settings:
         pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
         deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, DEFAULT_DEADLINE_S),
     )
-    # What a report needs is found now, not after the whole suite ran.
-    for path, module, option, extra in ((settings.chart_path, "matplotlib", "--speedgate-chart", "chart"),
-                                        (settings.benchmark_json_path, "pytest_benchmark", "--speedgate-benchmark-json",
-                                         "benchmark")):
-        if path is not None and not _installed(module):
-            raise SettingsError(f"{option} needs {module}, which is not installed here: "
-                                f"pip install 'pytest-speedgate[{extra}]'")
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "
                             "--update-baselines")

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codegen, integrity, judging
 from . import tolerance as tolerances
@@ -24,6 +24,10 @@ from .results import CompareResult
 from .sides import CaseError, InputSets, Side
 from .timers import Fn, Timer
 from .timers.cycles import CYCLES_TIMER
+
+if TYPE_CHECKING:
+    from .bench import Bench
+    from .book import BaselineBook
 
 # What a case may waive, with a stated reason (perf.compare(..., waive={name: reason})): an audit whose condition can
 # be the optimization itself, and strict mode's demand for fresh inputs.
@@ -41,26 +45,20 @@ class Dishonest(AssertionError):
 
 
 class Services(Protocol):
-    """What the stages need from the run (speedgate.session.SpeedgateSession provides it)."""
+    """What the stages need from the run (speedgate.session.SpeedgateSession holds it): its settings, the bench they
+    time on (timer, GPU monitor, roofline, the fingerprint's card and software), the baseline book they judge
+    against, and the project's own audit (pytest_speedgate_audit)."""
 
     @property
     def settings(self) -> Any: ...
 
     @property
-    def monitor(self) -> Any: ...
+    def bench(self) -> Bench: ...
 
-    def timer(self) -> Timer: ...
+    @property
+    def book(self) -> BaselineBook: ...
 
-    def baseline_entry(self, case_id: str, key: str | None = None) -> dict[str, Any] | None: ...
-
-    def baseline_found_for(self, key: str) -> bool: ...
-
-    def roofline(self, timer: Timer, flops: float | None, nbytes: float | None,
-                 flops_dtype: str | None) -> tuple[float, str, str] | None: ...
-
-    def software(self) -> Mapping[str, Any]: ...
-
-    def card(self) -> str | None: ...
+    def audit(self, evidence: integrity.Evidence) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -202,7 +200,7 @@ class Comparison:
     @property
     def timer(self) -> Timer:
         if self._timer is None:
-            self._timer = self.services.timer()
+            self._timer = self.services.bench.timer()
         return self._timer
 
     def run(self, untimed: str = "") -> tuple[CompareResult, dict[str, Any] | None]:
@@ -279,11 +277,11 @@ class Comparison:
                 with codegen.compiled_launches() as launched:
                     profiled[side] = self.timer.profile_calls(fn)
                 self.compiled.setdefault(side, [codegen.compiled_facts(k) for k in launched])
-        roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
+        roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
         evidence = integrity.Evidence(spec.case_id, timed.measurement.real_optimized_ms, profiled, floor_ms, bound,
                                       ceiling, spec.flops, spec.bytes)
-        reason = integrity.first_failure(evidence, spec.waived or {})
+        reason = integrity.first_failure(evidence, spec.waived or {}) or self.services.audit(evidence)
         if reason:
             raise Dishonest(reason)
         return evidence
@@ -297,10 +295,10 @@ class Comparison:
         spec = self.spec
         if not (spec.flops and spec.flops_dtype) or spec.latency:
             return None
-        entry = self.services.baseline_entry(spec.case_id, spec.hardware_key)
+        entry = self.services.book.entry(spec.case_id, spec.hardware_key)
         if entry is not None and entry.get("timer") != CYCLES_TIMER and not self.services.settings.update_baselines:
             return None
-        roofline = self.services.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
+        roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         return roofline[0] if roofline is not None and roofline[1] == "compute" else None
 
     def _noting_kernels(self, prepare: Callable[[Fn], Fn] | None) -> Callable[[Fn], Fn] | None:
@@ -353,7 +351,7 @@ class Comparison:
 
         # If heat held the GPU down, it cools before a re-measurement (gpu_state.COOL_WAIT_S at most).
         cooling: list[str] = []
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
                             judging.THROTTLE_NOTE_FRACTION, cooling)
         extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence),
@@ -366,13 +364,13 @@ class Comparison:
         return result, samples
 
     def _violations(self) -> dict[str, int]:
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         return monitor.violations() if monitor else {}
 
     def _throttled(self, before: dict[str, int], started: float) -> dict[str, float]:
         from .gpu_state import throttled_fractions
 
-        monitor = self.services.monitor
+        monitor = self.services.bench.monitor
         return throttled_fractions(before, monitor.violations(), time.monotonic() - started) if monitor else {}
 
 
@@ -383,9 +381,9 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     blessing with --speedgate-calibrate, then the verdict (re-measured once before a regression stands). Returns the
     result and its raw samples (for the artifacts of a failing test)."""
     settings = services.settings
-    entry = services.baseline_entry(spec.case_id, spec.hardware_key)
+    entry = services.book.entry(spec.case_id, spec.hardware_key)
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
-    fields = {**spec.fields(tol), **extra, "card": services.card()}
+    fields = {**spec.fields(tol), **extra, "card": services.bench.card()}
     if settings.calibrate_runs:
         calibrated, settled = calibration(measurement, again, settings.calibrate_runs)
         fields.update(calibrated)
@@ -396,9 +394,9 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
         return {"peak_fraction": floor_ms / m.real_optimized_ms, "bound": bound} if floor_ms and m.optimized_ms else {}
 
     result, first, final = judging.judge_measurement(
-        measurement, again, fields, entry=entry, file_found=services.baseline_found_for(spec.hardware_key),
+        measurement, again, fields, entry=entry, file_found=services.book.found(spec.hardware_key),
         remeasure=not settings.update_baselines, graphed=graphed, throttled=throttled, roofline=roofline,
-        closeness=closeness, software=services.software(),
+        closeness=closeness, software=services.bench.software(),
     )
     return result, judging.samples_record(first, final)
 

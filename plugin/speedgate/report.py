@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ def align(rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def table(records: Sequence[CompareResult], failed_nodeids: set[str]) -> list[str]:
+def table(records: Sequence[CompareResult], failed_nodeids: Collection[str]) -> list[str]:
     """Aligned text table, regressions first, then the rest in the order they ran."""
     return align([COLUMNS] + [row(r, r.nodeid in failed_nodeids) for r in by_severity(records)])
 
@@ -108,52 +108,6 @@ def by_test(records: Sequence[CompareResult]) -> list[str]:
     return lines
 
 
-UNMATCHED_SHOWN = 20  # the terminal lists this many orphaned entries; the JSON report has them all
-
-
-def unmatched(baseline: str, orphaned: Sequence[str], matched: int, example_case: str) -> tuple[list[str], str | None]:
-    """The lines listing a baseline file's orphaned entries, and the warning when none of its entries matched (the
-    case ids drifted, so every case is new and the gate checks nothing); None when some did."""
-    if not orphaned:
-        return [], None
-    lines = [f"{len(orphaned)} entries of {baseline} match no collected test (renamed or deleted tests? these "
-             "entries gate nothing now):"]
-    lines += [f"  {entry}" for entry in orphaned[:UNMATCHED_SHOWN]]
-    if len(orphaned) > UNMATCHED_SHOWN:
-        lines.append(f"  ... and {len(orphaned) - UNMATCHED_SHOWN} more (--speedgate-json lists them all)")
-    if matched:
-        return lines, None
-    return lines, (
-        f"none of the {len(orphaned)} entries of {baseline} matched a collected test, so every case is new and the "
-        f"gate checks nothing. Its ids look like '{orphaned[0]}', this run's like '{example_case}': if those name "
-        "the same test, the case ids drifted (they are test paths relative to the folder of pytest's ini file, else "
-        "of the nearest pyproject.toml, setup.cfg, tox.ini, setup.py or .git, else of the topmost conftest.py: did "
-        "one of these move since the file was blessed?); if the tests were renamed, re-bless them with "
-        "--update-baselines"
-    )
-
-
-def unmarked_anchors(folders: Sequence[str]) -> str:
-    """The note for case ids that only the run's arguments anchored (see session.case_anchor)."""
-    return (f"case ids here are relative to {', '.join(folders)}, the folder of the paths this run was given: nothing "
-            "marks the project's top (no pytest ini file, pyproject.toml, setup.cfg, tox.ini, setup.py, .git or "
-            "conftest.py at or above the tests), so a run given other paths (`pytest` and `pytest tests/test_x.py`) "
-            "names the same tests otherwise and finds none of these entries. An empty conftest.py at the project's "
-            "top fixes the ids")
-
-
-UNREPORTED_SHOWN = 5  # the warning names this many entries a passing test left unmeasured
-
-
-def unreported(baseline: str, entries: Sequence[str]) -> str:
-    """The warning for baseline entries whose test passed in this run without measuring them."""
-    shown = ", ".join(entries[:UNREPORTED_SHOWN])
-    more = f" and {len(entries) - UNREPORTED_SHOWN} more" if len(entries) > UNREPORTED_SHOWN else ""
-    return (f"{len(entries)} entries of {baseline} were not measured, though their tests ran and passed: {shown}{more}. "
-            "Those tests no longer make these comparisons or metrics (renamed, removed, or made only on some runs), "
-            "so nothing gates them. If they are gone on purpose, delete them from the file; a bless keeps them")
-
-
 def metric_row(m: MetricResult, failed_test: bool) -> tuple[str, ...]:
     unit = f" {m.unit}" if m.unit else ""
     return (
@@ -164,7 +118,7 @@ def metric_row(m: MetricResult, failed_test: bool) -> tuple[str, ...]:
     )
 
 
-def metrics_table(metrics: Sequence[MetricResult], failed_nodeids: set[str]) -> list[str]:
+def metrics_table(metrics: Sequence[MetricResult], failed_nodeids: Collection[str]) -> list[str]:
     """Single-valued metrics (compile seconds, recompiles, graph breaks, memory), regressions first."""
     if not metrics:
         return []
@@ -180,7 +134,7 @@ def tally(results: Sequence[CompareResult | MetricResult]) -> str:
 
 
 def markdown(
-    records: Sequence[CompareResult], metrics: Sequence[MetricResult], failed_nodeids: set[str],
+    records: Sequence[CompareResult], metrics: Sequence[MetricResult], failed_nodeids: Collection[str],
     header: Sequence[str] = (),
 ) -> str:
     """The terminal tables as GitHub-flavoured Markdown, regressions first, with a tally on top."""
@@ -312,10 +266,8 @@ def _summary_markdown(run: RunView) -> str:
 class MarkdownReport:
     """--speedgate-markdown: the summary table as Markdown, when the run has results."""
 
-    name = "markdown"
-
-    def path(self, run: RunView) -> Path | None:
-        return run.settings.markdown_path if run.has_results else None
+    def path(self, run: RunView, asked: Path | None) -> Path | None:
+        return asked if run.has_results else None
 
     def write(self, run: RunView, path: Path) -> None:
         write_text(path, _summary_markdown(run))
@@ -324,9 +276,7 @@ class MarkdownReport:
 class StepSummary:
     """The same Markdown appended to $GITHUB_STEP_SUMMARY whenever that is set (GitHub Actions)."""
 
-    name = "github-step-summary"
-
-    def path(self, run: RunView) -> Path | None:
+    def path(self, run: RunView, asked: Path | None) -> Path | None:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         return Path(summary) if summary and run.has_results else None
 

@@ -1,11 +1,22 @@
 """Timing back ends: a monotonic host clock for CPU work, CUDA events with an L2 flush for GPU work; the Timer they
-are, and the choice between them (make_timer)."""
+are, the kinds a run chooses from (TimerKind), and the one factory (make_timer)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
-from .base import PROFILED_CALLS, TIMER_CHOICES, CpuTimer, Fn, Timer, as_timer, median_event_ms, spin_cycles_per_ms
+from .base import (
+    PROFILED_CALLS,
+    TIMER_CHOICES,
+    CpuTimer,
+    Fn,
+    Timer,
+    TimerKind,
+    as_timer,
+    median_event_ms,
+    spin_cycles_per_ms,
+)
 from .cuda import PROFILE_HOLD_MS, CudaTimer, IdleStart
 from .holds import (
     HOLD_CAP_MS,
@@ -19,7 +30,7 @@ from .holds import (
 )
 
 __all__ = ["HOLD_CAP_MS", "HOLD_MARGIN_MS", "HOLD_SLACK", "PROFILED_CALLS", "PROFILE_HOLD_MS", "SYNC_PROBE_CAP_MS", "TIMER_CHOICES", "CpuTimer", "CudaTimer",
-           "Fn", "IdleStart", "Timer", "as_timer", "cuda_usable", "device_floor_ms", "hold_ms", "learn_hold",
+           "Fn", "IdleStart", "Timer", "TimerKind", "as_timer", "cuda_usable", "device_floor_ms", "hold_ms", "learn_hold",
            "make_timer", "median_event_ms", "spin_cycles_per_ms", "wanted_hold_ms"]
 
 
@@ -34,12 +45,22 @@ def cuda_usable() -> bool:
         return False
 
 
-def make_timer(kind: str) -> Timer:
-    """Build the timer named by --speedgate-timer; 'auto' picks CUDA events when torch sees a GPU."""
-    if kind not in TIMER_CHOICES:
-        raise ValueError(f"unknown timer {kind!r}; choose one of {', '.join(TIMER_CHOICES)}")
-    if kind == "cpu" or (kind == "auto" and not cuda_usable()):
-        return CpuTimer()
+def _cuda_timer() -> Timer:
     import torch
 
     return CudaTimer(torch)
+
+
+# What each kind of clock is made by (AUTO is resolved first, in make_timer).
+FACTORIES: dict[TimerKind, Callable[[], Timer]] = {TimerKind.CPU: CpuTimer, TimerKind.CUDA: _cuda_timer}
+
+
+def make_timer(kind: TimerKind | str) -> Timer:
+    """The timer of a kind (--speedgate-timer); AUTO picks CUDA events when torch sees a GPU, else the host clock."""
+    try:
+        kind = TimerKind(kind)
+    except ValueError:
+        raise ValueError(f"unknown timer {kind!r}; choose one of {', '.join(TIMER_CHOICES)}") from None
+    if kind is TimerKind.AUTO:
+        kind = TimerKind.CUDA if cuda_usable() else TimerKind.CPU
+    return FACTORIES[kind]()

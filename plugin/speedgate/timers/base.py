@@ -1,8 +1,11 @@
-"""The Timer every clock is (what the measurement loop needs, and what a clock may offer), the host clock for CPU
-work, and the CUDA event helpers the GPU clock and the lab share."""
+"""The Timer every clock is (an abstract base: what the measurement loop needs, and what a clock may offer), the
+kinds of clock a run chooses from, the host clock for CPU work, and the CUDA event helpers the GPU clock and the lab
+share."""
 
 from __future__ import annotations
 
+import abc
+import enum
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -10,20 +13,31 @@ from typing import Any
 
 Fn = Callable[[], Any]
 
-TIMER_CHOICES = ("auto", "cpu", "cuda")
+
+class TimerKind(str, enum.Enum):
+    """The clocks --speedgate-timer chooses from: AUTO is CUDA events when torch sees a GPU, else the host clock."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+TIMER_CHOICES = tuple(kind.value for kind in TimerKind)
 
 # Calls traced by the profiler once per side after the rounds (CudaTimer.profile_calls): enough for a median that a
 # clock step in one call does not move.
 PROFILED_CALLS = 10
 
 
-class Timer:
+class Timer(abc.ABC):
     """A clock for comparisons: what the measurement loop needs, and what else a clock may offer.
 
-    Required: `name`, first_call, time_each and describe. Offered, with defaults for a plain clock: for_sides (the
-    timer for one comparison's rounds), graphed and profile_calls (only where can_graph / can_profile say so: CUDA
-    graphs and the profiler's view of the device), and `properties` (what the timer read off the device, for the
-    fingerprint). A clock injected through the `speedgate_timer` fixture need not subclass this: as_timer wraps it.
+    Required (abstract): first_call, time_each and describe; and a `name`, the label results carry. Offered, with
+    defaults for a plain clock: for_sides (the timer for one comparison's rounds), graphed and profile_calls (only
+    where can_graph / can_profile say so: CUDA graphs and the profiler's view of the device), and `properties` (what
+    the timer read off the device, for the fingerprint). What the run does around a clock follows from what it can
+    do (these flags), never from its name. A clock injected through the `speedgate_timer` fixture need not subclass
+    this: as_timer wraps it.
     """
 
     name = "timer"
@@ -32,19 +46,22 @@ class Timer:
     # Whether sustained work changes this clock's device speed (a GPU's power cap): the warm-up of a heavy pair then
     # runs sustained (speedgate.measure.warm_up).
     sustains = False
+    # Whether it times work on the GPU: the run then watches the GPU's state (clocks, throttling, cooling first) and
+    # measures its ceilings for the roofline (speedgate.bench).
+    on_gpu = False
     properties: dict[str, Any] = {}  # never mutated: a timer that reads the device sets its own
 
+    @abc.abstractmethod
     def first_call(self, fn: Fn) -> tuple[float, Any]:
         """Run fn once, synchronised, and return (milliseconds, its result)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def time_each(self, fns: Sequence[Fn]) -> list[float]:
         """Run each fn once, in order, and return each one's milliseconds."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def describe(self) -> str:
         """One line for reports: what is timed and how."""
-        raise NotImplementedError
 
     def for_sides(self, reference: Fn, optimized: Fn, latency: bool = False) -> Timer:
         """The timer for the rounds of these two sides (this one, for a plain clock)."""
@@ -101,7 +118,8 @@ class CpuTimer(Timer):
     def __init__(self) -> None:
         from ..devices import CpuContention, involuntary_switches
 
-        self.contention = CpuContention()  # other users of the CPU during the timed calls (the run's summary says it)
+        # Other users of the CPU during the timed calls (the run's summary says it), under this clock's label.
+        self.contention = CpuContention(clocks=[self.name])
         self._switches = involuntary_switches
 
     def first_call(self, fn: Fn) -> tuple[float, Any]:

@@ -99,6 +99,7 @@ class CudaTimer(Timer):
     can_graph = True
     can_profile = True
     sustains = True
+    on_gpu = True
 
     def __init__(self, torch: Any) -> None:
         if not torch.cuda.is_available():

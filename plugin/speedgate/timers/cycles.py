@@ -69,6 +69,7 @@ class SmCycles(Timer):
     can_graph = True
     can_profile = True
     sustains = True
+    on_gpu = True
 
     def __init__(self, timer: Any, full_clock_mhz: float) -> None:
         import torch

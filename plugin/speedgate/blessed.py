@@ -1,0 +1,68 @@
+"""The end's bless stage (--update-baselines): each hardware key's passing, settled results written into its baseline
+file (speedgate.blessing), and the cases left unblessed, with why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .blessing import bless_into
+
+if TYPE_CHECKING:
+    from .ending import Finish, RunEnd
+    from .results import CompareResult, MetricResult
+
+
+def blessable(run: RunEnd) -> tuple[dict[str, list[CompareResult]], dict[str, list[MetricResult]]]:
+    """Per hardware key, the timed results and metrics of tests that finished and passed: a failed check, an error or
+    an interrupted test never reaches a baseline, nor a comparison whose device's speed never settled
+    (speedgate.measure's settling): that is no speed of the kernel's."""
+    cases: dict[str, list[CompareResult]] = {}
+    metrics: dict[str, list[MetricResult]] = {}
+    for r in run.records:
+        if r.timed and r.settled and r.nodeid in run.finished:
+            cases.setdefault(r.hardware_key, []).append(r)
+    for m in run.metric_records:
+        if m.nodeid in run.finished:
+            metrics.setdefault(m.hardware_key, []).append(m)
+    return cases, metrics
+
+
+def not_blessed(run: RunEnd) -> list[str]:
+    """What the run could not bless: an interrupted run, workers whose results were lost, failed or unfinished tests,
+    comparisons whose device's speed still drifted."""
+    lines = []
+    if run.interrupted:
+        lines.append("the run was interrupted: only tests that finished and passed were blessed")
+    for worker in run.lost_workers:
+        lines.append(f"xdist worker {worker} ended without its closing report (it crashed, was killed, or was "
+                     "replaced after a CUDA fault): of what it ran, only results that reached this process before "
+                     "were blessed")
+    unblessed = {r.case_id: r.nodeid for r in run.records if r.timed and r.nodeid not in run.finished}
+    for case_id, nodeid in sorted(unblessed.items()):
+        why = "its test failed" if nodeid in run.failed_nodeids else "its test did not finish"
+        lines.append(f"not blessed ({why}): {case_id}")
+    for case_id in sorted({r.case_id for r in run.records if r.timed and not r.settled} - set(unblessed)):
+        lines.append(f"not blessed (the device's speed still drifted when its rounds ended, so it measured no "
+                     f"steady speed; its entry, if any, is kept: bless it again on a quiet machine): {case_id}")
+    return lines
+
+
+def bless_run(run: RunEnd, done: Finish) -> None:
+    """Bless each hardware key's passing results into its file; say what was written and what was not. The book then
+    holds what was written, for the checks after this stage."""
+    if not (run.settings.update_baselines and (run.records or run.metric_records)):
+        return
+    cases, metrics = blessable(run)
+    done.lines.extend(not_blessed(run))
+    book = run.book
+    for key in sorted(set(cases) | set(metrics)):
+        blessed = bless_into(book.path_for(key), hardware_key=key, fingerprint=run.fingerprint_for(key),
+                             cases=cases.get(key, []), metrics=metrics.get(key, []), known=book.entries_read.get(key))
+        if blessed.error:
+            done.errors.append(blessed.error)
+            continue
+        book.docs[key] = blessed.doc
+        done.lines.extend(blessed.lines)
+
+
+__all__ = ["bless_run", "blessable", "not_blessed"]
