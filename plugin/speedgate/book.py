@@ -49,6 +49,18 @@ class BaselineBook:
         doc = self.doc_for(key)
         return None if doc is None else doc["cases"].get(case_id)
 
+    def test_entries(self, key: str, case: str) -> list[dict[str, Any]]:
+        """The comparisons' entries of one test in key's file: its case id, and '<case>::<name>' for each name (a
+        deadline is derived from them). [] when there is no file or it is unusable (the fixture says why)."""
+        from .baseline import BaselineError
+
+        try:
+            doc = self.doc_for(key)
+        except BaselineError:
+            return []
+        cases = {} if doc is None else doc["cases"]
+        return [entry for case_id, entry in cases.items() if case_id == case or case_id.startswith(case + "::")]
+
     def metric(self, metric_id: str, key: str) -> dict[str, Any] | None:
         """A metric's entry in key's file (None: none, or no file)."""
         doc = self.doc_for(key)

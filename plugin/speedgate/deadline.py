@@ -27,14 +27,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .options import DEADLINE_MARKER as MARKER
 from .options import deadline_seconds
 
 if TYPE_CHECKING:
     from .ledger import RunLedger
 
-MARKER = "speedgate_deadline"
-MARKER_HELP = (f"{MARKER}(seconds): this test's deadline (speedgate ends it as hung after seconds without finishing a "
-               "comparison; 0: none)")
 
 EXIT_DEADLINE = 1  # what faulthandler's exit=True uses too; under xdist the controller only sees a crash
 HOW_TO_CHANGE = "--speedgate-deadline SECONDS, ini speedgate_deadline, or @pytest.mark.speedgate_deadline(SECONDS)"
@@ -149,7 +147,8 @@ class Watchdog:
         headline = (f"speedgate: {self._nodeid} ran past its deadline of {self._seconds:g} s since {self._since}: "
                     f"it hung, and speedgate ends this process ({HOW_TO_CHANGE} changes the deadline)")
         fd = self._story_fd()
-        os.lseek(fd, 0, os.SEEK_END)
+        if fd != self._stderr_fd:  # the side file, which faulthandler may have written: after what it wrote. Never
+            os.lseek(fd, 0, os.SEEK_END)  # stderr: a pipe (every CI log) cannot seek, and the story must get out
         os.write(fd, f"\n{headline}. The stacks of its threads:\n".encode())
         faulthandler.dump_traceback(file=fd, all_threads=True)
         if fd != self._stderr_fd:  # under xdist: a line on the terminal too; the stacks go with the crash report
@@ -183,9 +182,9 @@ def crash_story(testrunuid: str, worker: str) -> tuple[str | None, str | None]:
     return found[0], found[1]
 
 
-def marked_seconds(item: Any, default_s: float) -> float:
+def marked_seconds(item: Any, default_s: float | None) -> float | None:
     """A test's deadline in seconds (0: none): its @pytest.mark.speedgate_deadline, else default_s (the run's
-    setting); ValueError naming the test and the marker when the marker's value is no deadline."""
+    setting; None when unset); ValueError naming the test and the marker when the marker's value is no deadline."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return default_s
@@ -194,6 +193,62 @@ def marked_seconds(item: Any, default_s: float) -> float:
         return deadline_seconds(str(value))
     except argparse.ArgumentTypeError as exc:
         raise ValueError(f"{item.nodeid}: @pytest.mark.{MARKER}: {exc}") from None
+
+
+# Unset, a test's deadline is what its comparisons took when blessed, times DERIVED_FACTOR, at least DERIVED_FLOOR_S
+# (the test's own work before its first comparison, a compile, is in no entry) and at most the flat default.
+DERIVED_FACTOR = 10.0
+DERIVED_FLOOR_S = 300.0
+
+
+def from_blessed(entries: list[Any]) -> float:
+    """A test's deadline from its baseline entries: the longest comparison as blessed (both first calls, then its
+    rounds of both sides), times DERIVED_FACTOR, within [DERIVED_FLOOR_S, DEFAULT_DEADLINE_S]; the flat default for
+    a test with no entry."""
+    from .options import DEFAULT_DEADLINE_S
+
+    def took_s(entry: Any) -> float:
+        ms = {key: float(entry.get(key) or 0.0) for key in ("reference_first_ms", "optimized_first_ms", "reference_ms",
+                                                           "optimized_ms", "rounds")}
+        return (ms["reference_first_ms"] + ms["optimized_first_ms"]
+                + (ms["reference_ms"] + ms["optimized_ms"]) * ms["rounds"]) / 1e3
+
+    longest = max((took_s(entry) for entry in entries), default=0.0)
+    if not entries:
+        return DEFAULT_DEADLINE_S
+    return min(max(DERIVED_FACTOR * longest, DERIVED_FLOOR_S), DEFAULT_DEADLINE_S)
+
+
+def timeout_limit(item: Any) -> float:
+    """pytest-timeout's limit for the test in seconds (its marker, --timeout, ini timeout, env PYTEST_TIMEOUT; 0:
+    none): its signal cannot interrupt a wait in CUDA, so speedgate's watchdog ends a hung comparison at it too."""
+    config = item.config
+    if not config.pluginmanager.hasplugin("timeout"):
+        return 0.0
+    marker = item.get_closest_marker("timeout")
+    value: Any = None
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    if value is None:
+        value = getattr(config.option, "timeout", None)
+    if value is None:
+        value = os.environ.get("PYTEST_TIMEOUT")
+    if value is None:
+        try:
+            value = config.getini("timeout")
+        except ValueError:
+            value = None
+    try:
+        return max(float(value), 0.0) if value not in (None, "") else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def within_timeout(seconds: float, limit: float) -> float:
+    """speedgate's deadline, no later than pytest-timeout's limit when one is set (0 for none on either side)."""
+    if not limit:
+        return seconds
+    return min(seconds, limit) if seconds else limit
 
 
 def faulthandler_timeout(config: Any) -> float:
@@ -225,4 +280,5 @@ def armed(watchdog: Watchdog, nodeid: str, seconds: float, ledger: RunLedger) ->
 
 
 __all__ = ["EXIT_DEADLINE", "HOW_TO_CHANGE", "MARKER", "Watchdog", "armed", "backstop_grace", "crash_story",
-           "faulthandler_timeout", "marked_seconds", "payload_file", "side_file", "watchdog_for"]
+           "faulthandler_timeout", "from_blessed", "marked_seconds", "payload_file", "side_file", "timeout_limit",
+           "watchdog_for", "within_timeout"]

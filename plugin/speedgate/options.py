@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import hardware
 from .reporting import BUILT_IN, ReportRegistry
-from .timers import TIMER_CHOICES
 from .tolerance import DEFAULT_CPU_TOLERANCE, DEFAULT_TOLERANCE, default_for, is_cpu_key
 
 if TYPE_CHECKING:  # pytest only for annotations: the pure modules import the defaults below from here
@@ -23,11 +21,19 @@ T = TypeVar("T")
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_CPU_TOLERANCE", "DEFAULT_TARGET_NOISE", "DEFAULT_TOLERANCE", "Settings",
            "SettingsError", "add_options", "is_cpu_key", "read_settings"]
 
+# The clocks --speedgate-timer chooses from (timers.TimerKind's values: a test holds the two equal). Spelled here so
+# that registering the options imports no timer.
+TIMER_CHOICES = ("auto", "cpu", "cuda")
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_TARGET_NOISE = 0.01
 # Longer than any honest case takes between two comparisons: a first call that compiles (torch.compile's
 # max-autotune, a Triton autotuner with many configs) can take minutes on a GPU.
 DEFAULT_DEADLINE_S = 900.0
+# The deadline's marker (speedgate.deadline enforces it), registered with the options so that a run without perf
+# loads no deadline.
+DEADLINE_MARKER = "speedgate_deadline"
+DEADLINE_MARKER_HELP = (f"{DEADLINE_MARKER}(seconds): this test's deadline (speedgate ends it as hung after seconds "
+                        "without finishing a comparison; 0: none)")
 
 # Each text serves both a command-line option (argparse expands '%' in it, so never write one: say "percent")
 # and an ini key (printed as written), and ends with its default.
@@ -67,7 +73,9 @@ HELP_DEADLINE = (
     "seconds a test that uses perf may go without finishing a comparison (from its start, then from each "
     "comparison's end) before speedgate ends it as hung, naming it with the stacks of its threads: serially the run "
     "stops, under xdist the worker is replaced; 0 for none; a test's @pytest.mark.speedgate_deadline(SECONDS) "
-    f"overrides it (default: {DEFAULT_DEADLINE_S:g})"
+    "overrides it, and pytest-timeout's limit (--timeout, ini timeout, its marker) ends a hung comparison too "
+    f"(default: 10 times what the test's longest comparison took when blessed, 300 to {DEFAULT_DEADLINE_S:g} s; "
+    f"{DEFAULT_DEADLINE_S:g} without an entry)"
 )
 HELP_PIN_WORKERS = (
     "under xdist, give each worker its own GPU (CUDA_VISIBLE_DEVICES narrowed to one entry, round-robin, before any "
@@ -119,6 +127,8 @@ def _runs(text: str) -> int:
 
 def _hardware_key(text: str) -> str:
     try:
+        from . import hardware
+
         return hardware.validate_key(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
@@ -223,6 +233,24 @@ def drop_option_values(early_config: pytest.Config, args: list[str]) -> None:
             paths.remove(value)
 
 
+def late_collision(text: str) -> str | None:
+    """What to say when a conftest loaded during collection (below the rootdir's) defines one of the short spellings
+    speedgate added once the initial conftests had loaded: argparse refuses the second definition, and pytest would
+    show only its traceback. None when text (the collection error) is about no short spelling of speedgate's."""
+    import re
+
+    found = re.search(r"conflicting option strings?: (--[\w-]+)", text) or re.search(r"option names \{'(--[\w-]+)'", text)
+    if found is None or found.group(1) not in SHORT_SPELLINGS.values():
+        return None
+    short = found.group(1)
+    prefixed = next(name for name, spelling in SHORT_SPELLINGS.items() if spelling == short)
+    return (f"speedgate: a conftest loaded during collection defines {short}, which speedgate had already added (as "
+            f"short for {prefixed}) because no conftest loaded before collection defined it; pytest lets an option be "
+            f"defined once. The ways out: define {short} in a conftest.py at the rootdir or in the initial conftests "
+            f"(speedgate then leaves the name to the project and takes only {prefixed}), rename the project's option, "
+            "or run with -p no:speedgate where the project does not use speedgate")
+
+
 def shadowed_words(taken: list[str]) -> str:
     """The warning for short spellings that another plugin or the project's conftest defined."""
     pairs = ", ".join(f"{short} (speedgate's is {name})" for name, short in SHORT_SPELLINGS.items() if short in taken)
@@ -245,7 +273,7 @@ class Settings:
     calibrate_runs: int | None = None  # --speedgate-calibrate: measurements per comparison when blessing; None: off
     history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
     pin_workers: bool = False  # --speedgate-pin-workers: one GPU per xdist worker (applied before conftests load)
-    deadline_s: float = DEFAULT_DEADLINE_S  # --speedgate-deadline: 0 for none
+    deadline_s: float | None = None  # --speedgate-deadline: 0 for none; None: unset (each test's from its entries)
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -292,6 +320,8 @@ def _ini_switch(config: pytest.Config, name: str) -> bool:
 
 def _require_gpu(source: str) -> None:
     """Raise unless a GPU is visible. NVML only (torch is not imported), and only asked when the cuda timer is."""
+    from . import hardware
+
     if hardware.visible_gpu_tokens():
         return
     hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -345,6 +375,8 @@ def read_settings(config: pytest.Config) -> Settings:
 
     key: str | None = config.getoption("speedgate_hardware_key")
     if key is None and os.environ.get("SPEEDGATE_HARDWARE_KEY"):
+        from . import hardware
+
         try:
             key = hardware.validate_key(os.environ["SPEEDGATE_HARDWARE_KEY"])
         except ValueError as exc:
@@ -372,7 +404,7 @@ def read_settings(config: pytest.Config) -> Settings:
         calibrate_runs=opt("speedgate_calibrate"),  # type: ignore[arg-type]  # parsed by _runs
         history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
         pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
-        deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, DEFAULT_DEADLINE_S),
+        deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, None),
     )
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "

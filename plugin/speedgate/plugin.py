@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from . import deadline, faults, hookspecs
+from . import hookspecs
 from .options import (
+    DEADLINE_MARKER,
+    DEADLINE_MARKER_HELP,
     Settings,
     SettingsError,
     add_options,
@@ -28,7 +30,9 @@ from .reporting import ReportRegistry, Reports, ReportSettingsError
 # What only a test that uses perf, xdist, or the end of a run with results needs (the session too) is imported
 # where it is used: every pytest run where the plugin is installed loads this module, and most never ask for perf.
 if TYPE_CHECKING:
+    from .deadline import Watchdog
     from .devices import Assignment
+    from .faults import FaultWatch, WorkerCrashes
     from .finish import Finish
     from .fixture import Perf
     from .session import SpeedgateSession
@@ -40,17 +44,43 @@ SESSION_KEY: pytest.StashKey[SpeedgateSession] = pytest.StashKey()
 PERF_KEY: pytest.StashKey[Perf] = pytest.StashKey()
 ASSIGNMENT_KEY: pytest.StashKey[Assignment | None] = pytest.StashKey()
 FINISH_KEY: pytest.StashKey[Finish] = pytest.StashKey()
-FAULTS_KEY: pytest.StashKey[faults.FaultWatch] = pytest.StashKey()
+FAULTS_KEY: pytest.StashKey[FaultWatch] = pytest.StashKey()
 SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings another plugin or conftest defines
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
-WATCHDOG_KEY: pytest.StashKey[deadline.Watchdog] = pytest.StashKey()
+WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
 WORKER_OUTPUT = "speedgate"
 
 
+USES_PERF_KEY: pytest.StashKey[bool] = pytest.StashKey()
+
+
 def uses_perf(item: pytest.Item) -> bool:
-    """Whether a test asks for speedgate's `perf`: only such a test is timed, takes device turns and has a deadline."""
-    return "perf" in getattr(item, "fixturenames", ())
+    """Whether a test asks for speedgate's own `perf` (a project's fixture of that name is not it): only such a test
+    is timed, takes device turns, has a deadline and has its faults read. Found once per test."""
+    found = item.stash.get(USES_PERF_KEY, None)
+    if found is None:
+        chain = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("perf", ())
+        found = item.stash[USES_PERF_KEY] = "perf" in getattr(item, "fixturenames", ()) and _reaches_ours(list(chain))
+    return found
+
+
+def _reaches_ours(chain: list[Any]) -> bool:
+    """Whether the perf a test gets is this module's: the nearest definition is, or it requests perf itself (a
+    project's wrapper around speedgate's) and the one it overrides does, and so on. A project's own perf that asks
+    for no perf overrides speedgate's, which then never runs."""
+    for fixturedef in reversed(chain):
+        func = getattr(fixturedef, "func", None)
+        if getattr(func, "__module__", None) == __name__ and getattr(func, "__name__", None) == "perf":
+            return True
+        if "perf" not in getattr(fixturedef, "argnames", ()):
+            return False
+    return False
+
+
+def foreign_perf(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests that ask for a fixture named perf that is not speedgate's: left alone."""
+    return [item for item in items if "perf" in getattr(item, "fixturenames", ()) and not uses_perf(item)]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -87,8 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[REPORTS_KEY] = cast(ReportRegistry, config.pluginmanager.get_plugin(REPORTS_PLUGIN)).asked(config.getoption)
     except (SettingsError, ReportSettingsError) as exc:  # a report's missing package too: found now, not after the suite
         raise pytest.UsageError(f"speedgate: {exc}") from None
-    config.stash[FAULTS_KEY] = faults.FaultWatch(getattr(config, "workerinput", {}).get("workerid"))
-    config.addinivalue_line("markers", deadline.MARKER_HELP)
+    config.addinivalue_line("markers", DEADLINE_MARKER_HELP)
     config.stash[STDERR_KEY] = os.dup(2)  # now, while fd 2 is the terminal: a deadline's story must reach it
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
@@ -101,6 +130,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if STDERR_KEY in config.stash:
         os.close(config.stash[STDERR_KEY])
         del config.stash[STDERR_KEY]
+
+
+def _faults(config: pytest.Config) -> FaultWatch:
+    """This process's fault watch, made by the first test that uses perf (a run without perf never loads faults)."""
+    watch = config.stash.get(FAULTS_KEY, None)
+    if watch is None:
+        from .faults import FaultWatch
+
+        watch = config.stash[FAULTS_KEY] = FaultWatch(getattr(config, "workerinput", {}).get("workerid"))
+    return watch
 
 
 def _session(config: pytest.Config) -> SpeedgateSession:
@@ -126,10 +165,29 @@ def pytest_speedgate_make_timer(config: pytest.Config, kind: TimerKind) -> Timer
     return make_timer(kind)
 
 
+FOREIGN_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # tests whose perf fixture is a project's own
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    # A conftest loaded during collection that defines one of speedgate's short spellings: say so, with the way out,
+    # instead of argparse's bare traceback.
+    rep = yield
+    if rep.failed:
+        from .options import late_collision
+
+        said = late_collision(str(rep.longrepr))
+        if said:
+            rep.longrepr = f"{said}\n(argparse: {str(rep.longrepr).strip().splitlines()[-1]})"
+    return rep
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # a bad deadline is a usage error before any test runs, not a hang later
-        _deadline_of(item)
+        if item.get_closest_marker(DEADLINE_MARKER):
+            _deadline_of(item)
+    config.stash[FOREIGN_KEY] = [item.nodeid for item in foreign_perf(items)]
     if not any(uses_perf(item) for item in items):
         return  # a suite that never asks for perf costs nothing here
     from .case_ids import args_folder, whole_files_collected
@@ -198,17 +256,29 @@ def _say(config: pytest.Config) -> Callable[[str], None]:
     return say
 
 
-def _deadline_of(item: pytest.Item) -> float:
-    """The item's deadline in seconds (0: none): its @pytest.mark.speedgate_deadline, else the run's setting."""
+def _deadline_of(item: pytest.Item) -> float | None:
+    """The item's deadline in seconds (0: none): its @pytest.mark.speedgate_deadline, else the run's setting; None
+    when neither sets one (derived from the blessed entries when the test runs)."""
+    from .deadline import marked_seconds
+
     try:
-        return deadline.marked_seconds(item, item.config.stash[SETTINGS_KEY].deadline_s)
+        return marked_seconds(item, item.config.stash[SETTINGS_KEY].deadline_s)
     except ValueError as exc:
         raise pytest.UsageError(f"speedgate: {exc}") from None
 
 
 def _deadline(item: pytest.Item, state: SpeedgateSession) -> contextlib.AbstractContextManager[None]:
-    """speedgate's deadline for a test that uses perf; every comparison it finishes restarts the clock."""
-    seconds, config = _deadline_of(item), item.config
+    """speedgate's deadline for a test that uses perf; every comparison it finishes restarts the clock. Unset, it is
+    derived from what the test's comparisons took when blessed; pytest-timeout's limit, when set, ends it sooner."""
+    from . import deadline
+
+    config = item.config
+    seconds = _deadline_of(item)
+    if seconds is None:
+        base = state.case_ids.case_id(item.nodeid)
+        entries = state.book.test_entries(state.bench.hardware_key, base)
+        seconds = deadline.from_blessed(entries)
+    seconds = deadline.within_timeout(seconds, deadline.timeout_limit(item))
     if not seconds:
         return contextlib.nullcontext()
     if WATCHDOG_KEY not in config.stash:  # faulthandler has one timer a process: faulthandler_timeout keeps it
@@ -219,8 +289,7 @@ def _deadline(item: pytest.Item, state: SpeedgateSession) -> contextlib.Abstract
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Serial run: after a sticky CUDA error, a case that uses perf would only fail with the culprit's error.
-    not_run = item.config.stash[FAULTS_KEY].not_run()
-    if not_run and uses_perf(item):
+    if uses_perf(item) and (not_run := _faults(item.config).not_run()):
         pytest.fail(not_run, pytrace=False)
 
 
@@ -243,11 +312,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     rep = yield
-    if PERF_KEY in item.stash:
-        kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
-        if kept is not None:
-            rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
-    item.config.stash[FAULTS_KEY].after_report(item.nodeid, rep, call.excinfo, lambda: _session(item.config).worker_payload())
+    if PERF_KEY not in item.stash:
+        return rep  # a test that never made speedgate's perf: its failures are its own
+    kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
+    if kept is not None:
+        rep.sections.append(("speedgate artifacts", f"kept in {kept}"))
+    _faults(item.config).after_report(item.nodeid, rep, call.excinfo, lambda: _session(item.config).worker_payload())
     return rep
 
 
@@ -276,6 +346,10 @@ def _finish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    foreign = config.stash.get(FOREIGN_KEY, [])
+    if foreign and config.option.verbose >= 0:  # said once, quietly
+        terminalreporter.write_line(f"speedgate: {len(foreign)} test(s) use a fixture named 'perf' that is not "
+                                    f"speedgate's (the first: {foreign[0]}); speedgate stays off for them")
     done = config.stash.get(FINISH_KEY, None)
     if done is None:
         return
@@ -293,7 +367,15 @@ class XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.crashes = faults.WorkerCrashes()
+        self._crashes: WorkerCrashes | None = None
+
+    @property
+    def crashes(self) -> WorkerCrashes:
+        if self._crashes is None:
+            from .faults import WorkerCrashes
+
+            self._crashes = WorkerCrashes()
+        return self._crashes
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart starts the workers
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -318,19 +400,26 @@ class XdistHooks:
             _session(self.config).ledger.lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
-        self.crashes.note_start(nodeid)
+        if self.config.pluginmanager.has_plugin("dsession"):  # only the xdist controller explains a worker's crash
+            self.crashes.note_start(nodeid)
 
     @pytest.hookimpl(trylast=True)  # a worker: after xdist sent the report; the controller: after it was shown
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if hasattr(self.config, "workerinput"):
-            self.config.stash[FAULTS_KEY].end_if_poisoned(report)
-        elif payload := self.crashes.note_report(report):
+            watch = self.config.stash.get(FAULTS_KEY, None)  # made by a test that used perf; none: nothing to end
+            if watch is not None:
+                watch.end_if_poisoned(report)
+        elif getattr(report, "speedgate_fault", None) and (payload := self.crashes.note_report(report)):
             _session(self.config).absorb(payload)  # the results of a worker that ended after a sticky CUDA error
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)  # the xdist WorkerController that died
         workerinput = getattr(node, "workerinput", {})
-        story, payload = deadline.crash_story(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else (None, None)
+        from .deadline import crash_story
+
+        story, payload = crash_story(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else (None, None)
         if payload:  # the results the worker had, saved by its watchdog before it ended the worker
             _session(self.config).absorb(payload)
-        self.crashes.explain(crashitem, report, faults.timeout_setting(self.config), story)
+        from .faults import timeout_setting
+
+        self.crashes.explain(crashitem, report, timeout_setting(self.config), story)
