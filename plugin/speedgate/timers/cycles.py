@@ -79,7 +79,9 @@ class SmCycles(Timer):
         self.full_clock_mhz = float(full_clock_mhz)
         self._programs = int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
         self._kernel = _stamp_kernel()
-        self._buf = torch.zeros((0, 2, self._programs, 3), dtype=torch.int64, device="cuda")
+        self._buf = torch.zeros((1, 2, self._programs, 3), dtype=torch.int64, device="cuda")
+        self._stamped(lambda: None, 0)()  # compiled and launched once here: a stack that cannot stamp fails now
+        torch.cuda.synchronize()
         # id(fn) -> each timed call's events ms and the SM clock it ran at (MHz): the audits' and the report's.
         self.events: dict[int, list[float]] = {}
         self.clocks: dict[int, list[float]] = {}
@@ -154,7 +156,7 @@ def counting_cycles(timer: Any, torch: Any, make: Callable[[Any, float], Timer] 
         return None
     try:
         return make(timer, mhz)
-    except ImportError:
+    except Exception:  # no Triton, or a stack whose compiler cannot build the stamp: the rounds stay in milliseconds
         return None
 
 
