@@ -150,7 +150,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 def changes_in(points: Sequence[Point], *, penalty: float = DEFAULT_PENALTY, noise: float | None = None) -> Series:
-    """The series of these points (one case, one hardware key, in run order) with its change points; noise: the
+    """The series of these points (one case, one hardware key, in the order the runs happened) with its change points; noise: the
     relative noise to scale the penalty by (default: noise_of the series)."""
     if not points:
         raise ValueError("a series needs at least one point")
