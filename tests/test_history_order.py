@@ -69,7 +69,7 @@ def _import(db: str, paths: list[str], barrier: Any) -> None:
 
 @pytest.mark.xdist_group("spawns")
 def test_shuffled_concurrent_imports_give_the_history_of_the_runs_times(tmp_path: Path) -> None:
-    pytest.importorskip("ruptures", reason="the history extra: pip install 'pytest-speedgate[history]'")
+    pytest.importorskip("ruptures", reason="the history extra: pip install -e '.[history]'")
     paths = write_reports(tmp_path / "reports")
     in_order = tmp_path / "in-order.db"
     assert cli.main(["import", "--db", str(in_order), *map(str, paths)]) == 0

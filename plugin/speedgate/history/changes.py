@@ -137,7 +137,8 @@ def breakpoints(values: Sequence[float], *, penalty: float = DEFAULT_PENALTY, no
     try:
         import ruptures
     except ImportError:
-        raise DetectorMissing("change points need ruptures: pip install 'pytest-speedgate[history]'") from None
+        raise DetectorMissing("change points need ruptures: pip install ruptures (speedgate's `history` extra; in a "
+                              "clone of speedgate: pip install -e '.[history]')") from None
     sigma = noise if noise is not None else noise_of(values)
     signal = np.log(np.asarray(values, dtype=float)).reshape(-1, 1)
     algo = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(signal)
