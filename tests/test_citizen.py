@@ -45,6 +45,7 @@ def _private_lock_folder(monkeypatch: pytest.MonkeyPatch, path: Path) -> Path:
     return tmp / "speedgate-locks"
 
 
+@pytest.mark.timing
 def test_tests_without_perf_run_in_parallel_and_never_take_the_device_lock(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,6 +96,7 @@ def test_other_plain():
     assert len(taken) == 1 and taken[0].endswith(str(locks / "cpu.lock")), taken
 
 
+@pytest.mark.timing
 def test_an_in_process_run_inside_a_worker_takes_its_own_lock_again(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,6 +286,7 @@ def pytest_unconfigure(config):
     assert "speedgate" not in result.stdout.str().replace(f"speedgate-{__version__}", "")  # the plugins line
 
 
+@pytest.mark.timing
 def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     _private_lock_folder(monkeypatch, pytester.path)  # both runs share the CPU and this test's lock folder
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)

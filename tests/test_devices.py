@@ -17,6 +17,8 @@ from filelock import FileLock, Timeout
 import speedgate
 from speedgate.devices import DeviceLock
 
+pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
+
 # Each child takes the lock `turns` times and records (start, end) wall-clock times while holding it; it starts
 # when the go file appears, so the children contend from the first turn on.
 HOLDER = """

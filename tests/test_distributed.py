@@ -16,6 +16,8 @@ import pytest
 
 from speedgate.launch import GRACE_S, RankError, run_ranks
 
+pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
+
 # How long two ranks may take to start (a fresh interpreter each) on a loaded 2-core box before the test gives up.
 RANKS_START_S = 120
 

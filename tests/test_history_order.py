@@ -67,7 +67,7 @@ def _import(db: str, paths: list[str], barrier: Any) -> None:
         raise SystemExit(1)
 
 
-@pytest.mark.xdist_group("spawns")
+@pytest.mark.timing
 def test_shuffled_concurrent_imports_give_the_history_of_the_runs_times(tmp_path: Path) -> None:
     pytest.importorskip("ruptures", reason="the history extra: pip install -e '.[history]'")
     paths = write_reports(tmp_path / "reports")

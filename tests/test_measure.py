@@ -102,6 +102,7 @@ def test_before_rounds_check_runs_after_the_rounds() -> None:
     assert events == ["armed", "checked"]
 
 
+@pytest.mark.timing
 def test_stopping_checks_stay_under_a_tenth_of_the_timed_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A check that costs 5 ms against rounds of 0.2 ms of work: the loop skips checks to keep statistics <= 10%."""
     import time

@@ -91,6 +91,7 @@ def test_env(request):
         result.stdout.fnmatch_lines([summary])
 
 
+@pytest.mark.timing
 def test_workers_sharing_a_device_take_turns_whole_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: both workers share the CPU
     monkeypatch.setenv("TMPDIR", str(project.mkdir("tmp")))  # this test's own lock folder, not the machine's
@@ -115,6 +116,7 @@ def _run(perf):
         assert start >= end - 0.01, "two workers sharing one device ran tests at the same time"
 
 
+@pytest.mark.timing
 def test_device_lock_excludes_other_holders(tmp_path) -> None:
     import threading
     import time
@@ -159,6 +161,7 @@ def test_both(perf, benchmark):
     assert bench["benchmarks"][0]["name"] == "test_both"
 
 
+@pytest.mark.timing
 def test_real_timing_catches_a_slowed_optimized_side(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end with the host clock: bless a 4x speedup, then make the optimized side 6x slower."""
     pytester.makeini("[pytest]\naddopts = --hardware-key real-clock -p no:cacheprovider --speedgate-timer cpu\n")

@@ -442,6 +442,7 @@ def test_never(perf):
 """)
 
 
+@pytest.mark.timing
 def test_a_run_reports_the_rounds_it_dropped_and_a_comparison_that_never_settled(pytester: pytest.Pytester) -> None:
     """The surface of run_rounds' settling: the JSON report counts the dropped rounds, and a comparison still
     drifting after the limit says so in its note and in `settled`; its verdict stands on what it measured."""
@@ -456,6 +457,7 @@ def test_a_run_reports_the_rounds_it_dropped_and_a_comparison_that_never_settled
     result.stdout.fnmatch_lines(["*test_never*the device's speed still drifted*"])
 
 
+@pytest.mark.timing
 def test_a_comparison_that_never_settled_is_not_blessed(pytester: pytest.Pytester) -> None:
     """A bless takes no speed from a comparison whose device's speed still drifted when its rounds ended: the
     entry it had is kept (here 0.5x, written before), and the run says why; the one that settled is blessed."""
@@ -507,6 +509,7 @@ def speedgate_timer():
 """
 
 
+@pytest.mark.timing
 def test_a_calibration_whose_later_run_never_settled_is_not_blessed(pytester: pytest.Pytester) -> None:
     """--speedgate-calibrate measures again in the process; a run still drifting at its end would put the device's
     drift into the calibration's spread (and the entry's tolerance), so the comparison is not blessed."""
