@@ -209,6 +209,20 @@ def test_plugin_import_does_not_import_torch_triton_or_pynvml() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_comparing_plain_python_sides_imports_no_torch(project: pytest.Pytester) -> None:
+    """Sides that return Python values have no tensor to poison or compare: the run never imports torch. (It did, for
+    the poison, and each of this suite's pytest subprocesses spent 1.5 s of CPU on it: a third of CI's time.)"""
+    project.makeconftest(project.path.joinpath("conftest.py").read_text() + """
+def pytest_unconfigure(config):
+    import sys
+    print("torch imported:", "torch" in sys.modules)
+""")
+    project.makepyfile(test_cases=CASES + "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    result = project.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["torch imported: False"])
+
+
 def test_perf_policy_follows_the_options(project: pytest.Pytester) -> None:
     """--speedgate-budget and --speedgate-noise reach perf.policy, which multi-process cases hand to their ranks."""
     project.makepyfile(test_policy="def test_p(perf):\n    assert perf.policy.budget_s == 0.5\n"
