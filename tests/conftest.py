@@ -28,6 +28,13 @@ for _module in pkgutil.iter_modules(speedgate.__path__):
 
 pytest_plugins = ["pytester"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # What `-m timing` selects: the tests a loaded machine or a background job could break. They hold 20 runs in a
+    # row beside three busy loops with SIGINT ignored (docs/ci.md); a new test of the kind carries the marker.
+    config.addinivalue_line("markers", "timing: sends signals, or depends on deadlines, locks between processes or "
+                                       "wall-clock time")
+
 # A conftest for pytester projects: a scripted clock, so verdicts do not depend on this machine's speed.
 SCRIPTED_CONFTEST = """
 import os

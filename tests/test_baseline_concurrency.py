@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from conftest import CASES, baseline_doc
 from speedgate import baseline
 
 PROCESSES = 6
@@ -23,6 +22,8 @@ ENTRIES_EACH = 20
 # Held inside change(), between the read and the write, to widen the window a concurrent writer can hit.
 HOLD_S = 0.002
 FINGERPRINT = {"hardware": {"kind": "cpu", "name": "test"}, "software": {}}
+
+pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
 
 
 def _entry(speedup: float) -> dict[str, Any]:
@@ -97,6 +98,10 @@ def test_z_another_run_blesses():
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_a_bless_says_which_entries_another_run_wrote_meanwhile(project: pytest.Pytester, xdist: tuple[str, ...]) -> None:
     """Entries a concurrent bless wrote after this run read the file are that run's: not 'kept' by this one."""
+    # Imported here: the spawned blessing processes import this module, and in a run that also collects perftests/
+    # the name `conftest` can find the repository's root conftest first.
+    from conftest import CASES, baseline_doc
+
     path = project.path / "baselines" / "test-box.json"
     project.makepyfile(test_cases=CASES + "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
                                           "\ndef test_b(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"

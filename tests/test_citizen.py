@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, write_baseline
+from speedgate import __version__
 
 SLEEP_S = 1.5
 
@@ -44,6 +45,7 @@ def _private_lock_folder(monkeypatch: pytest.MonkeyPatch, path: Path) -> Path:
     return tmp / "speedgate-locks"
 
 
+@pytest.mark.timing
 def test_tests_without_perf_run_in_parallel_and_never_take_the_device_lock(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +96,7 @@ def test_other_plain():
     assert len(taken) == 1 and taken[0].endswith(str(locks / "cpu.lock")), taken
 
 
+@pytest.mark.timing
 def test_an_in_process_run_inside_a_worker_takes_its_own_lock_again(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -280,13 +283,17 @@ def pytest_unconfigure(config):
     left = [p for p in pytester.path.rglob("*") if "speedgate" in p.name or p.suffix in (".json", ".md", ".png")]
     assert not left, f"files left behind: {left}"
     assert not (Path(os.environ["TMPDIR"]) / "speedgate-locks").exists()
-    assert "speedgate" not in result.stdout.str().replace("speedgate-0.1.0", "")
+    assert "speedgate" not in result.stdout.str().replace(f"speedgate-{__version__}", "")  # the plugins line
 
 
+@pytest.mark.timing
 def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     _private_lock_folder(monkeypatch, pytester.path)  # both runs share the CPU and this test's lock folder
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     holding = pytester.path / "holding"
+    # The second run's terminal (stderr, where a wait is said the moment it passes a second): the first run holds its
+    # lock until it reads the wait there, however long the second run takes to start on a loaded machine.
+    waits = pytester.path / "mine.err"
     other = pytester.mkdir("other")
     (other / "test_hold.py").write_text(f"""
 import pathlib, time
@@ -294,27 +301,31 @@ import pathlib, time
 def test_hold(perf):
     perf.compare(lambda: 1.0, lambda: 1.0)
     pathlib.Path({str(holding)!r}).touch()
-    time.sleep(6)  # longer than the second run takes to start and reach its test, on a loaded machine too
+    waits, deadline = pathlib.Path({str(waits)!r}), time.monotonic() + 120
+    while time.monotonic() < deadline and "waiting for cpu" not in (waits.read_text() if waits.exists() else ""):
+        time.sleep(0.05)
 """)
-    first = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--correctness-only",
-                              "--hardware-key", "test-box"], cwd=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+    command = [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+               "--hardware-key", "test-box"]
+    first = subprocess.Popen(command, cwd=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = None
     try:
-        for _ in range(600):
-            if holding.exists() or first.poll() is not None:
-                break
+        deadline = time.monotonic() + 120
+        while not holding.exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert holding.exists(), first.communicate(timeout=60)[0]
         mine = pytester.mkdir("mine")
         (mine / "test_mine.py").write_text("def test_mine(perf):\n    perf.compare(lambda: 1.0, lambda: 1.0)\n")
-        monkeypatch.chdir(mine)
-        result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--correctness-only",
-                                               "--hardware-key", "test-box")
+        with open(waits, "w") as err:
+            second = subprocess.Popen(command, cwd=mine, stdout=subprocess.PIPE, stderr=err, text=True)
+            mine_out = second.communicate(timeout=180)[0]
     finally:
+        for proc in (p for p in (first, second) if p is not None and p.poll() is None):
+            proc.kill()
         out = first.communicate(timeout=60)[0]
     assert first.returncode == 0, out
-    result.assert_outcomes(passed=1)
-    said = result.stdout.str() + result.stderr.str()
+    assert second.returncode == 0 and "1 passed" in mine_out, mine_out
+    said = mine_out + waits.read_text()
     assert "speedgate: waiting for cpu: another run holds its lock" in said, said
     assert f"project {other}, test test_hold.py::test_hold" in said
     assert "speedgate: got cpu after waiting" in said

@@ -12,6 +12,8 @@ import pytest
 from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
 from speedgate.deadline import Watchdog
 
+pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
+
 # Blocked in a C call: time.sleep releases the GIL (as CUDA's waits do); libc's sleep through ctypes.PyDLL keeps it.
 BLOCKS = {
     "gil-released": "time.sleep(600)",

@@ -187,6 +187,7 @@ def test_an_asynchronous_fault_fails_the_test_that_queued_it(project: pytest.Pyt
     result.stdout.fnmatch_lines(["not run: the CUDA context * poisoned by test_cases.py::test_launches (AcceleratorError: *"])
 
 
+@pytest.mark.timing
 def test_xdist_replaces_the_worker_after_a_sticky_error_and_keeps_its_results(project: pytest.Pytester) -> None:
     project.makepyfile(test_cases=CASES + FAULTS)
     result = project.runpytest_subprocess("-n", "1", "-p", "no:randomly", "--update-baselines", "--junitxml", "j.xml")
@@ -233,6 +234,7 @@ def test_next(perf, freed):
     result.stdout.fnmatch_lines(["*OutOfMemoryError: CUDA out of memory*", "*- speedgate -*", "*CUDA cache is emptied*"])
 
 
+@pytest.mark.timing
 def test_a_hang_under_xdist_is_ended_by_pytest_timeout_and_named(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_hang="""
 import time

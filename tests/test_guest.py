@@ -22,7 +22,7 @@ def run_piped(folder: Path, *args: str, timeout: float = OUTER_TIMEOUT_S) -> tup
     """pytest in folder as CI runs it: stdout and stderr pipes (not files, not a terminal)."""
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=folder, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                          capture_output=True, timeout=timeout,  # pipes, as in CI
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return done, time.monotonic() - started
 

@@ -16,7 +16,7 @@ from speedgate.history import changes
 from speedgate.history.changes import DetectorMissing, breakpoints, changes_in, noise_of, order_by_movement
 from speedgate.history.store import Point, record_report
 
-pytest.importorskip("ruptures", reason="the history extra: pip install 'pytest-speedgate[history]'")
+pytest.importorskip("ruptures", reason="the history extra: pip install -e '.[history]'")
 
 
 def points(values: list[float] | np.ndarray, ident: str = "t.py::test_a") -> list[Point]:
@@ -122,7 +122,8 @@ def test_the_c_search_matches_ruptures_pelt_l2() -> None:
 
 def test_without_ruptures_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ruptures", None)
-    with pytest.raises(DetectorMissing, match=r"pip install 'pytest-speedgate\[history\]'"):
+    with pytest.raises(DetectorMissing, match=r"pip install ruptures \(speedgate's `history` extra; in a clone of speedgate: "
+                                              r"pip install -e '\.\[history\]'\)"):
         breakpoints([1.0] * 10)
 
 

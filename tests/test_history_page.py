@@ -17,7 +17,7 @@ from speedgate.history import cli
 from speedgate.history.page import render_page
 from speedgate.history.png import file_name
 
-pytest.importorskip("ruptures", reason="the history extra: pip install 'pytest-speedgate[history]'")
+pytest.importorskip("ruptures", reason="the history extra: pip install -e '.[history]'")
 
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 

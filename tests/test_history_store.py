@@ -92,6 +92,7 @@ def _writer(db: str, worker: int, runs: int, barrier: Any) -> None:
         _record(Path(db), report_doc(speedups), commit=f"w{worker}-r{run}")
 
 
+@pytest.mark.timing
 def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     """Six processes record eight runs each into one new store at once: every run and row arrives, once."""
     db = tmp_path / "h.db"

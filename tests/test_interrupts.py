@@ -14,6 +14,8 @@ import pytest
 
 from conftest import CASES, write_baseline
 
+pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
+
 # test_b has compared when the run stops; its old entry (1.0x) must survive, test_a's new speedup be written.
 INTERRUPTED = CASES + """
 def test_a(perf):

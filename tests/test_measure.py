@@ -102,27 +102,36 @@ def test_before_rounds_check_runs_after_the_rounds() -> None:
     assert events == ["armed", "checked"]
 
 
+@pytest.mark.timing
 def test_stopping_checks_stay_under_a_tenth_of_the_timed_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A check that costs 5 ms against rounds of 0.2 ms of work: the loop skips checks to keep statistics <= 10%."""
     import time
 
     from speedgate import measure
 
-    calls = []
+    calls: list[float] = []  # each check's seconds
     real = measure.bootstrap_ratio
 
     def slow_check(*args, **kwargs):
-        calls.append(1)
+        started = time.perf_counter()
         time.sleep(0.005)
-        return real(*args, **kwargs)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            calls.append(time.perf_counter() - started)
 
     monkeypatch.setattr(measure, "bootstrap_ratio", slow_check)
     m = measure_pair(ref, opt, ScriptedTimer({"ref": [0.1, 0.12], "opt": [0.1, 0.08]}),
                      Policy(warmup_s=0, max_rounds=2000, target_rel_halfwidth=0.0, budget_s=60))
     timed_s = (sum(m.reference_samples) + sum(m.optimized_samples)) / 1e3  # 0.4 s of scripted work
     assert m.rounds == 2000
-    assert m.stats_seconds <= measure.STATS_SHARE * timed_s + 0.02  # at most one check over the share
-    assert len(calls) - 1 <= measure.STATS_SHARE * timed_s / 0.005 + 2  # checks skipped, not run every batch
+    # A check runs only while the statistics so far and the last check's cost fit in the share, so the checks
+    # together exceed it by at most one check, however long each took on this machine. (The settling checks count
+    # towards the share too but are not skipped for it, so the total below compares the bootstrap checks alone;
+    # on a loaded machine they all take longer than the 5 ms asked.)
+    assert sum(calls) <= measure.STATS_SHARE * timed_s + max(calls)
+    assert len(calls) <= (measure.STATS_SHARE * timed_s + max(calls)) / 0.005  # skipped, not run every batch
+    assert len(calls) < 2000 / 16  # far fewer than one a batch
 
 
 class HeldTimer(ScriptedTimer):

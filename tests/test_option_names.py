@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from speedgate import __version__
 from speedgate.options import SHORT_SPELLINGS
 
 # Each short spelling as the project defines it, with what the project's test then reads for the given value.
@@ -113,7 +114,7 @@ def test_a_run_without_perf_is_not_warned(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_plain(request):\n    assert request.config.getoption('--update-baselines')\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--update-baselines")
     result.assert_outcomes(passed=1)
-    assert "speedgate" not in result.stdout.str().replace("speedgate-0.1.0", "")
+    assert "speedgate" not in result.stdout.str().replace(f"speedgate-{__version__}", "")  # the plugins line
 
 
 def test_a_value_given_apart_is_no_test_path(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:

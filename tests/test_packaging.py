@@ -1,4 +1,5 @@
-"""The package's metadata: its hard requirements are what the plugin imports, and its PyPI page links nothing relative."""
+"""The package's metadata: its hard requirements are what the plugin imports, its PyPI page links nothing relative and
+says where the project lives, and the wheel ships py.typed."""
 
 from __future__ import annotations
 
@@ -162,3 +163,24 @@ def test_the_sdist_ships_no_test_it_cannot_run(tmp_path: Path) -> None:
         shipped = [name.partition("/")[2] for name in tar.getnames()]
     assert not [name for name in shipped if name.startswith("tests/")], "the sdist ships tests it cannot collect"
     assert "plugin/speedgate/plugin.py" in shipped and "plugin/speedgate/schema/baseline-v1.schema.json" in shipped
+    assert "plugin/speedgate/py.typed" in shipped
+
+
+def test_the_metadata_says_what_and_where_the_project_is() -> None:
+    project = _project()
+    assert {"Homepage", "Documentation", "Changelog", "Issues", "Source"} <= set(project["urls"])
+    assert all(url.startswith("https://github.com/speedgate/speedgate") for url in project["urls"].values())
+    assert {"pytest", "pytorch", "triton"} <= set(project["keywords"])
+    assert [c for c in project["classifiers"] if c.startswith("Development Status ::")] == ["Development Status :: 3 - Alpha"]
+    # PEP 561: the classifier says typed, and the wheel carries the marker that makes it so.
+    assert "Typing :: Typed" in project["classifiers"] and (PLUGIN / "py.typed").is_file()
+    assert "py.typed" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["speedgate"]
+
+
+def test_one_version_the_packages_and_the_changelogs_newest_release() -> None:
+    import speedgate
+
+    assert "version" in _project()["dynamic"], "the version is speedgate.__version__, read by setuptools"
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
+    assert released and released[0] == speedgate.__version__, (
+        f"speedgate.__version__ is {speedgate.__version__}; CHANGELOG.md's newest release is {released[:1]}")

@@ -91,6 +91,7 @@ def test_env(request):
         result.stdout.fnmatch_lines([summary])
 
 
+@pytest.mark.timing
 def test_workers_sharing_a_device_take_turns_whole_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: both workers share the CPU
     monkeypatch.setenv("TMPDIR", str(project.mkdir("tmp")))  # this test's own lock folder, not the machine's
@@ -115,6 +116,7 @@ def _run(perf):
         assert start >= end - 0.01, "two workers sharing one device ran tests at the same time"
 
 
+@pytest.mark.timing
 def test_device_lock_excludes_other_holders(tmp_path) -> None:
     import threading
     import time
@@ -159,6 +161,7 @@ def test_both(perf, benchmark):
     assert bench["benchmarks"][0]["name"] == "test_both"
 
 
+@pytest.mark.timing
 def test_real_timing_catches_a_slowed_optimized_side(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end with the host clock: bless a 4x speedup, then make the optimized side 6x slower."""
     pytester.makeini("[pytest]\naddopts = --hardware-key real-clock -p no:cacheprovider --speedgate-timer cpu\n")
@@ -204,6 +207,20 @@ def test_plugin_import_does_not_import_torch_triton_or_pynvml() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_comparing_plain_python_sides_imports_no_torch(project: pytest.Pytester) -> None:
+    """Sides that return Python values have no tensor to poison or compare: the run never imports torch. (It did, for
+    the poison, and each of this suite's pytest subprocesses spent 1.5 s of CPU on it: a third of CI's time.)"""
+    project.makeconftest(project.path.joinpath("conftest.py").read_text() + """
+def pytest_unconfigure(config):
+    import sys
+    print("torch imported:", "torch" in sys.modules)
+""")
+    project.makepyfile(test_cases=CASES + "\ndef test_a(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    result = project.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["torch imported: False"])
 
 
 def test_perf_policy_follows_the_options(project: pytest.Pytester) -> None:

@@ -43,7 +43,8 @@ INI_FOR_NEXT = "pytest.ini of the next python block"
 # A fresh interpreter importing torch and triton, on a shared 2-core box: generous.
 SUBPROCESS_TIMEOUT_S = 300
 # Long options of other tools that the README quotes after the tool's name (checked to appear so).
-OTHER_TOOLS = {"--stat": "git diff --stat", "--strict": "twine check --strict"}
+OTHER_TOOLS = {"--stat": "git diff --stat", "--strict": "twine check --strict",
+               "--system-site-packages": "python3 -m venv --system-site-packages"}
 
 
 def name(page: Path) -> str:

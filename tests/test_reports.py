@@ -301,6 +301,7 @@ def test_added_later(perf):
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])
+@pytest.mark.timing
 def test_compare_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) -> None:
     """`python -m speedgate compare OLD NEW | head`: head leaves after its lines; compare must not end in a
     BrokenPipeError traceback."""
@@ -317,6 +318,7 @@ def test_compare_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Pat
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_the_summary_says_what_the_tests_spent_outside_their_comparisons(project: pytest.Pytester,
                                                                        xdist: tuple[str, ...]) -> None:

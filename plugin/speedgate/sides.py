@@ -139,6 +139,8 @@ def poison(targets: Sequence[Any], spared: set[int]) -> int:
     return a view of an input, and the poison must never reach what the sides read). A tensor that cannot be written
     (a CUDA graph output a later replay took over, an expanded view) is left as it is. Returns how many tensors were
     poisoned."""
+    if not targets:
+        return 0  # nothing to poison (sides returning plain Python values): no torch to import for it
     import torch
 
     done = 0

@@ -137,7 +137,8 @@ def breakpoints(values: Sequence[float], *, penalty: float = DEFAULT_PENALTY, no
     try:
         import ruptures
     except ImportError:
-        raise DetectorMissing("change points need ruptures: pip install 'pytest-speedgate[history]'") from None
+        raise DetectorMissing("change points need ruptures: pip install ruptures (speedgate's `history` extra; in a "
+                              "clone of speedgate: pip install -e '.[history]')") from None
     sigma = noise if noise is not None else noise_of(values)
     signal = np.log(np.asarray(values, dtype=float)).reshape(-1, 1)
     algo = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(signal)
@@ -150,7 +151,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 def changes_in(points: Sequence[Point], *, penalty: float = DEFAULT_PENALTY, noise: float | None = None) -> Series:
-    """The series of these points (one case, one hardware key, in run order) with its change points; noise: the
+    """The series of these points (one case, one hardware key, in the order the runs happened) with its change points; noise: the
     relative noise to scale the penalty by (default: noise_of the series)."""
     if not points:
         raise ValueError("a series needs at least one point")

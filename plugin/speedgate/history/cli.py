@@ -13,7 +13,7 @@ from typing import Any
 from ..baseline import now_iso
 from ..export import REPORT_VERSION
 from .changes import DEFAULT_DROP, DEFAULT_PENALTY, DetectorMissing, Series, changes_in, order_by_movement
-from .store import HistoryError, count_runs, group_series, read_points, record_report
+from .store import HistoryError, count_runs, group_series, parse_time, read_points, record_report
 
 USAGE = """python -m speedgate history --db PATH [--drop FRACTION] [--case TEXT] [--hardware-key KEY]
        python -m speedgate history import --db PATH [--commit SHA]... [--branch NAME]... REPORT.json...
@@ -63,13 +63,21 @@ def read_report(path: Path) -> dict[str, Any]:
 
 
 def run_time_of(path: Path, doc: Mapping[str, Any]) -> str:
-    """When a report's run happened: its own run_time or created_at when it carries one, else the file's
-    modification time (a report is written at the end of its run; copying it as an artifact may move the time)."""
+    """When a report's run happened, in UTC ("...Z"): its own run_time or created_at when it carries one, else the
+    file's modification time (a report is written at the end of its run; copying it as an artifact may move the
+    time). The history orders runs by it, whatever order the reports are imported in."""
     for key in ("run_time", "created_at"):
-        if isinstance(doc.get(key), str):
-            return str(doc[key])
-    stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).replace(microsecond=0)
-    return stamp.isoformat().replace("+00:00", "Z")
+        value = doc.get(key)
+        if isinstance(value, str) and value.strip():
+            when = parse_time(value)
+            if when is None:
+                raise ReportError(f"{path}: its {key} {value!r} is not an ISO 8601 time")
+            return _iso(when)
+    return _iso(datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).replace(microsecond=0))
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
 
 
 def _per_report(values: list[str] | None, count: int, flag: str) -> list[str | None]:
@@ -83,18 +91,21 @@ def _per_report(values: list[str] | None, count: int, flag: str) -> list[str | N
 
 
 def import_reports(db: Path, paths: Sequence[Path], commits: list[str] | None, branches: list[str] | None) -> int:
-    """Record each report as a run, in the order given; every report is read and checked before any is recorded."""
+    """Record each report as a run (its place in the history is its run time, not the order given); every report is
+    read and checked before any is recorded."""
     docs = [read_report(path) for path in paths]
+    times = [run_time_of(path, doc) for path, doc in zip(paths, docs)]
     per_commit = _per_report(commits, len(paths), "--commit")
     per_branch = _per_report(branches, len(paths), "--branch")
-    for path, doc, commit, branch in zip(paths, docs, per_commit, per_branch):
+    for path, doc, run_time, commit, branch in zip(paths, docs, times, per_commit, per_branch):
         recorded = record_report(
-            db, doc, source=str(path), run_time=run_time_of(path, doc), recorded_at=now_iso(),
+            db, doc, source=str(path), run_time=run_time, recorded_at=now_iso(),
             commit=commit or doc.get("commit"), branch=branch or doc.get("branch"))
         if recorded.run_id is None:
             print(f"{path}: already recorded as run {recorded.duplicate_of}, skipped")
         else:
-            print(f"{path}: run {recorded.run_id}, {recorded.rows} rows, commit {commit or doc.get('commit') or 'unknown'}")
+            print(f"{path}: run {recorded.run_id} (ran {run_time}), {recorded.rows} rows, commit "
+                  f"{commit or doc.get('commit') or 'unknown'}")
     return 0
 
 

@@ -24,7 +24,8 @@ def write_pngs(folder: Path, series: Sequence[Series]) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError("the PNGs need matplotlib: pip install 'pytest-speedgate[chart]'") from exc
+        raise RuntimeError("the PNGs need matplotlib: pip install matplotlib (speedgate's `chart` extra; in a clone of "
+                           "speedgate: pip install -e '.[chart]')") from exc
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for s in series:

@@ -4,6 +4,9 @@ Writers take SQLite's write lock first (BEGIN IMMEDIATE, waiting up to BUSY_TIME
 the file inside that lock, and insert a whole run or nothing, so concurrent runs lose nothing and two first writers
 cannot both create the tables. A file that is not a store, or a store of a newer schema, raises HistoryError naming
 it; nothing is ever deleted, rewritten or migrated in place.
+
+A series follows the runs' own times (run_time, then the order they were recorded in), never the order reports were
+imported in: an old report imported late takes its place in time, whichever process imported it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,7 @@ BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = """
 CREATE TABLE runs (
-    run_id INTEGER PRIMARY KEY AUTOINCREMENT,  -- the history's order: the order runs were recorded in
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order runs were recorded in (a series is ordered by run_time, then this)
     run_time TEXT,          -- when the run happened (UTC, ISO 8601), for an import see cli.run_time_of
     recorded_at TEXT NOT NULL,
     commit_id TEXT,         -- null when unknown
@@ -230,17 +234,43 @@ def record_report(path: Path, doc: Mapping[str, Any], *, source: str, run_time: 
     return Recorded(run_id, len(rows))
 
 
+def parse_time(text: object) -> datetime | None:
+    """An ISO 8601 time as an aware UTC datetime ("Z", an offset, or none, read as UTC); None when it is not one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    stamp = text.strip()
+    if stamp[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat does not read "Z"
+        stamp = stamp[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+
+
+# Runs whose time cannot be read (none in a store this code wrote) sort by recorded_at, and before all others if that
+# cannot be read either.
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def run_order(run_time: str | None, recorded_at: str | None, run_id: int) -> tuple[datetime, int]:
+    """Where a run stands in its history: by when it ran, then by the order it was recorded in."""
+    return (parse_time(run_time) or parse_time(recorded_at) or _EARLIEST, run_id)
+
+
 def read_points(path: Path, kind: str = "case") -> list[Point]:
-    """Every recorded point of this kind, in the order the runs were recorded."""
+    """Every recorded point of this kind, in the order the runs happened (run_order), then by case and hardware key."""
     with _connection(path, create=False) as conn:
         if not _check(conn, path):
             return []
         cursor = conn.execute(
             "SELECT x.run_id, r.run_time, r.commit_id, r.branch, x.kind, x.ident, x.hardware_key, x.verdict, x.speedup, "
             "x.ci_low, x.ci_high, x.baseline, x.tolerance, x.reference_ms, x.optimized_ms, x.check_mode, x.test_failed, "
-            "h.software FROM results x JOIN runs r USING (run_id) LEFT JOIN run_hardware h USING (run_id, hardware_key) "
-            "WHERE x.kind = ? ORDER BY x.run_id, x.ident, x.hardware_key", (kind,))
-        return [_point(tuple(row)) for row in cursor]
+            "h.software, r.recorded_at FROM results x JOIN runs r USING (run_id) "
+            "LEFT JOIN run_hardware h USING (run_id, hardware_key) WHERE x.kind = ?", (kind,))
+        rows = [tuple(row) for row in cursor]
+    rows.sort(key=lambda row: (run_order(row[1], row[-1], row[0]), row[5], row[6]))
+    return [_point(row[:-1]) for row in rows]
 
 
 def _point(row: tuple[Any, ...]) -> Point:
@@ -256,7 +286,8 @@ def count_runs(path: Path) -> int:
 
 
 def group_series(points: Sequence[Point]) -> dict[tuple[str, str], list[Point]]:
-    """(ident, hardware_key) -> its points in run order, timed points only (a speedup to follow)."""
+    """(ident, hardware_key) -> its points in the order given (read_points: the order the runs happened), timed
+    points only (a speedup to follow)."""
     series: dict[tuple[str, str], list[Point]] = {}
     for point in points:
         if point.speedup is not None and point.speedup > 0:
