@@ -13,7 +13,7 @@ Prints the warpgroup MMAs and their waits in program order from the TTGIR (`dot 
 bounds: a dot followed at once by `wait pendings=0` runs synchronously, so what follows it cannot overlap it within
 the warpgroup), whether a warp-specialized partition was made, and ptxas's registers, spills and its performance
 notes (C7517: a warpgroup.wait injected so other instructions can read an MMA's accumulator; C7514: MMAs
-serialized for that reason). docs/NOTES.md (2026-11-23, fifth session) reads the answers.
+serialized for that reason). docs/NOTES.md (2026-11-23) reads the answers.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """lab/codegen_probe.py: the suite's Hopper kernels compiled for sm_90 by Triton's own stages and ptxas on a
 machine without a GPU (run as a user runs it: its own process, the interpreter off). The last assertions of each
-test pin what docs/NOTES.md (fifth session) builds on; a Triton release that changes them has changed the reasons
+test pin what docs/NOTES.md (2026-11-23) builds on; a Triton release that changes them has changed the reasons
 given for the vendor gap (issue 16): measure again."""
 
 from __future__ import annotations

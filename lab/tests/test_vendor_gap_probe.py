@@ -189,7 +189,7 @@ print(json.dumps({"tiles": len(ags.TILES), "ws_tiles": len(ags.WARP_SPECIALIZED_
 
 
 def test_a_sustained_window_reports_time_energy_clock_and_the_power_cap_per_call(monkeypatch) -> None:
-    # On a power-capped H100 the faster of two kernels is the one that spends less energy a call (ninth session:
+    # On a power-capped H100 the faster of two kernels is the one that spends less energy a call (2026-11-24:
     # cuBLAS fp8 0.623 J a GEMM at 8192^3, the Gluon kernel 0.642 J, 0.95x held at the cap): the probe reports both.
     monkeypatch.setattr(tool, "SUSTAIN_SETTLE_S", 0.0)
 
