@@ -130,13 +130,18 @@ def test_a_compiler_that_doubles_spills_is_named() -> None:
     assert codegen.changes(None, now) == [] and codegen.changes(blessed, {}) == []
 
 
-def test_another_pick_is_a_replaced_kernel_or_another_config_of_one_but_not_an_added_kernel() -> None:
+def test_another_pick_is_a_replaced_kernel_or_another_config_of_the_references_but_not_an_added_kernel() -> None:
     blessed = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])
     replaced = sides([{"name": "triton_tem_mm", "grid": [132, 1, 1]}])
     reconfigured = sides([{"name": "_k", "grid": [264, 1, 1], "registers": 168}])
     added = sides([{"name": "spin_kernel"}, {"name": "_k", "grid": [132, 1, 1], "registers": 168}])
     assert codegen.repicked_sides(blessed, replaced) == ["optimized"]
-    assert codegen.repicked_sides(blessed, reconfigured) == ["optimized"]
+    # The optimized kernel itself recompiled otherwise: what an edit of it does too, so no pick (a regression stays).
+    assert codegen.repicked_sides(blessed, reconfigured) == []
+    reference = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}],
+                      reference=[{"name": "nvjet_gemm", "grid": [66, 2, 1], "registers": 90}])
+    assert codegen.repicked_sides(reference, sides(reference["optimized"], reference=[
+        {"name": "nvjet_gemm", "grid": [132, 1, 1], "registers": 90}])) == ["reference"]
     assert codegen.repicked_sides(blessed, added) == []  # new work beside the blessed kernel: a slowdown, no pick
     assert "optimized side launches other kernels (another pick): +spin_kernel" in codegen.changes(blessed, added)
     library = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}], reference=[{"name": "nvjet_other"}])
@@ -239,12 +244,20 @@ def test_an_entry_blessed_in_another_unit_is_not_judged_against() -> None:
 
 def test_a_regression_on_another_pick_with_the_same_software_is_pick_changed() -> None:
     entry = {**ENTRY, "codegen": sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])}
-    now = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 182}])
+    now = sides([{"name": "triton_tem_fused_mm_0", "grid": [132, 1, 1], "registers": 182}])
     result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now)
     assert result.verdict == Verdict.PICK_CHANGED
-    assert result.codegen_changes == ["optimized _k: registers 168 -> 182"] and not result.codegen_drift
+    assert result.codegen_changes and not result.codegen_drift
     assert "the optimized side ran other kernels than blessed" in result.note
     assert not fails(result.verdict, strict=False) and fails(result.verdict, strict=True)
+
+
+def test_an_edit_that_slowed_the_optimized_kernel_stays_a_regression_with_its_codegen_named() -> None:
+    entry = {**ENTRY, "codegen": sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])}
+    now = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 182}])
+    result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now)
+    assert result.verdict == Verdict.REGRESSED
+    assert result.codegen_changes == ["optimized _k: registers 168 -> 182"]
 
 
 def test_a_slowdown_that_adds_a_kernel_stays_a_regression() -> None:
@@ -353,7 +366,7 @@ def test_evidence_records_facts_where_an_entry_has_none_and_leaves_another_pick_
     first, lines, _ = evidence.add_reports(doc, [report([record(2.0, blessed_pick, "card-c")])])
     assert first["cases"]["t.py::test"]["codegen"] == blessed_pick
     assert "codegen facts recorded for 1 entries that had none" in lines
-    other = sides([{"name": "_k", "registers": 182}])
+    other = sides([{"name": "_k", "registers": 168}], reference=[{"name": "nvjet_other_gemm"}])  # cuBLAS's other pick
     after, _, left_out = evidence.add_reports(first, [report([record(1.7, other, "card-d")])])
     assert "card-d" not in evidence.cards(after["cases"]["t.py::test"]["calibration"])
     assert any("another pick than the bless's" in line for line in left_out)

@@ -33,8 +33,8 @@ PTX_CLASSES = {
     "barrier": ("bar.", "barrier.", "mbarrier."),
     "atomic": ("atom.", "red."),
 }
-# Facts that tell one config of a kernel's source from another: a change in one of them, with the software unchanged,
-# is another pick.
+# Facts that tell one config of a kernel's source from another: on the reference side, with the software unchanged, a
+# change in one of them is another pick (repicked_sides).
 PICK_FACTS = ("grid", "block", "registers", "warps", "stages")
 # Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
 COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
@@ -226,10 +226,12 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 
 def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
                    measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
-    """The sides whose kernels are another pick than blessed (an autotuner's, a compiler's, a library's): a blessed
-    kernel gone and another in its place, or a kernel of the same name with another launch shape, registers, warps
-    or stages (another config of one source). A kernel only added beside the blessed ones is no pick: it is new
-    work."""
+    """The sides whose kernels are another pick than blessed, which no edit of the case's own code explains: the
+    reference's kernels changed in any fact (a library's heuristics, inductor's or an autotuner's choice of a compiled
+    reference), or the optimized side launches other kernels in place of blessed ones (a compiled side's other
+    template or library call). The optimized side's own kernel with other registers or launch shape is what an edit
+    of that kernel makes too: a slowdown of it stays a regression, with the change named. A kernel only added beside
+    the blessed ones is new work, no pick."""
     if not blessed or not measured:
         return []
     found = []
@@ -241,7 +243,7 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         replaced = bool(set(was) - set(now)) and bool(set(now) - set(was))
         reshaped = any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                        for name in set(was) & set(now) for key in PICK_FACTS)
-        if replaced or reshaped:
+        if replaced or (reshaped and side == "reference"):
             found.append(side)
     return found
 
