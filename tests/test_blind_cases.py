@@ -13,8 +13,8 @@ import pytest
 
 from speedgate import codegen, evidence, judging
 from speedgate.baseline import BaselineError, validate
-from speedgate.measure import CYCLES_MIN_PEAK, SUSTAINED_PAIR_MS, Measurement, counts_cycles, measurement_from_samples
-from speedgate.timers.cycles import CYCLES_TIMER
+from speedgate.measure import SUSTAINED_PAIR_MS, Measurement, measurement_from_samples
+from speedgate.timers.cycles import CYCLES_MIN_PEAK, CYCLES_TIMER, counts_cycles
 from speedgate.verdict import Verdict, fails
 
 # -- SM cycles -----------------------------------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def warm(reference_ms: float, optimized_ms: float, calls: int = 4) -> list[float
 ])
 def test_a_pair_is_counted_in_cycles_only_when_both_sides_are_tensor_core_bound_and_heavy(
         reference_ms: float, optimized_ms: float, floor_ms: float | None, counted: bool) -> None:
-    assert counts_cycles(warm(reference_ms, optimized_ms), floor_ms) is counted
+    assert counts_cycles(warm(reference_ms, optimized_ms), floor_ms, SUSTAINED_PAIR_MS) is counted
     if counted:
         assert reference_ms + optimized_ms >= SUSTAINED_PAIR_MS
         assert floor_ms is not None and floor_ms / max(reference_ms, optimized_ms) >= CYCLES_MIN_PEAK

@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 # The PTX instruction classes counted: what moves a kernel's speed when a compiler changes it.
@@ -162,6 +162,35 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
     return kernels
 
 
+def noting(prepare: Callable[[Any], Any] | None, into: dict[str, list[dict[str, Any]]]) -> Callable[[Any], Any] | None:
+    """prepare (a graph capture of one side, the reference first) noting the Triton kernels each side's captured calls
+    launched into into[side]: with graph=True the profiled calls replay a graph and launch nothing through Triton."""
+    if prepare is None:
+        return None
+    sides = iter(("reference", "optimized"))
+
+    def noted(fn: Any) -> Any:
+        with compiled_launches() as launched:
+            prepared = prepare(fn)
+        into.setdefault(next(sides, "optimized"), [compiled_facts(k) for k in launched])
+        return prepared
+
+    return noted
+
+
+def sides_of(profiled: Mapping[str, Mapping[str, Any]] | None,
+             compiled: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, list[dict[str, Any]]] | None:
+    """Each side's kernels as facts: the profiled calls' trace (profiled[side]["kernels"]) with the Triton kernels'
+    own facts merged in; None when nothing was seen."""
+    found = {}
+    for side in ("reference", "optimized"):
+        traced = (profiled or {}).get(side, {}).get("kernels") or []
+        facts = side_facts(traced, compiled.get(side, []))
+        if facts:
+            found[side] = facts
+    return found or None
+
+
 def _numbered(kernels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Kernels in launch order, a second variant of one name (another grid, other constexprs) named 'name#2', a
     third 'name#3': one source launched twice in a call (an MLP's two matmuls) stays two kernels."""
@@ -248,5 +277,5 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return found
 
 
-__all__ = ["COMPARED", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "ptx_mix", "repicked_sides", "side_facts",
+__all__ = ["COMPARED", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting", "ptx_mix", "repicked_sides", "side_facts", "sides_of",
            "trace_kernels"]

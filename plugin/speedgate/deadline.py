@@ -244,6 +244,13 @@ def timeout_limit(item: Any) -> float:
         return 0.0
 
 
+def seconds_for(item: Any, set_s: float | None, entries: Callable[[], list[Any]]) -> float:
+    """A test's deadline: set_s (its marker, else the run's setting), or unset one derived from its blessed entries
+    (from_blessed); no later than pytest-timeout's limit when one is set. 0: none."""
+    seconds = from_blessed(entries()) if set_s is None else set_s
+    return within_timeout(seconds, timeout_limit(item))
+
+
 def within_timeout(seconds: float, limit: float) -> float:
     """speedgate's deadline, no later than pytest-timeout's limit when one is set (0 for none on either side)."""
     if not limit:
@@ -280,5 +287,5 @@ def armed(watchdog: Watchdog, nodeid: str, seconds: float, ledger: RunLedger) ->
 
 
 __all__ = ["EXIT_DEADLINE", "HOW_TO_CHANGE", "MARKER", "Watchdog", "armed", "backstop_grace", "crash_story",
-           "faulthandler_timeout", "from_blessed", "marked_seconds", "payload_file", "side_file", "timeout_limit",
+           "faulthandler_timeout", "from_blessed", "marked_seconds", "payload_file", "seconds_for", "side_file", "timeout_limit",
            "watchdog_for", "within_timeout"]

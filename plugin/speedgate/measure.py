@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,9 +11,9 @@ from statistics import median
 from typing import Any
 
 from .options import DEFAULT_BUDGET_S, DEFAULT_TARGET_NOISE
-from .stats import RatioEstimate, bootstrap_ratio, robust_cv
+from .stats import RatioEstimate, bootstrap_ratio, drifting, robust_cv
 from .timers import Fn, Timer, as_timer
-from .timers.cycles import SmCycles
+from .timers.cycles import SmCycles, counts_cycles
 
 # The stopping checks' statistics may take at most this share of the timed work (the samples' sum, which is the
 # device's busy time on the GPU): when they have used more, the next check is skipped and timing goes on. A
@@ -25,18 +24,12 @@ STATS_SHARE = 0.10
 # whichever cluster holds more (docs/results/calibration.md, "the fp8 matmuls' two speeds"). After each batch the
 # rounds kept so far are split in halves, and the first half is dropped where either side moved between them
 # (`drifting`). At most SETTLE_MAX_S of timed work is dropped; after that the rounds stand, and the report says so.
-SETTLE_DRIFT = 0.03
-SETTLE_SIGMAS = 4.0
+# (`stats.drifting`, with SETTLE_DRIFT, SETTLE_SIGMAS and SETTLE_SEPARATION.)
 SETTLE_MIN_HALF = 8
-SETTLE_SEPARATION = 0.9
 SETTLE_MAX_S = 1.0
 # A pair of calls this long or longer is warmed up sustained on a device a sustained load slows (warm_up).
 SUSTAINED_PAIR_MS = 1.0
 SUSTAINED_WORK_S = 0.15
-# A heavy compute-bound pair is counted in SM cycles when both its sides reach this share of the matmul ceiling in
-# warm-up: tensor-core-bound, their time scales with the SM clock. On the H100 the suite's pairs fall in two groups,
-# eager or compiled attention references at 0.01-0.2 and GEMM-like sides at 0.48 or more (docs/results/blind-cases.md).
-CYCLES_MIN_PEAK = 0.4
 
 
 @dataclass(frozen=True)
@@ -214,30 +207,6 @@ def run_rounds(
                   settled=not unsettled)
 
 
-def drifting(first: list[float], second: list[float]) -> bool:
-    """Whether one side's speed moved between two halves of its rounds: the medians apart by more than SETTLE_DRIFT
-    and by more than SETTLE_SIGMAS standard errors of their difference (from each half's robust spread), and the
-    halves apart in rank too (in at least SETTLE_SEPARATION of the pairs of a round from each, the same one is the
-    slower): a MAD of a few rounds can understate their noise."""
-    a, b = median(first), median(second)
-    if a <= 0 or b <= 0:
-        return False
-    moved = abs(b / a - 1.0)
-    # The median's standard error is about 1.2533 sigma / sqrt(n) for normal data.
-    noise = math.hypot(*(1.2533 * robust_cv(h) / math.sqrt(len(h)) for h in (first, second)))
-    if moved <= SETTLE_DRIFT or moved <= SETTLE_SIGMAS * noise:
-        return False
-    import numpy as np
-
-    # The share of pairs (x from the first half, y from the second) with y slower, ties counted half.
-    x = np.sort(np.asarray(first, dtype=np.float64))
-    y = np.asarray(second, dtype=np.float64)
-    below = np.searchsorted(x, y, side="left")
-    ties = np.searchsorted(x, y, side="right") - below
-    slower = float((below + 0.5 * ties).sum()) / (len(x) * len(y))
-    return max(slower, 1.0 - slower) >= SETTLE_SEPARATION
-
-
 def warm_statistics() -> None:
     """Import and run the statistics once, before any comparison: their first call (numpy's import) must not be
     charged to a comparison's rounds."""
@@ -333,7 +302,7 @@ def time_pair(
     """
     rounds_timer = as_timer(timer).for_sides(reference, optimized, latency=latency)
     warm = warm_up(rounds_timer, [reference, optimized], policy, clock)
-    counter = rounds_timer.in_cycles() if counts_cycles(warm, compute_floor_ms) else None
+    counter = rounds_timer.in_cycles() if counts_cycles(warm, compute_floor_ms, SUSTAINED_PAIR_MS) else None
     rounds_timer = counter or rounds_timer
     if prepare is not None:
         reference, optimized = prepare(reference), prepare(optimized)
@@ -351,18 +320,6 @@ def time_pair(
         if ref_ms and opt_ms:
             measurement = dataclasses.replace(measurement, event_ms=(ref_ms, opt_ms), clock_mhz=(ref_mhz, opt_mhz))
     return Timed(measurement, reference, optimized)
-
-
-def counts_cycles(warm: list[float], compute_floor_ms: float | None) -> bool:
-    """Whether a pair is timed in SM cycles (timers.cycles): its declared work is compute-bound (a floor given), it
-    takes SUSTAINED_PAIR_MS or more (a power-capped GPU runs it at its capped clock: warm_up), and in its warm-up
-    calls (reference and optimized alternating) both sides did that work at CYCLES_MIN_PEAK of the matmul ceiling
-    or more, so that both times are the tensor cores' and scale with the SM clock. An eager reference or a whole
-    model, whose memory-bound kernels do not scale with it, keeps the pair in milliseconds."""
-    if not compute_floor_ms or len(warm) < 2:
-        return False
-    reference, optimized = median(warm[0::2]), median(warm[1::2])
-    return reference + optimized >= SUSTAINED_PAIR_MS and compute_floor_ms / max(reference, optimized) >= CYCLES_MIN_PEAK
 
 
 def measure_pair(

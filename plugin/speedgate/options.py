@@ -233,24 +233,6 @@ def drop_option_values(early_config: pytest.Config, args: list[str]) -> None:
             paths.remove(value)
 
 
-def late_collision(text: str) -> str | None:
-    """What to say when a conftest loaded during collection (below the rootdir's) defines one of the short spellings
-    speedgate added once the initial conftests had loaded: argparse refuses the second definition, and pytest would
-    show only its traceback. None when text (the collection error) is about no short spelling of speedgate's."""
-    import re
-
-    found = re.search(r"conflicting option strings?: (--[\w-]+)", text) or re.search(r"option names \{'(--[\w-]+)'", text)
-    if found is None or found.group(1) not in SHORT_SPELLINGS.values():
-        return None
-    short = found.group(1)
-    prefixed = next(name for name, spelling in SHORT_SPELLINGS.items() if spelling == short)
-    return (f"speedgate: a conftest loaded during collection defines {short}, which speedgate had already added (as "
-            f"short for {prefixed}) because no conftest loaded before collection defined it; pytest lets an option be "
-            f"defined once. The ways out: define {short} in a conftest.py at the rootdir or in the initial conftests "
-            f"(speedgate then leaves the name to the project and takes only {prefixed}), rename the project's option, "
-            "or run with -p no:speedgate where the project does not use speedgate")
-
-
 def shadowed_words(taken: list[str]) -> str:
     """The warning for short spellings that another plugin or the project's conftest defined."""
     pairs = ", ".join(f"{short} (speedgate's is {name})" for name, short in SHORT_SPELLINGS.items() if short in taken)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from .blessing import between_run_spread
 from .ceilings import MATMUL_DTYPES
 from .checks import CALLER, Checker
 from .measure import Measurement, Policy, Timed, time_pair
+from .recompiles import RecompiledInRounds, compiled_frames, no_recompile
 from .results import CompareResult
 from .sides import CaseError, InputSets, Side
 from .timers import Fn, Timer
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 # be the optimization itself, and strict mode's demand for fresh inputs.
 FIXED_INPUTS_WAIVER = "fixed-inputs"
 WAIVERS = (*integrity.WAIVABLE, FIXED_INPUTS_WAIVER)
-
-
-class RecompiledInRounds(AssertionError):
-    """torch.compile compiled again while a comparison was being timed: the samples hold compile time."""
 
 
 class Dishonest(AssertionError):
@@ -133,36 +129,6 @@ def _plain_config(case_id: str, config: Mapping[str, Any] | None) -> dict[str, A
         raise ValueError(f"speedgate: {case_id}: config= must hold plain JSON values: {exc}") from None
 
 
-def compiled_frames() -> int:
-    """Frames torch.compile (dynamo) has compiled in this process, a recompilation counting again; 0 when dynamo
-    was never imported. Never imports torch."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    return 0 if utils is None else int(utils.counters["frames"]["total"])
-
-
-def _compile_counts() -> tuple[int, int]:
-    """(frames, graphs) dynamo has compiled in this process: a fullgraph=True compile counts a graph and no frame
-    (torch 2.13), a plain one both."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
-        return 0, 0
-    return int(utils.counters["frames"]["total"]), int(utils.counters["stats"]["unique_graphs"])
-
-
-@contextlib.contextmanager
-def no_recompile(case_id: str) -> Iterator[None]:
-    """Around the timed rounds: fails the case if torch.compile compiled anything meanwhile."""
-    frames, graphs = _compile_counts()
-    yield
-    frames_after, graphs_after = _compile_counts()
-    compiled = max(frames_after - frames, graphs_after - graphs)
-    if compiled:
-        raise RecompiledInRounds(
-            f"speedgate: {case_id}: torch.compile compiled {compiled} frame(s) during the timed rounds (frames, or graphs "
-            "under fullgraph=True: a recompilation; a guard failed, e.g. a new shape, dtype or Python value); the samples include "
-            "compile time. Make the inputs static across calls, or mark dimensions dynamic.")
-
-
 def graph_capture(timer: Timer, case_id: str) -> Callable[[Fn], Fn] | None:
     """graph=True: each side captured into a CUDA graph after warm-up (the rounds time replays); None where the
     timer captures nothing (CPU work, a scripted clock)."""
@@ -249,7 +215,7 @@ class Comparison:
         """Warm-up and interleaved rounds (graph replays with graph=True); with inputs=, the sets refilled in place
         after warm-up and at the rounds' checkpoints, the timed outputs checked there and after the last round."""
         policy = Policy.from_settings(self.services.settings)
-        prepare = self._noting_kernels(graph_capture(self.timer, self.spec.case_id)) if self.spec.graph else None
+        prepare = codegen.noting(graph_capture(self.timer, self.spec.case_id), self.compiled) if self.spec.graph else None
         checker = self.checker
 
         @contextlib.contextmanager
@@ -301,30 +267,6 @@ class Comparison:
         roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         return roofline[0] if roofline is not None and roofline[1] == "compute" else None
 
-    def _noting_kernels(self, prepare: Callable[[Fn], Fn] | None) -> Callable[[Fn], Fn] | None:
-        """prepare (a graph capture) noting the Triton kernels each side's captured calls launched."""
-        if prepare is None:
-            return None
-        sides = iter(("reference", "optimized"))  # time_pair prepares the reference first
-
-        def noting(fn: Fn) -> Fn:
-            with codegen.compiled_launches() as launched:
-                prepared = prepare(fn)
-            self.compiled.setdefault(next(sides, "optimized"), [codegen.compiled_facts(k) for k in launched])
-            return prepared
-
-        return noting
-
-    def kernels(self, evidence: integrity.Evidence) -> dict[str, list[dict[str, Any]]] | None:
-        """Each side's kernels as deterministic facts (speedgate.codegen), or None when nothing was seen."""
-        found = {}
-        for side in ("reference", "optimized"):
-            traced = (evidence.profiled or {}).get(side, {}).get("kernels") or []
-            facts = codegen.side_facts(traced, self.compiled.get(side, []))
-            if facts:
-                found[side] = facts
-        return found or None
-
     def tolerance(self, entry: Mapping[str, Any] | None) -> tolerances.Tolerance:
         spec = self.spec
         return tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry,
@@ -355,7 +297,7 @@ class Comparison:
         again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
                             judging.THROTTLE_NOTE_FRACTION, cooling)
         extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence),
-                                 "codegen": self.kernels(evidence)}
+                                 "codegen": codegen.sides_of(evidence.profiled, self.compiled)}
         result, samples = judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
                                      throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
                                      bound=evidence.bound)

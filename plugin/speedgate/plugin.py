@@ -32,7 +32,7 @@ from .reporting import ReportRegistry, Reports, ReportSettingsError
 if TYPE_CHECKING:
     from .deadline import Watchdog
     from .devices import Assignment
-    from .faults import FaultWatch, WorkerCrashes
+    from .faults import FaultWatch
     from .finish import Finish
     from .fixture import Perf
     from .session import SpeedgateSession
@@ -49,38 +49,23 @@ SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings 
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
 WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
-WORKER_OUTPUT = "speedgate"
 
 
 USES_PERF_KEY: pytest.StashKey[bool] = pytest.StashKey()
 
 
 def uses_perf(item: pytest.Item) -> bool:
-    """Whether a test asks for speedgate's own `perf` (a project's fixture of that name is not it): only such a test
-    is timed, takes device turns, has a deadline and has its faults read. Found once per test."""
+    """Whether a test asks for speedgate's own `perf` (speedgate.guest): only such a test is timed, takes device turns,
+    has a deadline and has its faults read. Found once per test."""
     found = item.stash.get(USES_PERF_KEY, None)
     if found is None:
-        chain = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("perf", ())
-        found = item.stash[USES_PERF_KEY] = "perf" in getattr(item, "fixturenames", ()) and _reaches_ours(list(chain))
+        found = "perf" in getattr(item, "fixturenames", ())
+        if found:
+            from .guest import reaches_ours
+
+            found = reaches_ours(item)
+        item.stash[USES_PERF_KEY] = found
     return found
-
-
-def _reaches_ours(chain: list[Any]) -> bool:
-    """Whether the perf a test gets is this module's: the nearest definition is, or it requests perf itself (a
-    project's wrapper around speedgate's) and the one it overrides does, and so on. A project's own perf that asks
-    for no perf overrides speedgate's, which then never runs."""
-    for fixturedef in reversed(chain):
-        func = getattr(fixturedef, "func", None)
-        if getattr(func, "__module__", None) == __name__ and getattr(func, "__name__", None) == "perf":
-            return True
-        if "perf" not in getattr(fixturedef, "argnames", ()):
-            return False
-    return False
-
-
-def foreign_perf(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The tests that ask for a fixture named perf that is not speedgate's: left alone."""
-    return [item for item in items if "perf" in getattr(item, "fixturenames", ()) and not uses_perf(item)]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -120,7 +105,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", DEADLINE_MARKER_HELP)
     config.stash[STDERR_KEY] = os.dup(2)  # now, while fd 2 is the terminal: a deadline's story must reach it
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(config), "speedgate-xdist")
+        _register_xdist_hooks(config)
+
+
+def _register_xdist_hooks(config: pytest.Config) -> None:
+    from .xdist_hooks import XdistHooks
+
+    hooks = XdistHooks(config, lambda: _session(config), _load_baseline, config.stash[SETTINGS_KEY].baseline_dir,
+                       lambda: config.stash.get(FAULTS_KEY, None))
+    config.pluginmanager.register(hooks, "speedgate-xdist")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -174,7 +167,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     # instead of argparse's bare traceback.
     rep = yield
     if rep.failed:
-        from .options import late_collision
+        from .guest import late_collision
 
         said = late_collision(str(rep.longrepr))
         if said:
@@ -184,10 +177,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # a bad deadline is a usage error before any test runs, not a hang later
-        if item.get_closest_marker(DEADLINE_MARKER):
-            _deadline_of(item)
-    config.stash[FOREIGN_KEY] = [item.nodeid for item in foreign_perf(items)]
+    _check_deadlines(items)  # a bad deadline is a usage error before any test runs, not a hang later
+    _note_foreign(config, items)
     if not any(uses_perf(item) for item in items):
         return  # a suite that never asks for perf costs nothing here
     from .case_ids import args_folder, whole_files_collected
@@ -198,6 +189,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                              whole_files=whole_files_collected(config))
     if config.stash.get(SHADOWED_KEY, None):  # said only to a run that uses speedgate
         warnings.warn(pytest.PytestConfigWarning(shadowed_words(config.stash[SHADOWED_KEY])), stacklevel=1)
+
+
+def _check_deadlines(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(DEADLINE_MARKER):
+            _deadline_of(item)
+
+
+def _note_foreign(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests whose perf is a project's own fixture, said once at the end (speedgate.guest)."""
+    if any("perf" in getattr(item, "fixturenames", ()) for item in items):
+        from .guest import foreign
+
+        config.stash[FOREIGN_KEY] = foreign(items, uses_perf)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -268,17 +273,13 @@ def _deadline_of(item: pytest.Item) -> float | None:
 
 
 def _deadline(item: pytest.Item, state: SpeedgateSession) -> contextlib.AbstractContextManager[None]:
-    """speedgate's deadline for a test that uses perf; every comparison it finishes restarts the clock. Unset, it is
-    derived from what the test's comparisons took when blessed; pytest-timeout's limit, when set, ends it sooner."""
+    """speedgate's deadline for a test that uses perf (speedgate.deadline.seconds_for); every comparison it finishes
+    restarts the clock."""
     from . import deadline
 
     config = item.config
-    seconds = _deadline_of(item)
-    if seconds is None:
-        base = state.case_ids.case_id(item.nodeid)
-        entries = state.book.test_entries(state.bench.hardware_key, base)
-        seconds = deadline.from_blessed(entries)
-    seconds = deadline.within_timeout(seconds, deadline.timeout_limit(item))
+    seconds = deadline.seconds_for(item, _deadline_of(item), lambda: state.book.test_entries(
+        state.bench.hardware_key, state.case_ids.case_id(item.nodeid)))
     if not seconds:
         return contextlib.nullcontext()
     if WATCHDOG_KEY not in config.stash:  # faulthandler has one timer a process: faulthandler_timeout keeps it
@@ -328,6 +329,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         # Always a key, so the controller can tell a worker that finished from one that died; empty when no test
         # of this worker used perf.
+        from .xdist_hooks import WORKER_OUTPUT
+
         config.workeroutput[WORKER_OUTPUT] = "" if made is None else made.worker_payload()  # type: ignore[attr-defined]
     elif ((made is not None and made.touched) or config.stash[REPORTS_KEY].files_asked) and not config.option.collectonly:
         _finish(session, exitstatus)  # something measured, or a report file asked for; --co rewrites no report
@@ -350,6 +353,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if foreign and config.option.verbose >= 0:  # said once, quietly
         terminalreporter.write_line(f"speedgate: {len(foreign)} test(s) use a fixture named 'perf' that is not "
                                     f"speedgate's (the first: {foreign[0]}); speedgate stays off for them")
+    _write_summary(terminalreporter, config)
+
+
+def _write_summary(terminalreporter: Any, config: pytest.Config) -> None:
     done = config.stash.get(FINISH_KEY, None)
     if done is None:
         return
@@ -360,66 +367,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_sep("=", "speedgate")
     for line, error in lines:
         terminalreporter.write_line(line, red=error, bold=error)
-
-
-class XdistHooks:
-    """Controller-side exchange with xdist workers; registered only when xdist is installed."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self._crashes: WorkerCrashes | None = None
-
-    @property
-    def crashes(self) -> WorkerCrashes:
-        if self._crashes is None:
-            from .faults import WorkerCrashes
-
-            self._crashes = WorkerCrashes()
-        return self._crashes
-
-    @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart starts the workers
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
-        # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
-        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run. Only where
-        # that folder holds baseline files: naming the file asks NVML for the hardware key, which a project that
-        # never blessed anything is spared.
-        controller = self.config.pluginmanager.has_plugin("dsession")
-        folder = self.config.stash[SETTINGS_KEY].baseline_dir
-        if not (controller and folder.is_dir() and any(folder.glob("*.json"))):
-            return
-        state = _session(self.config)
-        if state.book.path_for(state.bench.hardware_key).is_file():
-            _load_baseline(state, pytest.UsageError, "; the file was left untouched")
-
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        output = getattr(node, "workeroutput", {})
-        if output.get(WORKER_OUTPUT):
-            _session(self.config).absorb(output[WORKER_OUTPUT])
-        elif WORKER_OUTPUT not in output:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
-            _session(self.config).ledger.lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
-
-    def pytest_runtest_logstart(self, nodeid: str) -> None:
-        if self.config.pluginmanager.has_plugin("dsession"):  # only the xdist controller explains a worker's crash
-            self.crashes.note_start(nodeid)
-
-    @pytest.hookimpl(trylast=True)  # a worker: after xdist sent the report; the controller: after it was shown
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if hasattr(self.config, "workerinput"):
-            watch = self.config.stash.get(FAULTS_KEY, None)  # made by a test that used perf; none: nothing to end
-            if watch is not None:
-                watch.end_if_poisoned(report)
-        elif getattr(report, "speedgate_fault", None) and (payload := self.crashes.note_report(report)):
-            _session(self.config).absorb(payload)  # the results of a worker that ended after a sticky CUDA error
-
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
-        node = getattr(report, "node", None)  # the xdist WorkerController that died
-        workerinput = getattr(node, "workerinput", {})
-        from .deadline import crash_story
-
-        story, payload = crash_story(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else (None, None)
-        if payload:  # the results the worker had, saved by its watchdog before it ended the worker
-            _session(self.config).absorb(payload)
-        from .faults import timeout_setting
-
-        self.crashes.explain(crashitem, report, timeout_setting(self.config), story)

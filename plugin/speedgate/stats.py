@@ -181,3 +181,37 @@ def sample_stats(samples_ms: Sequence[float]) -> dict[str, float | int | str]:
         "ld15iqr": float(data[inside_low]), "hd15iqr": float(data[inside_high - 1]),
         "iqr_outliers": iqr_outliers, "stddev_outliers": stddev_outliers, "outliers": f"{stddev_outliers};{iqr_outliers}",
     }
+
+
+# Settling (speedgate.measure): one side's speed moved between two halves of its rounds when the medians lie more than
+# SETTLE_DRIFT apart, by more than SETTLE_SIGMAS standard errors of their difference, and the halves apart in rank in
+# SETTLE_SEPARATION of their pairs (the evidence behind these: docs/results/calibration.md).
+SETTLE_DRIFT = 0.03
+SETTLE_SIGMAS = 4.0
+SETTLE_SEPARATION = 0.9
+
+
+def drifting(first: list[float], second: list[float]) -> bool:
+    """Whether one side's speed moved between two halves of its rounds: the medians apart by more than SETTLE_DRIFT
+    and by more than SETTLE_SIGMAS standard errors of their difference (from each half's robust spread), and the
+    halves apart in rank too (in at least SETTLE_SEPARATION of the pairs of a round from each, the same one is the
+    slower): a MAD of a few rounds can understate their noise."""
+    a, b = statistics.median(first), statistics.median(second)
+    if a <= 0 or b <= 0:
+        return False
+    moved = abs(b / a - 1.0)
+    # The median's standard error is about 1.2533 sigma / sqrt(n) for normal data.
+    noise = math.hypot(*(1.2533 * robust_cv(h) / math.sqrt(len(h)) for h in (first, second)))
+    if moved <= SETTLE_DRIFT or moved <= SETTLE_SIGMAS * noise:
+        return False
+    import numpy as np
+
+    # The share of pairs (x from the first half, y from the second) with y slower, ties counted half.
+    x = np.sort(np.asarray(first, dtype=np.float64))
+    y = np.asarray(second, dtype=np.float64)
+    below = np.searchsorted(x, y, side="left")
+    ties = np.searchsorted(x, y, side="right") - below
+    slower = float((below + 0.5 * ties).sum()) / (len(x) * len(y))
+    return max(slower, 1.0 - slower) >= SETTLE_SEPARATION
+
+

@@ -22,6 +22,10 @@ from typing import Any
 from .base import PROFILED_CALLS, Fn, Timer
 
 CYCLES_TIMER = "cuda-sm-cycles-held"
+# A heavy compute-bound pair is counted in SM cycles when both its sides reach this share of the matmul ceiling in
+# warm-up: tensor-core-bound, their time scales with the SM clock. On the H100 the suite's pairs fall in two groups,
+# eager or compiled attention references at 0.01-0.2 and GEMM-like sides at 0.48 or more (docs/results/blind-cases.md).
+CYCLES_MIN_PEAK = 0.4
 SM_SLOTS = 1024  # %smid is below %nsmid, which is at most this on every NVIDIA GPU so far
 
 
@@ -148,6 +152,18 @@ def full_clock_mhz(torch: Any) -> float | None:
         return None
 
 
+def counts_cycles(warm: list[float], compute_floor_ms: float | None, heavy_ms: float) -> bool:
+    """Whether a pair is timed in SM cycles (timers.cycles): its declared work is compute-bound (a floor given), it
+    takes heavy_ms or more (a power-capped GPU runs it at its capped clock: measure.warm_up), and in its warm-up
+    calls (reference and optimized alternating) both sides did that work at CYCLES_MIN_PEAK of the matmul ceiling
+    or more, so that both times are the tensor cores' and scale with the SM clock. An eager reference or a whole
+    model, whose memory-bound kernels do not scale with it, keeps the pair in milliseconds."""
+    if not compute_floor_ms or len(warm) < 2:
+        return False
+    reference, optimized = median(warm[0::2]), median(warm[1::2])
+    return reference + optimized >= heavy_ms and compute_floor_ms / max(reference, optimized) >= CYCLES_MIN_PEAK
+
+
 def counting_cycles(timer: Any, torch: Any, make: Callable[[Any, float], Timer] = SmCycles) -> Timer | None:
     """An SmCycles around a held CUDA timer (CudaTimer.in_cycles), or None where cycles cannot be counted (no
     Triton, no NVML)."""
@@ -160,4 +176,4 @@ def counting_cycles(timer: Any, torch: Any, make: Callable[[Any, float], Timer] 
         return None
 
 
-__all__ = ["CYCLES_TIMER", "SmCycles", "counting_cycles", "cycles_of", "full_clock_mhz"]
+__all__ = ["CYCLES_MIN_PEAK", "CYCLES_TIMER", "SmCycles", "counting_cycles", "counts_cycles", "cycles_of", "full_clock_mhz"]

@@ -1,0 +1,88 @@
+"""speedgate's side of pytest-xdist's exchange: the controller checks the baseline file before workers start, takes
+each worker's results when it ends (or those its watchdog saved, when it died), and explains a worker that speedgate
+ended; a worker ends itself after a report that poisoned its CUDA context. Registered only where xdist is installed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .faults import FaultWatch, WorkerCrashes
+    from .session import SpeedgateSession
+
+WORKER_OUTPUT = "speedgate"  # the key of a worker's results in xdist's workeroutput
+
+
+class XdistHooks:
+    """The exchange with xdist workers. session(): the run's session (made on first use); load_baseline(state, error,
+    suffix): the plugin's check of the baseline file; baseline_dir: the run's baseline folder; fault_watch(): this
+    process's fault watch or None."""
+
+    def __init__(self, config: pytest.Config, session: Callable[[], SpeedgateSession], load_baseline: Callable[..., None],
+                 baseline_dir: Path, fault_watch: Callable[[], FaultWatch | None]) -> None:
+        self.config = config
+        self._session = session
+        self._load_baseline = load_baseline
+        self._baseline_dir = baseline_dir
+        self._fault_watch = fault_watch  # this process's, once a test that used perf made one
+        self._crashes: WorkerCrashes | None = None
+
+    @property
+    def crashes(self) -> WorkerCrashes:
+        if self._crashes is None:
+            from .faults import WorkerCrashes
+
+            self._crashes = WorkerCrashes()
+        return self._crashes
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart starts the workers
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # The controller collects nothing, so a worker's usage error about the baseline would reach it as an
+        # INTERNALERROR naming no file: check the file here first. Whether any test uses perf is not known yet,
+        # but a broken <hardware_key>.json in speedgate's own folder is an error whichever tests run. Only where
+        # that folder holds baseline files: naming the file asks NVML for the hardware key, which a project that
+        # never blessed anything is spared.
+        controller = self.config.pluginmanager.has_plugin("dsession")
+        folder = self._baseline_dir
+        if not (controller and folder.is_dir() and any(folder.glob("*.json"))):
+            return
+        state = self._session()
+        if state.book.path_for(state.bench.hardware_key).is_file():
+            self._load_baseline(state, pytest.UsageError, "; the file was left untouched")
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {})
+        if output.get(WORKER_OUTPUT):
+            self._session().absorb(output[WORKER_OUTPUT])
+        elif WORKER_OUTPUT not in output:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
+            self._session().ledger.lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if self.config.pluginmanager.has_plugin("dsession"):  # only the xdist controller explains a worker's crash
+            self.crashes.note_start(nodeid)
+
+    @pytest.hookimpl(trylast=True)  # a worker: after xdist sent the report; the controller: after it was shown
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if hasattr(self.config, "workerinput"):
+            watch = self._fault_watch()  # made by a test that used perf; none: nothing to end
+            if watch is not None:
+                watch.end_if_poisoned(report)
+        elif getattr(report, "speedgate_fault", None) and (payload := self.crashes.note_report(report)):
+            self._session().absorb(payload)  # the results of a worker that ended after a sticky CUDA error
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)  # the xdist WorkerController that died
+        workerinput = getattr(node, "workerinput", {})
+        from .deadline import crash_story
+
+        story, payload = crash_story(workerinput["testrunuid"], workerinput["workerid"]) if workerinput else (None, None)
+        if payload:  # the results the worker had, saved by its watchdog before it ended the worker
+            self._session().absorb(payload)
+        from .faults import timeout_setting
+
+        self.crashes.explain(crashitem, report, timeout_setting(self.config), story)
