@@ -207,9 +207,10 @@ def test_contention_is_said_when_medians_rose_and_the_process_lost_the_cpu() -> 
                                                              "OMP_NUM_THREADS=1), or on a quiet machine")
 
 
-# What contention does to a comparison, made deterministic: the reference's calls mostly take 8 ms and sometimes
-# 0.5 ms (a median 16x its fastest, as a thread waiting for its descheduled sibling makes it; wide enough that a
-# loaded machine's oversleeping of both keeps it over the rule's 3x: at 4 ms it fell to 2.9x once), and the process
+# What contention does to a comparison, made deterministic: the reference's calls mostly take 20 ms and sometimes
+# 0.5 ms (a median 40x its fastest, as a thread waiting for its descheduled sibling makes it; wide enough that a
+# loaded machine's oversleeping of both keeps it over the rule's 3x: at load 8 the 0.5 ms sleeps took 2.7 ms, and
+# 4 ms against them fell to 2.9x), and the process
 # loses the CPU in every call (the involuntary context switch count, patched, rises by one each time it is read).
 CONTENDED = """
 import itertools
@@ -221,7 +222,7 @@ speedgate.devices.involuntary_switches = lambda: next(_count)
 _calls = itertools.count()
 
 def ref():
-    time.sleep(0.0005 if next(_calls) % 5 == 0 else 0.008)
+    time.sleep(0.0005 if next(_calls) % 5 == 0 else 0.020)
     return 1.0
 
 def opt():
@@ -237,16 +238,16 @@ def test_a_run_whose_cpu_timing_was_contended_says_so(pytester: pytest.Pytester)
     pytester.makepyfile(test_contended=CONTENDED)
     # A noise target no run reaches: the rounds go on for the whole budget, enough calls for the rule to judge.
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-timer", "cpu", "--hardware-key",
-                                           "test-box", "--speedgate-budget", "0.5", "--speedgate-noise", "0.0001",
+                                           "test-box", "--speedgate-budget", "1", "--speedgate-noise", "0.0001",
                                            "--speedgate-markdown", "s.md")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["speedgate warning: CPU timing was contended: 1 timed sides' median call took 3x "
                                  "their fastest or more (test_contended.py::test_timed_while_contended's reference: "
                                  "* ms against * ms), and the timing process lost the CPU during * of * timed "
                                  "calls (100%;*Run with one thread*quiet machine"])
-    # The times are the sleeps' (8 ms and 0.5 ms asked; a loaded machine oversleeps both): the rule, not the digits.
+    # The times are the sleeps' (20 ms and 0.5 ms asked; a loaded machine oversleeps both): the rule, not the digits.
     median, fastest = map(float, re.search(r"reference: ([\d.]+) ms against ([\d.]+) ms", result.stdout.str()).groups())
-    assert median >= 3 * fastest and median >= 8.0 and fastest >= 0.5
+    assert median >= 3 * fastest and median >= 20.0 and fastest >= 0.5
     assert "CPU timing was contended" in (pytester.path / "s.md").read_text()
     # The same sides with the CPU kept: the medians alone say nothing about the machine.
     pytester.makepyfile(test_contended=CONTENDED.replace("lambda: next(_count)", "lambda: 0"))

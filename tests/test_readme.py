@@ -207,6 +207,7 @@ def accepted_by_pytest(option: str, cwd: Path) -> bool:
     return False
 
 
+@pytest.mark.xdist_group("readme-help")  # one worker builds the module's --help texts, once
 def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) -> None:
     text = TEXT
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", text))
@@ -232,6 +233,7 @@ def test_every_option_the_readme_names_exists(help_text: str, help_dir: Path) ->
         f"the README or a docs page names options that neither pytest (with its plugins) nor speedgate compare has: {unknown}")
 
 
+@pytest.mark.xdist_group("readme-help")  # one worker builds the module's --help texts, once
 def test_every_ini_key_and_variable_the_readme_names_exists(help_text: str) -> None:
     text = TEXT
     for key in sorted(set(re.findall(r"\bspeedgate_[a-z_]*[a-z]\b", text))):
