@@ -64,3 +64,72 @@ def test_bad_slowdowns_are_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "speedgate", "study", str(tmp_path), "--slowdowns", "5%"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--slowdowns must be fractions" in done.stderr
+
+
+class FakeGpu:
+    """A CUDA clock for `study.slowed`: the side takes 2 ms; a spin kernel takes its cycles at the clock of the
+    moment; the host's wait and the spin overlap, so a call takes the longer of the two on top of the side, unless
+    the side is GPU-bound (the host's wait hides behind queued work) or host-bound (the spin finishes while the host
+    still launches)."""
+
+    def __init__(self, bound: str) -> None:
+        self.bound, self.clock, self.mhz = bound, 0.0, 1980.0
+        self.spin_ms = self.wait_ms = 0.0
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = 0.0
+
+            def record(self) -> None:
+                self.at = gpu.clock
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: "Event") -> float:
+                return end.at - self.at
+
+        class Cuda:
+            pass
+
+        self.cuda = Cuda()
+        self.cuda.Event = Event  # type: ignore[attr-defined]
+        self.cuda._sleep = self.sleep  # type: ignore[attr-defined]
+
+    def sleep(self, cycles: int) -> None:
+        self.spin_ms += cycles / (self.mhz * 1e3)
+
+    def wait(self, ms: float) -> None:
+        self.wait_ms += ms
+
+    def side(self) -> None:
+        added = {"gpu": self.spin_ms, "host": self.wait_ms}.get(self.bound, max(self.spin_ms, self.wait_ms))
+        self.clock += 2.0 + added
+        self.spin_ms = self.wait_ms = 0.0
+
+    def rate(self) -> float:
+        return self.mhz * 1e3
+
+    def call_ms(self, run: object) -> float:
+        before = self.clock
+        run()  # type: ignore[operator]
+        return self.clock - before
+
+
+def test_a_slowdown_is_sized_by_what_it_adds_even_when_the_spin_rate_was_read_at_idle_clocks() -> None:
+    # A spin rate read at idle clocks (345 MHz) while the side runs at 1980 MHz: spins sized from it alone were 5.7
+    # times too short (a 5% slowdown added 0.9%; docs/results/gate-study.md). What the delay adds is measured and
+    # the delay scaled by it.
+    gpu = FakeGpu("gpu")
+    run = study.slowed(gpu.side, 0.05, gpu, lambda: 345.0e3, host_wait=gpu.wait)
+    run()
+    assert [round(gpu.call_ms(run), 6) for _ in range(3)] == [2.1] * 3
+
+
+def test_a_slowdown_slows_a_launch_bound_side_and_a_mixed_one_by_its_share() -> None:
+    for bound in ("host", "both"):
+        gpu = FakeGpu(bound)
+        run = study.slowed(gpu.side, 0.10, gpu, gpu.rate, host_wait=gpu.wait)
+        run()
+        assert round(gpu.call_ms(run), 6) == 2.2, bound

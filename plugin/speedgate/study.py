@@ -6,9 +6,9 @@ every optimized side, and per comparison which slowdowns it caught.
 Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's settings
 name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin
 (`-p speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin
-kernel on the timed stream, sized from that side's own event-timed median so the two add `share` of its time (GPU
-only). A comparison catches a slowdown when each run slowed by it failed it: regressed, inconclusive, or another
-pick (which fails under --speedgate-strict). Clean runs count false alarms (regressed, improved, inconclusive). The
+kernel on the timed stream and keeps the host busy as long, sized from that side's own event-timed median so that the
+call takes `share` longer whether the GPU or the host bounds it (GPU only). A comparison catches a slowdown when
+each run slowed by it failed it: regressed, inconclusive, or another pick (which fails under --speedgate-strict). Clean runs count false alarms (regressed, improved, inconclusive). The
 table goes to OUT/study.md and the terminal, its last line "N of M comparisons catch a 5% regression"; --page
 writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept, so a study
 cut off goes on where it stopped.
@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,31 +35,46 @@ FALSE_ALARMS = ("regressed", "improved", "inconclusive")
 
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
 
-def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float]) -> Callable[..., Any]:
-    """optimized, made slower by `share` of its own time: the first call runs it plain and times it (7 more calls,
-    events, median), then times it behind a spin kernel of that many cycles to learn the spin's fixed cost; every
-    later call first queues a spin kernel on the current stream, sized so the two add `share` of the side's time."""
+def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float],
+           host_wait: Callable[[float], None] | None = None) -> Callable[..., Any]:
+    """optimized, made slower by `share` of its own time, whatever bounds it: before every call a spin kernel on the
+    current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
+    timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
+
+    The first call runs it plain and times it (7 more calls, events, median); the spin's clock rate is measured then,
+    on the GPU the side has just warmed (a rate read once at idle clocks made the spin several times too short), and
+    the two delays are scaled once by what they were measured to add, which takes the spin's launch cost off."""
     from .timers import median_event_ms
 
-    spin: list[int] = []
+    wait = host_wait or busy_wait
+    delay: list[tuple[int, float]] = []
+
+    def behind(cycles: int, ms: float) -> None:
+        torch.cuda._sleep(cycles)
+        wait(ms)
 
     @functools.wraps(optimized)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if spin:
-            torch.cuda._sleep(spin[0])
+        if delay:
+            behind(*delay[0])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
         plain = median_event_ms(torch, lambda: optimized(*args, **kwargs))
         target = share * plain
         cycles = max(1, round(target * cycles_per_ms()))
-        # A spin kernel costs its launch besides its cycles (a few microseconds: 2% of a 0.1 ms side): what it adds
-        # is measured once and taken off.
-        added = median_event_ms(torch, lambda: (torch.cuda._sleep(cycles), optimized(*args, **kwargs))) - plain
-        fixed = added - cycles / cycles_per_ms()
-        spin.append(max(1, round((target - max(fixed, 0.0)) * cycles_per_ms())))
+        added = median_event_ms(torch, lambda: (behind(cycles, target), optimized(*args, **kwargs))) - plain
+        scale = target / added if added > 0 else 1.0
+        delay.append((max(1, round(cycles * scale)), target * scale))
         return out
 
     return run
+
+
+def busy_wait(ms: float) -> None:
+    """The host kept busy for `ms` (a sleep would hand the core to another thread and wake late)."""
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
 
 
 def pytest_configure(config: Any) -> None:
@@ -70,18 +86,12 @@ def pytest_configure(config: Any) -> None:
     from .fixture import Perf
     from .timers import spin_cycles_per_ms
 
-    rate: list[float] = []
-
-    def cycles_per_ms() -> float:
-        if not rate:
-            rate.append(spin_cycles_per_ms(torch))
-        return rate[0]
-
     plain = Perf.compare
 
     @functools.wraps(plain)
     def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
-        return plain(self, reference, slowed(optimized, float(share), torch, cycles_per_ms), **kwargs)
+        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cycles_per_ms(torch)),
+                     **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))
