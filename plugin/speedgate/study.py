@@ -35,39 +35,52 @@ FALSE_ALARMS = ("regressed", "improved", "inconclusive")
 
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
 
-def slowed(optimized: Callable[..., Any], share: float, torch: Any, cycles_per_ms: Callable[[], float],
+def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]],
            host_wait: Callable[[float], None] | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its own time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
 
-    The first call runs it plain and times it (7 more calls, events, median); the spin's clock rate is measured then,
-    on the GPU the side has just warmed (a rate read once at idle clocks made the spin several times too short), and
-    the two delays are scaled once by what they were measured to add, which takes the spin's launch cost off."""
+    The first call runs it plain and times it (7 more calls, events, median). The spin is then sized from its own
+    device time, measured at that moment, on the GPU the side has just warmed (`spin_cost`: cycles per ms and the
+    fixed cost of a launch): a rate read once at idle clocks made it several times too short, and a size scaled by
+    a call timed from idle mixed the host's launch costs into the device's (docs/results/gate-study.md)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
     delay: list[tuple[int, float]] = []
 
-    def behind(cycles: int, ms: float) -> None:
-        torch.cuda._sleep(cycles)
-        wait(ms)
-
     @functools.wraps(optimized)
     def run(*args: Any, **kwargs: Any) -> Any:
         if delay:
-            behind(*delay[0])
+            torch.cuda._sleep(delay[0][0])
+            wait(delay[0][1])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
-        plain = median_event_ms(torch, lambda: optimized(*args, **kwargs))
-        target = share * plain
-        cycles = max(1, round(target * cycles_per_ms()))
-        added = median_event_ms(torch, lambda: (behind(cycles, target), optimized(*args, **kwargs))) - plain
-        scale = target / added if added > 0 else 1.0
-        delay.append((max(1, round(cycles * scale)), target * scale))
+        target = share * median_event_ms(torch, lambda: optimized(*args, **kwargs))
+        cycles_per_ms, fixed_ms = spin_cost()
+        delay.append((max(1, round((target - fixed_ms) * cycles_per_ms)), target))
         return out
 
     return run
+
+
+def spin_cost(torch: Any) -> tuple[float, float]:
+    """The spin kernel's device time now: cycles per ms, and the ms a launch adds beyond its cycles. Spins of two
+    lengths, ten back to back between two events (the device's time, not the host's), the medians of 5 such."""
+    from .timers import median_event_ms
+
+    def per_spin(cycles: int) -> float:
+        def ten() -> None:
+            for _ in range(10):
+                torch.cuda._sleep(cycles)
+        return median_event_ms(torch, ten, calls=5) / 10
+
+    short, long = 20_000, 2_000_000
+    torch.cuda._sleep(short)  # a first launch, not timed
+    t_short, t_long = per_spin(short), per_spin(long)
+    rate = (long - short) / (t_long - t_short) if t_long > t_short else long / max(t_long, 1e-9)
+    return rate, max(0.0, t_short - short / rate)
 
 
 def busy_wait(ms: float) -> None:
@@ -84,13 +97,12 @@ def pytest_configure(config: Any) -> None:
     import torch
 
     from .fixture import Perf
-    from .timers import spin_cycles_per_ms
 
     plain = Perf.compare
 
     @functools.wraps(plain)
     def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
-        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cycles_per_ms(torch)),
+        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch)),
                      **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
@@ -221,4 +233,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["SLOWDOWN_ENV", "main", "page", "slowed", "table"]
+__all__ = ["SLOWDOWN_ENV", "main", "page", "slowed", "spin_cost", "table"]
