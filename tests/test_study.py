@@ -4,6 +4,7 @@ catch line. The project sees a fake CUDA clock (tests/test_gate_study.py's)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -88,7 +89,7 @@ class FakeGpu:
             def synchronize(self) -> None:
                 pass
 
-            def elapsed_time(self, end: "Event") -> float:
+            def elapsed_time(self, end: Event) -> float:
                 return end.at - self.at
 
         class Cuda:
@@ -121,8 +122,9 @@ class FakeGpu:
 
 
 def test_a_slowdown_is_sized_on_the_warm_gpu_and_without_the_spins_launch_cost() -> None:
-    # Read once per process, the spin's rate came from idle clocks (345 MHz) while the sides ran at 1980: a 5%
-    # slowdown added 0.9% (docs/results/gate-study.md). Read after the side's first call, it is the side's clock.
+    # A spin sized from a rate read before the side had run (the GPU idle at 345 MHz) would take 5.7 times less
+    # than asked at the side's clock; read after the side's first call, it is the side's clock. The spin's own
+    # launch cost comes off, measured on the device's clock, not on calls timed from idle.
     gpu = FakeGpu("gpu")
     run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait)
     run()
@@ -132,6 +134,6 @@ def test_a_slowdown_is_sized_on_the_warm_gpu_and_without_the_spins_launch_cost()
 def test_a_slowdown_slows_a_launch_bound_side_and_a_mixed_one_by_its_share() -> None:
     for bound in ("host", "both"):
         gpu = FakeGpu(bound)
-        run = study.slowed(gpu.side, 0.10, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait)
+        run = study.slowed(gpu.side, 0.10, gpu, functools.partial(study.spin_cost, gpu), host_wait=gpu.wait)
         run()
         assert round(gpu.call_ms(run), 6) == 2.2, bound

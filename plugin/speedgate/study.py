@@ -4,14 +4,14 @@ every optimized side, and per comparison which slowdowns it caught.
     python -m speedgate study OUT [--slowdowns 0.02,0.05,0.10] [--runs 1] [--repeat 1] [--page PAGE.md] -- PYTEST ARGS
 
 Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's settings
-name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin
-(`-p speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin
-kernel on the timed stream and keeps the host busy as long, sized from that side's own event-timed median so that the
-call takes `share` longer whether the GPU or the host bounds it (GPU only). A comparison catches a slowdown when
-each run slowed by it failed it: regressed, inconclusive, or another pick (which fails under --speedgate-strict). Clean runs count false alarms (regressed, improved, inconclusive). The
-table goes to OUT/study.md and the terminal, its last line "N of M comparisons catch a 5% regression"; --page
-writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept, so a study
-cut off goes on where it stopped.
+name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin (`-p
+speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
+timed stream and keeps the host busy as long, sized from that side's own event-timed median so that the call takes
+`share` longer whether the GPU or the host bounds it (GPU only). A comparison catches a slowdown when each run slowed by
+it failed it: regressed, inconclusive, or another pick (which fails under --speedgate-strict). Clean runs count false
+alarms (regressed, improved, inconclusive). The table goes to OUT/study.md and the terminal, its last line "N of M
+comparisons catch a 5% regression"; --page writes it as a results page naming the date, the GPU and the cards. Runs
+whose report exists are kept, so a study cut off goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
 
     The first call runs it plain and times it (7 more calls, events, median). The spin is then sized from its own
     device time, measured at that moment, on the GPU the side has just warmed (`spin_cost`: cycles per ms and the
-    fixed cost of a launch): a rate read once at idle clocks made it several times too short, and a size scaled by
-    a call timed from idle mixed the host's launch costs into the device's (docs/results/gate-study.md)."""
+    fixed cost of a launch). Sizes learned from calls timed from an idle device, where the host's launches land
+    too, delivered anywhere from a fraction of the share to twice it (docs/results/gate-study.md)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
