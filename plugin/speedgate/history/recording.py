@@ -12,7 +12,7 @@ from ..baseline import now_iso
 from .store import HistoryError, record_report
 
 if TYPE_CHECKING:  # the session and finish types for annotations only
-    from ..finish import Finish
+    from ..ending import Finish
     from ..session import SpeedgateSession
 
 # Where CI services put the commit and branch being tested, checked before asking git (first found wins).
