@@ -128,7 +128,11 @@ def import_torch_s() -> float:
     return time.perf_counter() - start
 
 
-def children(repeat: int, suite_child: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
+def children(repeat: int, suite_child: bool = True, out: Path | None = None,
+             one_thread: bool = True) -> list[dict[str, Any]]:
+    """The probe's rows: this process's compile, then each kind of fresh child (with one_thread, each start method
+    again with TORCHINDUCTOR_COMPILE_THREADS=1: the same code under another setting) and, given out, a spawned
+    child's first call under cProfile."""
     import torch
 
     from perftests.models.transformer import compile_time_builder
@@ -150,11 +154,13 @@ def children(repeat: int, suite_child: bool = True, out: Path | None = None) -> 
                 rows.append({"step": "the suite's child (speedgate.launch)", "process_s": time.perf_counter() - start,
                              "peak_gib": peak})
             rows.append(child_row("spawned", "default", "spawn", env))
-            rows.append(child_row("spawned, compile threads 1", "default", "spawn",
-                                  {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+            if one_thread:
+                rows.append(child_row("spawned, compile threads 1", "default", "spawn",
+                                      {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
             rows.append(child_row("forked after imports", "default", "fork", env))
-            rows.append(child_row("forked after imports, compile threads 1", "default", "fork",
-                                  {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+            if one_thread:
+                rows.append(child_row("forked after imports, compile threads 1", "default", "fork",
+                                      {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
         if out is not None:  # the first call of a spawned child under cProfile: its cumulative top 40
             rows.append(child_row("spawned, first call under cProfile", "default", "spawn",
                                   {**env, "PROBE_PROFILE": "1"}, out / "child_first_call.prof.txt"))

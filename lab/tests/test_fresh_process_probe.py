@@ -9,11 +9,12 @@ from lab import fresh_process_probe as probe
 
 
 def test_every_child_is_stamped_from_spawn_to_exit(tmp_path) -> None:
-    rows = probe.children(repeat=1, suite_child=False, out=tmp_path)
+    # Each start method once: the one-thread variants run the same code under another environment variable, and
+    # two more children compiling on the CPU cost CI about 40 s.
+    rows = probe.children(repeat=1, suite_child=False, out=tmp_path, one_thread=False)
     assert rows[0]["step"].startswith("this process compiles") and rows[0]["process_s"] > 0
     steps = {row["step"]: row for row in rows[1:]}
-    assert set(steps) == {"spawned", "spawned, compile threads 1", "forked after imports",
-                          "forked after imports, compile threads 1", "spawned, first call under cProfile"}
+    assert set(steps) == {"spawned", "forked after imports", "spawned, first call under cProfile"}
     assert "cumulative" in (tmp_path / "child_first_call.prof.txt").read_text()
     for row in steps.values():
         phases = [row[f"{p}_s"] for p in probe.PHASES if f"{p}_s" in row]
