@@ -144,7 +144,7 @@ def test_the_table_counts_false_alarms_and_detections_per_case(tmp_path: Path) -
     for label, report in reports.items():
         (out / f"{label}.json").write_text(json.dumps(report))
     done = study(out, "--processes", "1", "--runs", "2", "--slowdowns", "0.05", "--repeat", "2")
-    assert done.stdout.count("kept from an earlier call") == 5
+    assert done.stdout.count("kept from an earlier run") == 5
     text = (out / "study.md").read_text()
     assert "| `a` | 2.0% | 0.40% | >= 3.0% | 0/2 | 2/2, -4.8% |" in text
     assert "| `b` | 6.0% | 2.00% | >= 3.0% | 1/2 | 1/2, -5.8% |" in text
@@ -190,10 +190,10 @@ def test_a_run_cut_off_midway_is_run_again_not_kept(tmp_path: Path, monkeypatch:
             raise KeyboardInterrupt
         return subprocess.CompletedProcess(cmd, 2, "", "")
 
-    monkeypatch.setattr(gate_study.subprocess, "run", cut_off)
+    monkeypatch.setattr(subprocess, "run", cut_off)  # speedgate.study.run_pytest runs the process
     with pytest.raises(KeyboardInterrupt if ending == "interrupted" else SystemExit):
         gate_study.run_pytest(tmp_path, "clean0", ["perftests/test_x.py"], [])
     assert not (tmp_path / "clean0.json").exists() and (tmp_path / "clean0.incomplete.json").exists()
     with pytest.raises(KeyboardInterrupt if ending == "interrupted" else SystemExit):
         gate_study.run_pytest(tmp_path, "clean0", ["perftests/test_x.py"], [])
-    assert calls == ["clean0.json", "clean0.json"]  # run again, not "kept from an earlier call"
+    assert calls == ["clean0.json", "clean0.json"]  # run again, not "kept from an earlier run"

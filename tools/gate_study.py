@@ -10,15 +10,17 @@ baseline folder of its own (OUT/baselines: the repository's files are never touc
            tolerance max(floor, k x the wider of the in-process and the between-process spread), blessing.py);
 2. clean:  --runs gate runs of unchanged code: every regressed or improved verdict is a false alarm;
 3. slowed: --repeat gate runs per slowdown s, each optimized side made slower by s of its own time: before every call
-   it queues a spin kernel (torch.cuda._sleep) on the timed stream, sized from the side's own event-timed median
-   (measured on its first call) and the spin kernel's measured clock rate. A regressed verdict is a detection.
+   it queues a spin kernel (torch.cuda._sleep) on the timed stream and keeps the host busy as long, sized from the
+   side's own event-timed median (measured on its first call) and the spin's device time read then. A regressed
+   verdict is a detection.
 Each run's JSON report is kept (OUT/<run>.json) and a run whose report exists is not run again, so a study cut off
 by a time limit goes on where it stopped when started again with the same OUT. The table (OUT/study.md, printed) gives per case its calibrated
 tolerance, the drop it can detect, false alarms over clean runs, and per slowdown the detections and the speedup's
 measured median change.
 
-The slowdown is injected by speedgate.study's plugin (loaded here as `-p tools.gate_study`, environment variable
-SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare. It changes nothing else. For a
+The slowdown is injected by speedgate.study's plugin (`-p speedgate.study`, environment variable
+SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare; each process is run by
+speedgate.study.run_pytest. It changes nothing else. For a
 study of a selection against the files it has (no bless), `python -m speedgate study` is the command.
 """
 
@@ -28,12 +30,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from speedgate.study import SLOWDOWN_ENV
+from speedgate import study
 from speedgate.study import pytest_configure as study_plugin_configure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ CASES = [
 
 
 # ---------------------------------------------------------------- the plugin side: speedgate.study's injection
-# (`-p tools.gate_study` loads it as before)
+# (`-p tools.gate_study` still loads it, as lab/device/blind_study.sh does)
 pytest_configure = study_plugin_configure
 
 
@@ -72,15 +73,12 @@ pytest_configure = study_plugin_configure
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def process_env(out: Path, label: str, slowdown: float | None, fresh_caches: bool) -> dict[str, str]:
-    """The environment of one study process: the injected slowdown or none, and with fresh_caches empty compile
-    caches of its own, as a fresh CI runner starts. A warm inductor cache hands every later process the first
-    one's autotuning picks (a torch.compile'd reference's kernel), so calibrating processes would all see one
-    mode of a pair that has two (README, "calibrated"), and gate runs would not draw theirs."""
+def cache_env(out: Path, label: str, fresh_caches: bool) -> dict[str, str]:
+    """The environment of one study process: with fresh_caches empty compile caches of its own, as a fresh CI runner
+    starts (speedgate.study.run_pytest adds the injected slowdown, or none). A warm inductor cache hands every later
+    process the first one's autotuning picks (a torch.compile'd reference's kernel), so calibrating processes would
+    all see one mode of a pair that has two (README, "calibrated"), and gate runs would not draw theirs."""
     env = {**os.environ}
-    env.pop(SLOWDOWN_ENV, None)
-    if slowdown:
-        env[SLOWDOWN_ENV] = str(slowdown)
     if fresh_caches:
         for variable in CACHE_VARIABLES:
             path = out / "caches" / label / variable.split("_")[0].lower()
@@ -91,34 +89,12 @@ def process_env(out: Path, label: str, slowdown: float | None, fresh_caches: boo
 
 def run_pytest(out: Path, label: str, cases: list[str], extra: list[str], *, bless: int | None = None,
                slowdown: float | None = None, fresh_caches: bool = True) -> dict[str, Any]:
-    report = out / f"{label}.json"
-    if report.exists():  # resumable: a study split across calls of a time-limited machine picks up where it was
-        print(f"{label}: kept from an earlier call", flush=True)
-        return json.loads(report.read_text())
-    cmd = [sys.executable, "-m", "pytest", *cases, "-q", "-p", "no:cacheprovider", "-p", "tools.gate_study",
-           "--baseline-dir", str(out / "baselines"), "--speedgate-json", str(report), *extra]
+    """One process of the study on its own baseline folder (resumable: a study split across calls of a time-limited
+    machine picks up where it was; an interrupted or failed run is set aside and runs again)."""
+    args = [*cases, "--baseline-dir", str(out / "baselines"), *extra]
     if bless:
-        cmd += ["--update-baselines", "--speedgate-calibrate", str(bless)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=process_env(out, label, slowdown, fresh_caches), capture_output=True,
-                              text=True)
-    except KeyboardInterrupt:  # a deadline's SIGINT: the run may have written a report of the cases it got to
-        set_aside(report)
-        raise
-    (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    print(f"{label}: exit {proc.returncode}: {last}", flush=True)
-    if proc.returncode not in (0, 1) or not report.exists():
-        set_aside(report)
-        raise SystemExit(f"{label}: pytest exited {proc.returncode} without a complete report; see {out / f'{label}.log'}")
-    return json.loads(report.read_text())
-
-
-def set_aside(report: Path) -> None:
-    """An interrupted or failed run's report holds only the cases it got to: renamed, so that the next call runs it
-    again instead of keeping it as done."""
-    if report.exists():
-        report.replace(report.with_suffix(".incomplete.json"))
+        args += ["--update-baselines", "--speedgate-calibrate", str(bless)]
+    return study.run_pytest(out, label, args, slowdown=slowdown, cwd=ROOT, env=cache_env(out, label, fresh_caches))
 
 
 def timed_cases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -112,20 +112,22 @@ def pytest_configure(config: Any) -> None:
 # -- the runs and the table ----------------------------------------------------------------------------------------
 
 def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | None = None,
-               cwd: Path | None = None) -> dict[str, Any]:
-    """One fresh pytest process of the study (its report kept as OUT/<label>.json, reused when it exists)."""
+               cwd: Path | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One fresh pytest process of a study (its report kept as OUT/<label>.json, reused when it exists): `args` and
+    this module's plugin, in `env` (this process's environment by default) with the slowdown, or none, that this run
+    injects; tools/gate_study.py runs its blesses and gate runs through it too."""
     report = out / f"{label}.json"
     if report.exists():
         print(f"{label}: kept from an earlier run", flush=True)
         loaded: dict[str, Any] = json.loads(report.read_text())
         return loaded
-    env = {k: v for k, v in os.environ.items() if k != SLOWDOWN_ENV}
+    run_env = {k: v for k, v in (os.environ if env is None else env).items() if k != SLOWDOWN_ENV}
     if slowdown:
-        env[SLOWDOWN_ENV] = str(slowdown)
+        run_env[SLOWDOWN_ENV] = str(slowdown)
     cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.study",
            "--speedgate-json", str(report)]
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=cwd, env=run_env, capture_output=True, text=True)
     except KeyboardInterrupt:  # a report of the cases the run got to is no whole run: run it again next time
         set_aside(report)
         raise
@@ -233,4 +235,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["SLOWDOWN_ENV", "main", "page", "slowed", "spin_cost", "table"]
+__all__ = ["SLOWDOWN_ENV", "main", "page", "run_pytest", "set_aside", "slowed", "spin_cost", "table"]
