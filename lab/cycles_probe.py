@@ -30,59 +30,29 @@ from typing import Any
 CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3)}  # work per batch (ms), host idle before it (s)
 
 
-def stamp_kernel() -> Any:
-    """The Triton stamp kernel (made on first use: importing this module needs no GPU)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _stamp(out_ptr):
-        pid = tl.program_id(0)
-        zero = tl.zeros([1], tl.int32)
-        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [zero], dtype=tl.int32, is_pure=False, pack=1)
-        clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [zero], dtype=tl.int64, is_pure=False, pack=1)
-        ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [zero], dtype=tl.int64, is_pure=False, pack=1)
-        offs = tl.arange(0, 1)
-        tl.store(out_ptr + pid * 3 + offs, sm.to(tl.int64))
-        tl.store(out_ptr + pid * 3 + 1 + offs, clk)
-        tl.store(out_ptr + pid * 3 + 2 + offs, ns)
-
-    return _stamp
-
-
 class Stamps:
-    """Stamp buffers for `calls` calls (before and after each), and the cycles and clock each call ran."""
+    """Stamp buffers for `calls` calls (before and after each), and the cycles and clock each call ran: the gate's
+    own stamp kernel and reading (speedgate.timers.cycles)."""
 
     def __init__(self, torch: Any, calls: int) -> None:
+        from speedgate.timers.cycles import stamp_kernel
+
         self.torch = torch
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.buf = torch.zeros((calls, 2, self.sms, 3), dtype=torch.int64, device="cuda")
         self.kernel = stamp_kernel()
 
     def wrap(self, fn: Callable[[], Any], index: int) -> Callable[[], Any]:
-        before, after = self.buf[index, 0], self.buf[index, 1]
-        kernel, grid = self.kernel, (self.sms,)
+        from speedgate.timers.cycles import stamped
 
-        def stamped() -> Any:
-            kernel[grid](before, num_warps=1)
-            out = fn()
-            kernel[grid](after, num_warps=1)
-            return out
-
-        return stamped
+        return stamped(self.kernel, self.sms, fn, self.buf[index, 0], self.buf[index, 1])
 
     def read(self, count: int) -> list[tuple[float, float]]:
         """(cycles, MHz) of each of the first `count` calls: the median over SMs seen in both stamps."""
-        data = self.buf[:count].cpu().tolist()
-        out = []
-        for before, after in data:
-            b = {int(s): (c, n) for s, c, n in before}
-            a = {int(s): (c, n) for s, c, n in after}
-            common = sorted(set(a) & set(b))
-            cycles = statistics.median(a[s][0] - b[s][0] for s in common)
-            ns = statistics.median(a[s][1] - b[s][1] for s in common)
-            out.append((float(cycles), cycles / ns * 1e3 if ns > 0 else float("nan")))
-        return out
+        from speedgate.timers.cycles import cycles_of
+
+        cycles, mhz = cycles_of(self.buf[:count], self.torch)
+        return list(zip(cycles, mhz))
 
 
 def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:

@@ -383,3 +383,18 @@ def test_a_wide_tolerance_names_what_set_it() -> None:
     said = evidence.cause_of({"calibration": calibration})
     assert said.startswith("the spread between 4 processes on 4 cards:") and "(speedups 0.9-1.1x" in said
     assert evidence.cause_of({}).startswith("no calibration")
+
+
+def test_a_stamped_call_launches_one_stamp_before_and_one_after_it_one_program_per_sm() -> None:
+    from speedgate.timers.cycles import stamped
+
+    launched: list[tuple] = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda buf, num_warps: launched.append(("stamp", grid, buf, num_warps))
+
+    call = stamped(Kernel(), 132, lambda: launched.append(("call",)) or "out", "before", "after")
+    assert launched == []  # wrapping launches nothing
+    assert call() == "out"
+    assert launched == [("stamp", (132,), "before", 1), ("call",), ("stamp", (132,), "after", 1)]

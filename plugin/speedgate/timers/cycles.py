@@ -29,8 +29,9 @@ CYCLES_MIN_PEAK = 0.4
 SM_SLOTS = 1024  # %smid is below %nsmid, which is at most this on every NVIDIA GPU so far
 
 
-def _stamp_kernel() -> Any:
-    """The stamp kernel, made on first use (Triton is imported only here)."""
+def stamp_kernel() -> Any:
+    """The stamp kernel, made on first use (Triton is imported only here): launched with one program per SM, each
+    writes its (SM id, %clock64, %globaltimer) into row pid of a (programs, 3) int64 buffer."""
     import triton
     import triton.language as tl
 
@@ -48,6 +49,20 @@ def _stamp_kernel() -> Any:
         tl.store(out_ptr + pid * 3 + 2 + offs, ns)
 
     return _speedgate_stamp
+
+
+def stamped(kernel: Any, programs: int, fn: Fn, before: Any, after: Any) -> Fn:
+    """fn with the stamp kernel launched right before it into `before` and right after it into `after`, on the same
+    stream, so that cycles_of reads the cycles the call ran."""
+    grid = (programs,)
+
+    def call() -> Any:
+        kernel[grid](before, num_warps=1)
+        out = fn()
+        kernel[grid](after, num_warps=1)
+        return out
+
+    return call
 
 
 def cycles_of(stamps: Any, torch: Any) -> tuple[list[float], list[float]]:
@@ -82,7 +97,7 @@ class SmCycles(Timer):
         self._torch = torch
         self.full_clock_mhz = float(full_clock_mhz)
         self._programs = int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
-        self._kernel = _stamp_kernel()
+        self._kernel = stamp_kernel()
         self._buf = torch.zeros((1, 2, self._programs, 3), dtype=torch.int64, device="cuda")
         self._stamped(lambda: None, 0)()  # compiled and launched once here: a stack that cannot stamp fails now
         torch.cuda.synchronize()
@@ -92,16 +107,7 @@ class SmCycles(Timer):
         self.properties = getattr(timer, "properties", {})
 
     def _stamped(self, fn: Fn, index: int) -> Fn:
-        before, after = self._buf[index, 0], self._buf[index, 1]
-        kernel, grid = self._kernel, (self._programs,)
-
-        def stamped() -> Any:
-            kernel[grid](before, num_warps=1)
-            out = fn()
-            kernel[grid](after, num_warps=1)
-            return out
-
-        return stamped
+        return stamped(self._kernel, self._programs, fn, self._buf[index, 0], self._buf[index, 1])
 
     def first_call(self, fn: Fn) -> tuple[float, Any]:
         result: tuple[float, Any] = self._timer.first_call(fn)
@@ -176,4 +182,5 @@ def counting_cycles(timer: Any, torch: Any, make: Callable[[Any, float], Timer] 
         return None
 
 
-__all__ = ["CYCLES_MIN_PEAK", "CYCLES_TIMER", "SmCycles", "counting_cycles", "counts_cycles", "cycles_of", "full_clock_mhz"]
+__all__ = ["CYCLES_MIN_PEAK", "CYCLES_TIMER", "SmCycles", "counting_cycles", "counts_cycles", "cycles_of", "full_clock_mhz",
+           "stamp_kernel", "stamped"]
