@@ -17,10 +17,7 @@ source lab/device/lib.sh
 export PYTHONUNBUFFERED=1
 install_deps
 list_cards | tee -a "$work/summary.txt"
-left() { echo $((deadline - $(date +%s))); }
 common=(-p no:cacheprovider -q -rs --baseline-dir "$state/baselines")
-heavy=(perftests/test_triton_matmul.py perftests/test_triton_attention.py perftests/test_triton_mlp.py
-       perftests/test_cutlass_matmul.py perftests/test_compile_training.py -k "8192 or llm or training_step or fused_mlp")
 pytest_on() {  # pytest_on GPU LABEL SLOWDOWN ARGS...
   local gpu=$1 label=$2 slow=$3; shift 3
   local t0; t0=$(date +%s)

@@ -44,3 +44,9 @@ for i in range(pynvml.nvmlDeviceGetCount()):
           f"serial ending {s[-6:]}, SM {clock} MHz, {temp} C")
 PY
 }
+
+# The formerly blind cases (issue 46): the heavy compute-bound pairs that lab/device/*.sh bless and study, with
+# their -k; and `left`, the seconds before the script's $deadline.
+heavy=(perftests/test_triton_matmul.py perftests/test_triton_attention.py perftests/test_triton_mlp.py
+       perftests/test_cutlass_matmul.py perftests/test_compile_training.py -k "8192 or llm or training_step or fused_mlp")
+left() { echo $((deadline - $(date +%s))); }

@@ -12,8 +12,6 @@ source lab/device/lib.sh
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)
 install_deps
 list_cards | tee "$work/cards.txt"
-heavy=(perftests/test_triton_matmul.py perftests/test_triton_attention.py perftests/test_triton_mlp.py
-       perftests/test_cutlass_matmul.py perftests/test_compile_training.py -k "8192 or llm or training_step or fused_mlp")
 common=(-p no:cacheprovider -q -rs --baseline-dir .gpu-state/baselines --speedgate-json "$work/report.json")
 if python3 -c "import torch,sys; sys.exit(0 if 'H200' in torch.cuda.get_device_name(0) else 1)"; then
   timeout -s INT -k 15 400 python3 -m pytest "${heavy[@]}" "${common[@]}" --update-baselines --speedgate-calibrate 2 > "$work/log" 2>&1

@@ -21,9 +21,6 @@ export PYTHONUNBUFFERED=1
 install_deps
 echo "call at $(date -u +%FT%TZ)" >> "$work/summary.txt"
 list_cards | tee -a "$work/summary.txt"
-left() { echo $((deadline - $(date +%s))); }
-heavy=(perftests/test_triton_matmul.py perftests/test_triton_attention.py perftests/test_triton_mlp.py
-       perftests/test_cutlass_matmul.py perftests/test_compile_training.py -k "8192 or llm or training_step or fused_mlp")
 if [[ ! -f $state/blessed ]] && python3 -c "import torch,sys; sys.exit(0 if 'H200' in torch.cuda.get_device_name(0) else 1)"; then
   for gpu in 0 1; do
     ( t0=$(date +%s)
