@@ -84,17 +84,23 @@ def study(out: Path, *args: str, env: dict[str, str] | None = None) -> subproces
     return done
 
 
-def records(folder: Path) -> list[dict]:
-    return [json.loads(path.read_text()) for path in folder.glob("*.json")]
-
-
-def test_a_study_sizes_the_slowdown_from_the_sides_own_time_and_gives_each_process_its_own_caches(tmp_path: Path) -> None:
+def fake_gpu_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A project of CASE under the fake CUDA clock (CONFTEST), and the folder its runs record into."""
     project, record = tmp_path / "project", tmp_path / "record"
     project.mkdir()
     record.mkdir()
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "conftest.py").write_text(CONFTEST)
     (project / "test_case.py").write_text(CASE)
+    return project, record
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in folder.glob("*.json")]
+
+
+def test_a_study_sizes_the_slowdown_from_the_sides_own_time_and_gives_each_process_its_own_caches(tmp_path: Path) -> None:
+    project, record = fake_gpu_project(tmp_path)
     # A stale slowdown in the caller's shell never leaks into a run; the caller's warm cache is not used.
     caller = {"STUDY_RECORD": str(record), "SPEEDGATE_STUDY_SLOWDOWN": "0.5", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "warm")}
     out = tmp_path / "out"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from speedgate import study
-from tests.test_gate_study import CASE, CONFTEST
+from tests.test_gate_study import fake_gpu_project
 
 
 def run_study(project: Path, out: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -21,12 +21,7 @@ def run_study(project: Path, out: Path, *args: str, env: dict[str, str]) -> subp
 
 
 def test_a_study_of_a_selection_catches_what_it_injects_and_leaves_the_files_alone(tmp_path: Path) -> None:
-    project, record = tmp_path / "project", tmp_path / "record"
-    project.mkdir()
-    record.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "conftest.py").write_text(CONFTEST)
-    (project / "test_case.py").write_text(CASE)
+    project, record = fake_gpu_project(tmp_path)
     env = {"STUDY_RECORD": str(record), "SPEEDGATE_STUDY_SLOWDOWN": "0.5"}  # a stale slowdown never leaks into a run
     bless = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--update-baselines",
                             "--hardware-key", "fake-gpu", "--speedup-tolerance", "0.02"],
