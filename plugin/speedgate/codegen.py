@@ -204,6 +204,11 @@ def _numbered(kernels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _by_name(kernels: Iterable[Mapping[str, Any]] | None) -> dict[str, Mapping[str, Any]]:
+    """A side's kernels by their numbered names (_numbered)."""
+    return {str(k["name"]): k for k in _numbered(kernels or ())}
+
+
 def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
@@ -240,8 +245,7 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         was, now = blessed.get(side), measured.get(side)
         if not was or not now:
             continue
-        was_by = {str(k["name"]): k for k in _numbered(was)}
-        now_by = {str(k["name"]): k for k in _numbered(now)}
+        was_by, now_by = _by_name(was), _by_name(now)
         added = [n for n in now_by if n not in was_by]
         gone = [n for n in was_by if n not in now_by]
         if added or gone:
@@ -265,8 +269,7 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         return []
     found = []
     for side in ("reference", "optimized"):
-        was = {str(k["name"]): k for k in _numbered(blessed.get(side) or ())}
-        now = {str(k["name"]): k for k in _numbered(measured.get(side) or ())}
+        was, now = _by_name(blessed.get(side)), _by_name(measured.get(side))
         if not was or not now:
             continue
         replaced = bool(set(was) - set(now)) and bool(set(now) - set(was))
