@@ -1,6 +1,6 @@
 """Does a latency-timed case's speed drift over a process's calls, and with what? (GPU)
 
-Usage: python -m lab.drift_probe OUT --case training|regional [--rounds 300] [--window 25]
+Usage: python -m lab.drift_probe OUT --case training|regional [--rounds 300] [--window 25] [--profile-at N]
 
 Issue 46: two cases timed from an idle device vary more than their kernels do. On two H200 cards the training step's
 two calibrating runs in one process differed by 14-15% (a 45% tolerance), and regional compilation's whole-model
@@ -10,6 +10,8 @@ does, then times them alternately from an idle device (speedgate's CudaTimer, id
 host's time to issue each call, the SM clock and board power (NVML), the frames dynamo compiled so far and, for the
 training step, both losses. OUT/drift-<case>.json keeps every round; the printout is one line per window of rounds:
 the medians, the speedup, clock, power, frames and losses, so a drift shows with what moved beside it.
+--profile-at N profiles both sides after round N as speedgate's audit does (a gate run's later measurements, a
+calibrating run's second, come after its audit).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def main() -> None:
     parser.add_argument("--case", choices=("training", "regional"), required=True)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--window", type=int, default=25)
+    parser.add_argument("--profile-at", type=int, default=None,
+                        help="after this round, profile both sides as speedgate's audit does (CudaTimer.profile_calls)")
     args = parser.parse_args()
     import torch
 
@@ -114,6 +118,10 @@ def main() -> None:
             row.update(mhz=state.sm_clock_mhz, watts=state.power_w)
         row["frames"] = compiled_frames()
         rounds.append(row)
+        if i == args.profile_at:
+            for fn in sides.values():
+                timer.profile_calls(lambda fn=fn, i=i: fn(i))
+            print(f"profiled both sides as the audit does after round {i}", flush=True)
     fp = detect(None)
     names = list(sides)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@
 #   GPU 1: the same for regional compilation (lab.drift_probe regional, test_regional_vs_whole_model);
 #   both:  last, the small Triton files cold, serially and under -n 2, with --durations.
 #   bash lab/device/drift_check.sh OUT      OUT/drift.tgz: logs and reports; OUT/baselines: files that changed
-# DEADLINE (s, default 585): when the call packs what there is.
+# DEADLINE (s, default 585): when the call packs what there is. ONESHOT=0, SMALL=0: without those steps; CAL_RUNS:
+# calibrating runs (default 2); PROBE_ARGS: more arguments for lab.drift_probe (--profile-at N).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
@@ -26,23 +27,23 @@ step_archive=$out/drift.tgz
 # fresh compile caches, from TREE's root with TREE's plugin first on the path.
 calibrated() {
   local label=$1 gpu=$2 tree=$3 test=$4 files
-  files=$(mktemp -d) && cp baselines/*.json "$files/"
+  files=$(mktemp -d) && cp "$tree"/baselines/*.json "$files/"
   ( cd "$tree" && CUDA_VISIBLE_DEVICES=$gpu TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) \
       PYTHONPATH=$PWD/plugin:$PWD:${PYTHONPATH:-} timeout -s INT -k 15 "$(left)" python3 -m pytest "$test" \
-      -p no:cacheprovider -q -rs --baseline-dir "$files" --update-baselines --speedgate-calibrate 2 \
+      -p no:cacheprovider -q -rs --baseline-dir "$files" --update-baselines --speedgate-calibrate "${CAL_RUNS:-2}" \
       --speedgate-json "$work/$label.json" ) > "$work/$label.log" 2>&1
   echo "== $label: exit $?; $(tail -1 "$work/$label.log"); plugin $(cd "$tree" && PYTHONPATH=$PWD/plugin:${PYTHONPATH:-} \
     python3 -c 'import speedgate; print(speedgate.__file__)')" >> "$work/summary.txt"
 }
 lane() {  # GPU CASE TEST
   local gpu=$1 case=$2 test=$3
-  CUDA_VISIBLE_DEVICES=$gpu timeout -k 15 150 python3 -m lab.drift_probe "$work" --case "$case" --rounds 200 \
+  CUDA_VISIBLE_DEVICES=$gpu timeout -k 15 150 python3 -m lab.drift_probe "$work" --case "$case" --rounds 200 ${PROBE_ARGS:-} \
     > "$work/probe-$case.log" 2>&1
   echo "== probe $case: exit $?" >> "$work/summary.txt"
   calibrated "$case-now" "$gpu" . "$test"
   [[ -d .old/plugin ]] && calibrated "$case-old" "$gpu" .old "$test"
 }
-step oneshot 150 python3 -m pytest perftests/test_nccl.py -k oneshot -p no:cacheprovider -q -rs \
+[[ ${ONESHOT:-1} == 1 ]] && step oneshot 150 python3 -m pytest perftests/test_nccl.py -k oneshot -p no:cacheprovider -q -rs \
     --baseline-dir .gpu-state/baselines --update-baselines --speedgate-json "$work/oneshot.json"
 lane 0 training perftests/test_compile_training.py &
 lane 1 regional perftests/test_compile_regional.py &
@@ -51,7 +52,7 @@ cat "$work"/probe-*.log >> "$work/summary.txt"
 tar czf "$step_archive" -C "$work" .
 
 small=(perftests/test_triton_elementwise.py perftests/test_triton_rowwise.py perftests/test_triton_l2.py)
-for mode in serial n2; do
+for mode in $([[ ${SMALL:-1} == 1 ]] && echo serial n2); do
   (( $(left) > 45 )) || break
   extra=(); [[ $mode == n2 ]] && extra=(-n 2)
   files=$(mktemp -d) && cp baselines/*.json "$files/"
