@@ -237,6 +237,37 @@ def test_an_autotuner_picking_another_config_in_the_next_process_adds_to_the_evi
     assert doc["cases"][FREE]["calibration"]["process_speedups"] == [0.8]
 
 
+def test_another_pick_of_the_reference_starts_the_evidence_again_instead_of_widening_it() -> None:
+    # Measured on two H200s blessing at once (2026-11-27): inductor compiled the bias+GELU reference with another
+    # kernel config on one card (0.808x against 0.782x), and the pooled evidence gave an 8.8% tolerance that a 5%
+    # slowdown passed. Another pick is its own verdict (pick-changed), never tolerance.
+    def kernels(grid: int) -> dict[str, Any]:
+        return {"reference": [{"name": "triton_tem_fused_mm_0", "grid": [grid, 1, 1], "block": [256, 1, 1]}],
+                "optimized": [{"name": "_matmul_kernel", "grid": [1024, 1, 1], "block": [128, 1, 1]}]}
+
+    def run(existing: dict[str, Any] | None, r: CompareResult) -> dict[str, Any]:
+        r = CompareResult(**{**r.__dict__, "noise": 0.001, "reference_cv": 0.001, "optimized_cv": 0.001})
+        doc, _ = bless(existing, hardware_key="test-box", fingerprint={"hardware": {"kind": "cpu", "name": "box"},
+                                                                         "software": {"torch": "2.11"}},
+                       cases=[r], metrics=[], measured_at="now")
+        validate(doc, "test-box.json")
+        return doc
+
+    doc = run(None, compare_result(0.808, calibration_runs=2, calibration_spread=0.0006, codegen=kernels(132)))
+    doc = run(doc, compare_result(0.782, calibration_runs=2, calibration_spread=0.0002, codegen=kernels(264)))
+    entry = doc["cases"][FREE]
+    assert entry["calibration"]["process_speedups"] == [0.782] and entry["tolerance"] == CALIBRATION_FLOOR
+    assert entry["codegen"]["reference"][0]["grid"] == [264, 1, 1]  # the entry is the newest process's pick
+    # The same pick again joins the evidence, and so does the optimized side's own kernel in another launch shape
+    # (an edit of that kernel makes one too: a slowdown of it stays a regression, never a pick).
+    doc = run(doc, compare_result(0.776, calibration_runs=2, calibration_spread=0.0002, codegen=kernels(264)))
+    assert doc["cases"][FREE]["calibration"]["process_speedups"] == [0.782, 0.776]
+    reshaped = kernels(264)
+    reshaped["optimized"][0]["grid"] = [512, 1, 1]
+    doc = run(doc, compare_result(0.779, calibration_runs=2, calibration_spread=0.0002, codegen=reshaped))
+    assert doc["cases"][FREE]["calibration"]["process_speedups"] == [0.782, 0.776, 0.779]
+
+
 def test_a_run_that_jumped_in_an_earlier_process_still_widens_the_tolerance() -> None:
     # Measured on the H100: compile mode "default" against eager spread 9.3% between the runs of one calibrating
     # process and 0.08% in the next, with both processes' judged speedups equal (1.125x, 1.126x). Only the newest

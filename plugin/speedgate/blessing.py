@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
+from . import codegen
 from .evidence import (
     CALIBRATION_CEILING,
     CALIBRATION_FLOOR,
@@ -70,12 +71,18 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: s
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
     differs between processes, and for a case that races in every run that is the between-process spread the gate
     must tolerate (an example: docs/results/plugin-constants.md). A case that holds its autotuner to the blessed
-    config (Perf.blessed_config) races only in a plain re-bless, so its calibrating processes measure one kernel."""
+    config (Perf.blessed_config) races only in a plain re-bless, so its calibrating processes measure one kernel.
+
+    Kernels that are another pick than the entry's (speedgate.codegen.repicked_sides: a compiled reference's other
+    template, a library's other kernel) start the evidence again, as another timer does: the entry is now this
+    process's pick, and a later run of the other pick gets its own verdict (pick-changed) instead of a tolerance
+    wide enough for both (`python -m speedgate evidence` leaves such runs out by the same rule)."""
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry
     old_calibration = (old or {}).get("calibration")
-    same = old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
+    same = old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer")) \
+        and not codegen.repicked_sides(old.get("codegen"), entry.get("codegen"))
     prior = old_calibration if same and isinstance(old_calibration, dict) else {}
     evidence = add_process(prior, card, float(entry["speedup"]), float(calibration["spread"]), calibration["measured_at"])
     evidence.update(runs=calibration["runs"], spread=calibration["spread"], measured_at=calibration["measured_at"])
