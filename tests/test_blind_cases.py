@@ -325,7 +325,7 @@ def test_strict_fails_a_case_whose_kernels_changed_with_the_software(pytester: p
     from speedgate.hardware import detect
 
     now = detect("test-box").software
-    project(pytester, {k: "0.0.0" for k in judging.COMPILERS if k in now})  # blessed on other compilers than this run's
+    project(pytester, {k: "0.0.0" for k in codegen.COMPILERS if k in now})  # blessed on other compilers than this run's
     result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-strict", "--speedgate-json", "run.json")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the kernels changed with the software since the bless: optimized _k: registers 168 -> 255*"])
@@ -337,7 +337,7 @@ def test_strict_fails_a_case_whose_kernels_changed_with_the_software(pytester: p
 def test_without_new_software_a_codegen_change_is_reported_not_failed(pytester: pytest.Pytester) -> None:
     from speedgate.hardware import detect
 
-    project(pytester, {k: v for k, v in detect("test-box").software.items() if k in judging.COMPILERS})
+    project(pytester, {k: v for k, v in detect("test-box").software.items() if k in codegen.COMPILERS})
     result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-strict", "--speedgate-json", "run.json")
     result.assert_outcomes(passed=1)
     case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
@@ -371,6 +371,25 @@ def test_evidence_records_facts_where_an_entry_has_none_and_leaves_another_pick_
     assert "card-d" not in evidence.cards(after["cases"]["t.py::test"]["calibration"])
     assert any("another pick than the bless's" in line for line in left_out)
     assert after["cases"]["t.py::test"]["codegen"] == blessed_pick  # a re-bless, never a report, replaces them
+
+
+def test_evidence_records_facts_from_a_run_of_the_same_compilers_under_another_speedgate() -> None:
+    # The H200 file's entries blessed with speedgate 0.1.0 had no facts; a gate run of 0.2.0 on the same torch, triton
+    # and driver makes the same kernels, so it records them, while its speedups stay out of 0.1.0's evidence.
+    calibration = evidence.add_process({}, "card-a", 2.0, 0.001, "2026-11-26T00:00:00Z")
+    entry = {**ENTRY, "software": {**SOFTWARE, "pytest-speedgate": "0.1.0"}, "calibration": calibration,
+             "tolerance": evidence.tolerance_of(calibration)}
+    doc = {"hardware_key": "test-box", "cases": {"t.py::test": entry}}
+    kernels = sides([{"name": "_k", "registers": 168}])
+    newer = report([record(2.3, kernels, "card-b")])
+    newer["fingerprints"]["test-box"]["software"] = {**SOFTWARE, "pytest-speedgate": "0.2.0"}
+    after, lines, _ = evidence.add_reports(doc, [newer])
+    assert after["cases"]["t.py::test"]["codegen"] == kernels
+    assert "card-b" not in evidence.cards(after["cases"]["t.py::test"]["calibration"])
+    # Another triton makes other kernels: nothing recorded from it.
+    other = report([record(2.0, kernels, "card-c")])
+    other["fingerprints"]["test-box"]["software"] = {**SOFTWARE, "triton": "9.9.9"}
+    assert "codegen" not in evidence.add_reports(doc, [other])[0]["cases"]["t.py::test"]
 
 
 def test_a_wide_tolerance_names_what_set_it() -> None:

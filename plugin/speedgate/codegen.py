@@ -36,6 +36,9 @@ PTX_CLASSES = {
 # Facts that tell one config of a kernel's source from another: on the reference side, with the software unchanged, a
 # change in one of them is another pick (repicked_sides).
 PICK_FACTS = ("grid", "block", "registers", "warps", "stages")
+# The packages that make the kernels: with their versions unchanged, the same source and shapes make the same facts
+# (speedgate's and pytest's own versions do not enter).
+COMPILERS = ("torch", "triton", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
 # Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
 COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
 _OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)", re.M)
@@ -280,5 +283,5 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return found
 
 
-__all__ = ["COMPARED", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting", "ptx_mix", "repicked_sides", "side_facts", "sides_of",
-           "trace_kernels"]
+__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting",
+           "ptx_mix", "repicked_sides", "side_facts", "sides_of", "trace_kernels"]

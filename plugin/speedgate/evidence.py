@@ -249,8 +249,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 continue
             entry = cases.get(record.get("case_id"))
             if entry and record.get("codegen") and "codegen" not in entry and record.get("nodeid") not in other_kernel \
-                    and not record.get("test_failed") and _same_software(entry.get("software", {}), report, key):
-                # The kernels' facts are exact: the first run of the entry's software and config records them.
+                    and not record.get("test_failed") and _same_software(entry.get("software", {}), report, key,
+                                                                         only=codegen.COMPILERS):
+                # The kernels' facts are exact: the first run of the entry's compilers and config records them.
                 entry = cases[record["case_id"]] = {**entry, "codegen": record["codegen"]}
                 recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
@@ -298,8 +299,11 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     return {**doc, "cases": cases}, lines, left_out
 
 
-def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any) -> bool:
-    """Whether a report's run used the software an entry was blessed with (torch, triton, the driver...)."""
+def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,
+                   only: Sequence[str] | None = None) -> bool:
+    """Whether a report's run used the software an entry was blessed with (torch, triton, the driver...; only: these
+    packages alone)."""
     fingerprint = report.get("fingerprints", {}).get(key, {})
     measured = fingerprint.get("software", {})
-    return all(measured.get(name) == value for name, value in software.items() if name in measured)
+    return all(measured.get(name) == value for name, value in software.items()
+               if name in measured and (only is None or name in only))

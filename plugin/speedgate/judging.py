@@ -123,14 +123,13 @@ def judge_measurement(
 
 
 # The software that makes kernels: a change of one of these since the bless can change a kernel's code.
-COMPILERS = ("torch", "triton", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
 
 
 def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] | None) -> list[str]:
     """'triton 3.6.0 -> 3.7.1' for each kernel-making package whose version changed since the entry was blessed."""
     if not entry:
         return []
-    keep = lambda versions: {k: v for k, v in dict(versions or {}).items() if k in COMPILERS}  # noqa: E731
+    keep = lambda versions: {k: v for k, v in dict(versions or {}).items() if k in codegen.COMPILERS}  # noqa: E731
     return software_drift(keep(entry.get("software")), keep(software))
 
 
