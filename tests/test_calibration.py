@@ -100,6 +100,50 @@ def test_calibration_writes_a_measured_tolerance_with_its_evidence(pytester: pyt
     assert report[PINNED]["calibration_spread"] == pytest.approx(spread, rel=1e-3)
 
 
+ORDER_CONFTEST = """
+import os
+import pytest
+from speedgate.testing import ScriptedTimer
+
+class Logged(ScriptedTimer):
+    def _log(self, what):
+        with open(os.environ["ORDER_LOG"], "a") as f:
+            f.write(what + "\\n")
+
+    def time_each(self, fns):
+        self._log("rounds")
+        return super().time_each(fns)
+
+    def profile_calls(self, fn, calls=10):
+        self._log("profiled")
+        return super().profile_calls(fn, calls)
+
+@pytest.fixture
+def speedgate_timer():
+    seen = {"events_ms": 1.0, "busy_ms": 1.0, "all_streams_ms": 1.0}
+    return Logged({"ref_2ms": 2.0, "opt": 1.0}, profiles={"ref_2ms": seen, "opt": seen})
+"""
+
+
+def test_the_calibrating_runs_are_taken_before_the_audit_profiles_the_sides(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process that has run torch.profiler launches slower for the rest of its life (a launch-bound pass twice as
+    # slow on an H100, docs/results/gate-study-h200.md): runs taken on both sides of the audit measured two states.
+    log = pytester.path / "order.log"
+    monkeypatch.setenv("ORDER_LOG", str(log))
+    pytester.makeconftest(ORDER_CONFTEST)
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_cases="def ref_2ms():\n    return 1.0\n\ndef opt():\n    return 1.0\n\n"
+                                   "def test_free(perf):\n    perf.compare(ref_2ms, opt)\n")
+    result = pytester.runpytest("--update-baselines", "--speedgate-calibrate", "3")
+    result.assert_outcomes(passed=1)
+    order = log.read_text().split()
+    assert order.count("profiled") == 2  # the audit: each side once
+    first_profiled = order.index("profiled")
+    assert "rounds" not in order[first_profiled:], "a calibrating run was timed after the audit profiled the sides"
+    assert entries(pytester)[FREE]["calibration"]["runs"] == 3
+
+
 def test_a_steady_case_gets_the_floor(pytester: pytest.Pytester) -> None:
     setup(pytester, [1.0, 1.0001, 0.9999, 1.0])
     pytester.runpytest("--update-baselines", "--speedgate-calibrate", "4", "-k", "free").assert_outcomes(passed=1)

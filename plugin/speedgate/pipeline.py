@@ -184,10 +184,13 @@ class Comparison:
             t1 = clock()
             violations = self._violations()
             timed = self.measure()
+            cooling: list[str] = []
+            calibrating = self.calibrate(self._throttled(violations, t1), cooling)
             t2 = clock()
             evidence = self.audit(timed)
             t3 = clock()
-            result, samples = self.judge(timed, evidence, throttled=self._throttled(violations, t1))
+            result, samples = self.judge(timed, evidence, throttled=self._throttled(violations, t1),
+                                         calibrating=calibrating, cooling=cooling)
             first_s = sum(ms for ms in self.first_ms if ms) / 1e3
             stages = {"first_calls_s": first_s, "checks_s": max(t1 - t0 - first_s, 0.0), "warm_up_rounds_s": t2 - t1,
                       "audit_s": t3 - t2, "judge_s": clock() - t3}
@@ -272,16 +275,17 @@ class Comparison:
         return tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry,
                                   configured=self.services.settings.tolerance)
 
-    def judge(self, timed: Timed, evidence: integrity.Evidence, *,
-              throttled: Mapping[str, float]) -> tuple[CompareResult, dict[str, Any]]:
-        """The verdict against the baseline entry, with the tolerance speedgate.tolerance resolves."""
+    def again(self, throttled: Mapping[str, float], cooling: list[str]) -> Callable[[], Measurement]:
+        """A measurement of its own, as the rounds were taken: each side called once, synchronised, before warm-up
+        (the first calls' times stay those of the real first calls). If heat held the GPU down, it cools first
+        (gpu_state.COOL_WAIT_S at most), saying so in cooling."""
+        from .gpu_state import cool_before
+
         spec = self.spec
         policy = Policy.from_settings(self.services.settings)
         prepare = graph_capture(self.timer, spec.case_id) if spec.graph else None
 
         def again() -> Measurement:
-            # A measurement of its own: each side called once, synchronised, before warm-up (the first calls' times
-            # stay those of the real first calls).
             self.timer.first_call(self.ref)
             self.timer.first_call(self.opt)
             m = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=spec.latency,
@@ -289,18 +293,33 @@ class Comparison:
             _check_measurable(spec.case_id, m)
             return m
 
-        from .gpu_state import cool_before
-
-        # If heat held the GPU down, it cools before a re-measurement (gpu_state.COOL_WAIT_S at most).
-        cooling: list[str] = []
         monitor = self.services.bench.monitor
-        again = cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
-                            judging.THROTTLE_NOTE_FRACTION, cooling)
+        return cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
+                           judging.THROTTLE_NOTE_FRACTION, cooling)
+
+    def calibrate(self, throttled: Mapping[str, float], cooling: list[str]) -> list[Measurement] | None:
+        """--speedgate-calibrate: the runs after the judged one, taken right after it and before the audit profiles
+        the sides. A process that has run torch.profiler launches slower for the rest of its life (a launch-bound
+        pass twice as slow: docs/results/gate-study-h200.md), so runs on both sides of the audit would put that
+        into the in-process spread."""
+        runs = self.services.settings.calibrate_runs
+        if not runs:
+            return None
+        again = self.again(throttled, cooling)
+        return [again() for _ in range(runs - 1)]
+
+    def judge(self, timed: Timed, evidence: integrity.Evidence, *, throttled: Mapping[str, float],
+              calibrating: Sequence[Measurement] | None = None,
+              cooling: list[str] | None = None) -> tuple[CompareResult, dict[str, Any]]:
+        """The verdict against the baseline entry, with the tolerance speedgate.tolerance resolves."""
+        spec = self.spec
+        cooling = [] if cooling is None else cooling
+        again = self.again(throttled, cooling)
         extra: dict[str, Any] = {"established": self.checker.established, **_profiled_fields(evidence),
                                  "codegen": codegen.sides_of(evidence.profiled, self.compiled)}
-        result, samples = judge_case(self.services, spec, timed.measurement, again, extra, graphed=prepare is not None,
+        result, samples = judge_case(self.services, spec, timed.measurement, again, extra, graphed=spec.graph,
                                      throttled=throttled, closeness=self.checker.closeness, floor_ms=evidence.floor_ms,
-                                     bound=evidence.bound)
+                                     bound=evidence.bound, calibrating=calibrating)
         if cooling:
             result = replace(result, note=f"{result.note}; before re-measuring, {'; '.join(cooling)}")
         return result, samples
@@ -318,16 +337,18 @@ class Comparison:
 
 def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, again: Callable[[], Measurement],
                extra: Mapping[str, Any], *, graphed: bool, throttled: Mapping[str, float], closeness: list[Any],
-               floor_ms: float | None = None, bound: str | None = None) -> tuple[CompareResult, dict[str, Any]]:
+               floor_ms: float | None = None, bound: str | None = None,
+               calibrating: Sequence[Measurement] | None = None) -> tuple[CompareResult, dict[str, Any]]:
     """The judge stage, shared by compare() and compare_samples(): the tolerance resolved, calibration runs when
-    blessing with --speedgate-calibrate, then the verdict (re-measured once before a regression stands). Returns the
-    result and its raw samples (for the artifacts of a failing test)."""
+    blessing with --speedgate-calibrate (calibrating: those runs, taken already; else taken here), then the verdict
+    (re-measured once before a regression stands). Returns the result and its raw samples (for the artifacts of a
+    failing test)."""
     settings = services.settings
     entry = services.book.entry(spec.case_id, spec.hardware_key)
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
     fields = {**spec.fields(tol), **extra, "card": services.bench.card()}
     if settings.calibrate_runs:
-        calibrated, settled = calibration(measurement, again, settings.calibrate_runs)
+        calibrated, settled = calibration(measurement, again, settings.calibrate_runs, taken=calibrating)
         fields.update(calibrated)
         if not settled:  # a run of the calibration drifted to its end: the whole is no steady speed (not blessed)
             measurement = replace(measurement, settled=False)
@@ -343,13 +364,14 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     return result, judging.samples_record(first, final)
 
 
-def calibration(first: Measurement, again: Callable[[], Measurement], runs: int) -> tuple[dict[str, Any], bool]:
-    """--speedgate-calibrate: measure runs - 1 more times in this process; the spread of the runs' speedups (the first
-    is the one judged and blessed), and whether every run settled (a run still drifting at its end would put the
-    device's drift into the spread). Fresh rounds see drift within a process; what differs between processes and
-    cards only calibrating blesses in several processes and on several cards see (blessing.py keeps that
-    evidence)."""
-    measured = [first, *(again() for _ in range(runs - 1))]
+def calibration(first: Measurement, again: Callable[[], Measurement], runs: int,
+                taken: Sequence[Measurement] | None = None) -> tuple[dict[str, Any], bool]:
+    """--speedgate-calibrate: measure runs - 1 more times in this process (or take those runs, measured already); the
+    spread of the runs' speedups (the first is the one judged and blessed), and whether every run settled (a run
+    still drifting at its end would put the device's drift into the spread). Fresh rounds see drift within a process;
+    what differs between processes and cards only calibrating blesses in several processes and on several cards see
+    (blessing.py keeps that evidence)."""
+    measured = [first, *(taken if taken is not None else [again() for _ in range(runs - 1)])]
     spread = between_run_spread([m.speedup for m in measured])
     return {"calibration_runs": runs, "calibration_spread": spread}, all(m.settled for m in measured)
 
