@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 
-def training_sides(torch: Any) -> tuple[dict[str, Callable[[int], Any]], Callable[[], None]]:
+def training_sides(torch: Any) -> dict[str, Callable[[int], Any]]:
     """The training step's sides as test_training_step builds them (32 sequences), each a function of an input seed
-    returning its loss; and the warm-up that compiles (the first call, then the momentum buffers' recompile)."""
+    returning its loss (warm() compiles it: the first call, then the momentum buffers' recompile)."""
     from perftests.models.transformer import build, token_ids, workload
     from perftests.test_compile_training import make_step
 
@@ -41,17 +41,10 @@ def training_sides(torch: Any) -> tuple[dict[str, Callable[[int], Any]], Callabl
     torch._dynamo.reset()
     compiled = torch.compile(make_step(compiled_model, torch.optim.SGD(compiled_model.parameters(), lr=1e-2, momentum=0.9), "cuda"))
     sides = {"eager": lambda i: eager(*sets[i % len(sets)]), "compiled": lambda i: compiled(*sets[i % len(sets)])}
-
-    def warm() -> None:
-        for i in range(3):
-            for fn in sides.values():
-                fn(i)
-        torch.cuda.synchronize()
-
-    return sides, warm
+    return sides
 
 
-def regional_sides(torch: Any) -> tuple[dict[str, Callable[[int], Any]], Callable[[], None]]:
+def regional_sides(torch: Any) -> dict[str, Callable[[int], Any]]:
     """Regional compilation's sides as test_regional_vs_whole_model times them: one pass of the schedule through the
     whole model compiled (the reference) and through the model with each block compiled."""
     from perftests.models.transformer import build, token_ids, workload
@@ -68,14 +61,15 @@ def regional_sides(torch: Any) -> tuple[dict[str, Callable[[int], Any]], Callabl
         block.compile(dynamic=True)
     passes = {"whole": schedule_pass(whole), "regional": schedule_pass(regional)}
     sides = {name: (lambda i, p=p: p(*sets[i % len(sets)])) for name, p in passes.items()}
+    return sides
 
-    def warm() -> None:
-        for i in range(3):
-            for fn in sides.values():
-                fn(i)
-        torch.cuda.synchronize()
 
-    return sides, warm
+def warm(torch: Any, sides: dict[str, Callable[[int], Any]]) -> None:
+    """Three calls of each side (compiling what they compile), then the device drained."""
+    for i in range(3):
+        for fn in sides.values():
+            fn(i)
+    torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -94,9 +88,9 @@ def main() -> None:
     from speedgate.recompiles import compiled_frames
     from speedgate.timers.cuda import CudaTimer
 
-    sides, warm = (training_sides if args.case == "training" else regional_sides)(torch)
+    sides = (training_sides if args.case == "training" else regional_sides)(torch)
     t0 = time.perf_counter()
-    warm()
+    warm(torch, sides)
     warm_s = time.perf_counter() - t0
     monitor = open_monitor(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
     timer = CudaTimer(torch)
