@@ -218,7 +218,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     to its calibrated entries' evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
     not fail for another reason; a calibrating bless's report adds its in-process spread too: a bless on another
     runner, or in a checkout whose file was not kept, joins the evidence as its own file would have); a line for
-    each entry whose tolerance changed; and a line for each kind of machine left out. The reports must be runs of
+    each entry whose tolerance changed; and notes: how many entries had their codegen facts recorded, and a line for
+    each kind of machine or run left out. The reports must be runs of
     the code the entries were blessed from: evidence of another kernel would only widen its tolerance. Cases a
     report measured on another kind of machine (another hardware key: an H200's run given to the H100's file) are
     not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
@@ -284,9 +285,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             first = changed.get(record["case_id"], (before, before))[0]
             changed[record["case_id"]] = (first, float(entry["tolerance"]))
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
-    if recorded:
-        lines.append(f"codegen facts recorded for {len(recorded)} entries that had none")
-    left_out = [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
+    left_out = [f"codegen facts recorded for {len(recorded)} entries that had none"] if recorded else []
+    left_out += [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
                  for case_id in sorted(other_configs)]
