@@ -35,6 +35,56 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+ON_ONE_WORKER = "speedgate-cpu-turns"  # the xdist group of the tests that take turns on the CPU
+
+
+def _group_suffix(item: pytest.Item) -> str:
+    """What xdist's --dist loadgroup appends to a test's node id for its xdist_group marks ("" for none)."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    return f"@{'_'.join(sorted(names))}" if names else ""
+
+
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    if hasattr(item, "_id"):  # pytest 9.2: a structured NodeId, which xdist's `item._nodeid = ...` no longer reaches
+        item._id = type(item._id).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's worker hook, which appends the groups to the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("loadgroup", False):  # set in an xdist worker of a --dist loadgroup run
+        return
+    from speedgate.plugin import uses_perf
+
+    for item in items:
+        # xdist tells the controller a test's group by appending it to the node id the worker sends. Under pytest
+        # 9.2 its assignment to the id no longer takes (pytest-dev/pytest-xdist#1386): every group was spread over
+        # the workers without a word. The suffix is set here, whichever pytest.
+        applied = _group_suffix(item)
+        own = item.nodeid[: -len(applied)] if applied and item.nodeid.endswith(applied) else item.nodeid
+        # Without a GPU every worker times on the one CPU, so speedgate runs the tests that use perf one at a time,
+        # each holding the device's lock from setup to teardown. Spread over the workers, the others sat waiting for
+        # the lock while the compile cases ran (a quarter to a third of CI's worker-seconds): on one worker they run
+        # one after another as before, while the other workers run the rest.
+        if not HAS_GPU and uses_perf(item):
+            item.add_marker(pytest.mark.xdist_group(ON_ONE_WORKER))
+        if suffix := _group_suffix(item):
+            _set_nodeid(item, own + suffix)
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's worker sent the node ids to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The controller has the groups: each test gets its own id back, so that reports, speedgate's case ids and the
+    # seed drawn from the id (_seed) are a plain run's (a failure replays with `SPEEDGATE_SEED=... pytest NODEID`).
+    if not session.config.getoption("loadgroup", False):
+        return
+    for item in session.items:
+        suffix = _group_suffix(item)
+        if suffix and item.nodeid.endswith(suffix):
+            _set_nodeid(item, item.nodeid[: -len(suffix)])
+
+
 @pytest.fixture(scope="session")
 def device() -> str:
     """'cuda' when a GPU is visible (checked here, lazily, so CUDA starts after worker pinning), else 'cpu'."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,13 @@ DEFAULT_TIMES = {"ref_2ms": 2.0, "opt_1ms": 1.0, "opt_2ms": 2.0, "opt_500us": 0.
 
 @pytest.fixture(autouse=True)
 def _own_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's subprocesses get their own TMPDIR: xdist workers' device lock lives under $TMPDIR/speedgate-locks,
-    and a run elsewhere on the machine holding it (another checkout's tests, a CI neighbour) must not stall these."""
+    """Each test's subprocesses and in-process runs get their own TMPDIR: xdist workers' device lock lives under
+    $TMPDIR/speedgate-locks, and a run elsewhere on the machine holding it (another checkout's tests, a CI neighbour,
+    or this run's own suite cases, which take turns on the CPU's lock in the worker's $TMPDIR) must not stall these.
+    An in-process run reads the folder through tempfile.gettempdir(), which keeps its first answer: cleared, so that
+    it reads TMPDIR again (an in-process run's perf cases once waited up to 90 s for this run's compile cases)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+    monkeypatch.setattr(tempfile, "tempdir", None)
 
 
 @pytest.fixture(autouse=True)
