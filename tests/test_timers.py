@@ -7,6 +7,7 @@ more host time than its kernel is the case the hold exists for (the persistent T
 
 from __future__ import annotations
 
+import os
 import statistics
 from types import SimpleNamespace
 
@@ -360,3 +361,32 @@ def test_raw_events_are_converted_to_microseconds_and_filtered_by_device():
     events = [event("cuda", 1_000, 3_500, 7), event("cpu", 0, 9_000, 1), event("cuda", 4_000, 4_250, 8)]
     prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
     assert traced_intervals(prof, "cuda") == [(1.0, 3.5, 7), (4.0, 4.25, 8)]
+
+
+def test_the_audit_asks_kineto_to_tear_cupti_down_unless_a_value_was_set(monkeypatch):
+    """A process that keeps CUPTI attached after a trace launches slower from then on; the audit's trace asks for
+    the teardown before the profiler starts, and leaves a value the user (or torch) set."""
+    from speedgate.timers import cuda as cuda_timers
+
+    pytest.importorskip("torch.profiler")
+    seen: list[str | None] = []
+
+    class Traced(Exception):
+        pass
+
+    def queued_ahead(fns, trace):
+        seen.append(os.environ.get("TEARDOWN_CUPTI"))
+        raise Traced
+
+    for preset, wanted in ((None, "1"), ("0", "0")):
+        if preset is None:
+            monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+        else:
+            monkeypatch.setenv("TEARDOWN_CUPTI", preset)
+        timer, _ = sim_timer(kernel_ms=1.0, launch_ms=0.1)
+        monkeypatch.setattr(timer, "queued_ahead", queued_ahead)
+        with pytest.raises(Traced):
+            timer.profile_calls(lambda: None)
+        assert seen[-1] == wanted
+    env: dict[str, str] = {}
+    assert cuda_timers.ask_cupti_teardown(env) == "1" and env == {"TEARDOWN_CUPTI": "1"}

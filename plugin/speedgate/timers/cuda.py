@@ -28,6 +28,20 @@ PROFILE_HOLD_MS = 30.0
 PROFILE_HOLD_CAP_MS = 2000.0
 PROFILE_TRIES = 3
 
+# Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), and a process that
+# keeps it attached launches slower for the rest of its life: a launch-bound pass timed after the audit would be
+# timed in another state than one before it (docs/results/gate-study-h200.md). The audit asks for the teardown; a
+# value already set (by the user, or by torch itself where CUDA graphs cannot survive it) is left as it is.
+CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
+
+
+def ask_cupti_teardown(environ: Any = None) -> str:
+    """Set TEARDOWN_CUPTI=1 in environ (os.environ) unless it holds a value; returns the value in effect."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return str(env.setdefault(CUPTI_TEARDOWN_ENV, "1"))
+
 
 def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, Any]]:
     """(start us, end us, stream) of each activity of device_type in a finished torch.profiler trace.
@@ -306,6 +320,7 @@ class CudaTimer(Timer):
         from ..integrity import profiled_busy
 
         torch = self._torch
+        ask_cupti_teardown()
         torch.cuda.synchronize()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
