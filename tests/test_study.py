@@ -47,13 +47,15 @@ def report(verdicts: dict[str, str]) -> dict:
                        "timer": "cuda-sm-cycles-held"} for c, v in verdicts.items()]}
 
 
-def test_the_table_counts_an_inconclusive_and_another_pick_as_caught_and_says_which() -> None:
-    clean = [report({"a": "pass", "b": "pass", "c": "improved"})]
-    slowed = {0.05: [report({"a": "regressed", "b": "pick-changed", "c": "pass"})]}
+def test_the_table_counts_an_inconclusive_as_caught_and_another_pick_as_missed_and_says_which() -> None:
+    """A pick-changed verdict passes a run without --speedgate-strict, so a slowdown it names was not caught."""
+    clean = [report({"a": "pass", "b": "pass", "c": "improved", "d": "pass"})]
+    slowed = {0.05: [report({"a": "regressed", "b": "pick-changed", "c": "pass", "d": "inconclusive"})]}
     text = study.table(clean, slowed)
-    assert "| `b` | 2.0% | cuda-sm-cycles-held | 0/1 | 1/1 (pick-changed), -5.0% |" in text
-    assert "false alarms: 1 of 3 comparison-runs" in text
-    assert text.rstrip().endswith("2 of 3 comparisons catch a 5% regression")
+    assert "| `b` | 2.0% | cuda-sm-cycles-held | 0/1 | 0/1 (pick-changed), -5.0% |" in text
+    assert "| `d` | 2.0% | cuda-sm-cycles-held | 0/1 | 1/1 (inconclusive), -5.0% |" in text
+    assert "false alarms: 1 of 4 comparison-runs" in text
+    assert text.rstrip().endswith("2 of 4 comparisons catch a 5% regression")
 
 
 def test_bad_slowdowns_are_a_usage_error(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
-CAUGHT = ("regressed", "inconclusive", "pick-changed")
+CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
 FALSE_ALARMS = ("regressed", "improved", "inconclusive")
 
 
@@ -176,7 +176,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             if got and hit == len(got):
                 catches[s] += 1
             changes = [c["change"] for c in got if c.get("change") is not None]
-            kinds = sorted({c["verdict"] for c in got if c["verdict"] in CAUGHT} - {"regressed"})
+            # The verdicts beside regressed and pass, caught or not: a pick-changed passes a run without strict.
+            kinds = sorted({c["verdict"] for c in got} - {"regressed", "pass"})
             said = f"{hit}/{len(got)}" + (f" ({', '.join(kinds)})" if kinds else "")
             row.append(f"{said}, {statistics.median(changes):+.1%}" if changes else said)
         lines.append("| " + " | ".join(row) + " |")
