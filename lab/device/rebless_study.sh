@@ -10,7 +10,7 @@
 # until summary.txt says "study: done". State in .gpu-state/ (git-ignored).
 #   bash lab/device/rebless_study.sh OUT   OUT/rebless.tgz: logs, probe output, the study's folder; OUT/baselines
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. STEPS: which of probe, bless,
-# pair, study to run (default all four).
+# pair, study to run (default all four); a step left out is not waited for.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
@@ -66,7 +66,7 @@ if [[ -f $state/bless.started ]] && ! done_with bless; then
   wait_for "$state/bless-gpu0.rc" && wait_for "$state/bless-gpu1.rc" && touch "$state/bless.done"
 fi
 
-if [[ $steps == *" pair "* ]] && done_with bless && ! done_with pair && (( $(left) > 200 )); then
+if [[ $steps == *" pair "* ]] && { done_with bless || [[ $steps != *" bless "* ]]; } && ! done_with pair && (( $(left) > 200 )); then
   t0=$(date +%s)
   env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
     --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 --speedgate-json "$work/pair.json" \
