@@ -299,9 +299,9 @@ class Comparison:
 
     def calibrate(self, throttled: Mapping[str, float], cooling: list[str]) -> list[Measurement] | None:
         """--speedgate-calibrate: the runs after the judged one, taken right after it and before the audit profiles
-        the sides. A process that has run torch.profiler launches slower for the rest of its life (a launch-bound
-        pass twice as slow: docs/results/gate-study-h200.md), so runs on both sides of the audit would put that
-        into the in-process spread."""
+        the sides. A launch-bound pass can run at another speed once its process has profiled, so runs on both
+        sides of the audit would put that into the in-process spread (docs/results/gate-study-h200.md and
+        gate-study.md, section 5)."""
         runs = self.services.settings.calibrate_runs
         if not runs:
             return None

@@ -28,10 +28,10 @@ PROFILE_HOLD_MS = 30.0
 PROFILE_HOLD_CAP_MS = 2000.0
 PROFILE_TRIES = 3
 
-# Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), and a process that
-# keeps it attached launches slower for the rest of its life: a launch-bound pass timed after the audit would be
-# timed in another state than one before it (docs/results/gate-study-h200.md). The audit asks for the teardown; a
-# value already set (by the user, or by torch itself where CUDA graphs cannot survive it) is left as it is.
+# Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), which can cost a
+# process's later launches host time: the audit asks for the teardown, so that its trace leaves the process as it
+# found it (what launch-bound passes did around the audit: docs/results/gate-study.md, section 5). A value already
+# set (by the user, or by torch itself where CUDA graphs cannot survive the teardown) is left as it is.
 CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
 
 
