@@ -143,7 +143,9 @@ def test_another_pick_is_a_replaced_kernel_or_another_config_of_the_references_b
     assert codegen.repicked_sides(reference, sides(reference["optimized"], reference=[
         {"name": "nvjet_gemm", "grid": [132, 1, 1], "registers": 90}])) == ["reference"]
     assert codegen.repicked_sides(blessed, added) == []  # new work beside the blessed kernel: a slowdown, no pick
-    assert "optimized side launches other kernels (another pick): +spin_kernel" in codegen.changes(blessed, added)
+    assert "optimized side launches more kernels than blessed: +spin_kernel" in codegen.changes(blessed, added)
+    assert "optimized side launches other kernels (another pick): +triton_tem_mm; -_k" in codegen.changes(blessed, replaced)
+    assert "optimized side launches fewer kernels than blessed: -spin_kernel" in codegen.changes(added, blessed)
     library = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}], reference=[{"name": "nvjet_other"}])
     assert codegen.repicked_sides(blessed, library) == ["reference"]
 
@@ -300,7 +302,7 @@ def test_a_slowdown_that_adds_a_kernel_stays_a_regression() -> None:
     now = sides([{"name": "spin"}, {"name": "_k", "grid": [132, 1, 1]}])
     result, _ = judged(measured(1.6), measured(1.6), entry=entry, codegen_now=now)
     assert result.verdict == Verdict.REGRESSED
-    assert "codegen changed since the bless: optimized side launches other kernels (another pick): +spin" in result.note
+    assert "codegen changed since the bless: optimized side launches more kernels than blessed: +spin" in result.note
 
 
 def test_a_compiler_upgrade_that_changed_the_kernels_is_no_pick_and_is_named_with_the_software() -> None:

@@ -252,7 +252,11 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         added = [n for n in now_by if n not in was_by]
         gone = [n for n in was_by if n not in now_by]
         if added or gone:
-            said.append(f"{side} side launches other kernels (another pick): "
+            # Kernels in place of blessed ones are another pick (repicked_sides); one only added is new work, as a
+            # study's injected spin kernel or an extra launch of an edit is; one only gone is work left out.
+            how = ("other kernels (another pick)" if added and gone
+                   else "more kernels than blessed" if added else "fewer kernels than blessed")
+            said.append(f"{side} side launches {how}: "
                         + "; ".join([*(f"+{_short(n)}" for n in added), *(f"-{_short(n)}" for n in gone)]))
         for name in now_by:
             if name in was_by:
