@@ -1,6 +1,7 @@
 """Does a latency-timed case's speed drift over a process's calls, and with what? (GPU)
 
 Usage: python -m lab.drift_probe OUT --case training|regional [--rounds 300] [--window 25] [--profile-at N]
+                                  [--busy-at N --busy K]
 
 Issue 46: two cases timed from an idle device vary more than their kernels do. On two H200 cards the training step's
 two calibrating runs in one process differed by 14-15% (a 45% tolerance), and regional compilation's whole-model
@@ -12,6 +13,9 @@ training step, both losses. OUT/drift-<case>.json keeps every round; the printou
 the medians, the speedup, clock, power, frames and losses, so a drift shows with what moved beside it.
 --profile-at N profiles both sides after round N as speedgate's audit does (a gate run's later measurements, a
 calibrating run's second, come after its audit).
+--busy-at N --busy K starts K host processes that spin in Python after round N, until the end: whether other work
+on the host (another xdist worker compiling, say) moves a launch-bound pass. Each round also records the clock of the
+core that launched it (its cpufreq reading, where the host shows one) and the host's load average.
 """
 
 from __future__ import annotations
@@ -72,6 +76,24 @@ def warm(torch: Any, sides: dict[str, Callable[[int], Any]]) -> None:
     torch.cuda.synchronize()
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
+def host_state() -> dict[str, Any]:
+    """The clock of the core this process last ran on (kHz, from cpufreq; absent where the host hides it) and the
+    1-minute load average."""
+    state: dict[str, Any] = {"load1": os.getloadavg()[0]}
+    try:
+        core = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36])
+        state["core"] = core
+        state["core_mhz"] = int(Path(f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_cur_freq").read_text()) / 1e3
+    except (OSError, ValueError, IndexError):
+        pass
+    return state
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -80,7 +102,11 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--profile-at", type=int, default=None,
                         help="after this round, profile both sides as speedgate's audit does (CudaTimer.profile_calls)")
+    parser.add_argument("--busy-at", type=int, default=None, help="after this round, start --busy spinning host processes")
+    parser.add_argument("--busy", type=int, default=0, help="how many spinning host processes --busy-at starts")
     args = parser.parse_args()
+    import multiprocessing
+
     import torch
 
     from speedgate.gpu_state import open_monitor
@@ -96,6 +122,7 @@ def main() -> None:
     timer = CudaTimer(torch)
     losses: dict[str, Any] = {}
     rounds: list[dict[str, Any]] = []
+    busy: list[Any] = []
     for i in range(args.rounds):
         row: dict[str, Any] = {"round": i}
         order = list(sides.items()) if i % 2 == 0 else list(reversed(sides.items()))
@@ -111,11 +138,19 @@ def main() -> None:
             state = monitor.read()
             row.update(mhz=state.sm_clock_mhz, watts=state.power_w)
         row["frames"] = compiled_frames()
+        row.update(host_state(), busy=len(busy))
         rounds.append(row)
+        if i == args.busy_at:
+            busy = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(args.busy)]
+            for proc in busy:
+                proc.start()
+            print(f"started {len(busy)} spinning host processes after round {i}", flush=True)
         if i == args.profile_at:
             for fn in sides.values():
                 timer.profile_calls(lambda fn=fn, i=i: fn(i))
             print(f"profiled both sides as the audit does after round {i}", flush=True)
+    for proc in busy:
+        proc.terminate()
     fp = detect(None)
     names = list(sides)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +169,8 @@ def main() -> None:
         loss = " ".join(f"loss {n} {med(f'{n}_loss'):.4g}" for n in names if f"{n}_loss" in part[0])
         print(f"rounds {lo:4d}-{lo + len(part) - 1:4d}: {names[0]} {a:.3f} ms, {names[1]} {b:.3f} ms, {a / b:.3f}x; "
               f"wall {med(f'{names[0]}_wall_ms'):.3f}/{med(f'{names[1]}_wall_ms'):.3f} ms; {med('mhz'):.0f} MHz "
-              f"{med('watts'):.0f} W; frames {part[-1]['frames']}; {loss}", flush=True)
+              f"{med('watts'):.0f} W; host core {med('core_mhz'):.0f} MHz, load {med('load1'):.1f}, "
+              f"busy {part[-1]['busy']}; frames {part[-1]['frames']}; {loss}", flush=True)
 
 
 if __name__ == "__main__":
