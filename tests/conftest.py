@@ -16,6 +16,16 @@ import pytest
 import torch  # noqa: F401
 import triton  # noqa: F401  (likewise)
 
+# And matplotlib's pyplot and Agg backend where the chart extra is installed: an in-process run with --speedgate-chart
+# imported them and they were dropped after it, while matplotlib and what an earlier test had imported of it
+# (matplotlib.image) stayed; the next chart then mixed two copies of matplotlib's classes ("Single argument to
+# subplot must be a three-digit integer, not GridSpec(...)"), failing or not by which tests its worker ran before.
+try:
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401
+except ImportError:
+    pass
+
 # And every speedgate module, for the same reason: a module a pytester run imported lazily (verdict, gate, ...) is
 # dropped after it and imported anew by the next run, while the modules the outer run loaded stay; two copies of one
 # enum then compare unequal by identity (Verdict.REGRESSED is not Verdict.REGRESSED), and a regression passes.
