@@ -27,6 +27,20 @@ install_deps() {
     || { cat "$work/pip.log"; exit 3; }
 }
 
+# resume_state: for a script whose work outlives a call (steps in the background, calls chained on the warm
+# machine): $state (.gpu-state/, git-ignored; the baseline files copied in on the first call) and $work (its logs),
+# the packages installed, and this call's time and cards appended to $work/summary.txt.
+resume_state() {
+  state=.gpu-state
+  mkdir -p "$state/baselines" "$state/logs"
+  [[ -n $(ls "$state/baselines") ]] || cp baselines/*.json "$state/baselines/"
+  work=$state/logs
+  export PYTHONUNBUFFERED=1
+  install_deps
+  echo "call at $(date -u +%FT%TZ)" >> "$work/summary.txt"
+  list_cards | tee -a "$work/summary.txt"
+}
+
 # list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
 # the serial's last six characters, its SM clock and temperature now.
 list_cards() {

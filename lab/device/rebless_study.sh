@@ -16,15 +16,8 @@ cd "$(dirname "$0")/../.."
 out=${1:?OUT}
 start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
-state=.gpu-state
-mkdir -p "$state/baselines" "$state/logs"
-[[ -n $(ls "$state/baselines") ]] || cp baselines/*.json "$state/baselines/"
-work=$state/logs
 source lab/device/lib.sh
-export PYTHONUNBUFFERED=1
-install_deps
-echo "call at $(date -u +%FT%TZ)" >> "$work/summary.txt"
-list_cards | tee -a "$work/summary.txt"
+resume_state
 steps=" ${STEPS:-probe bless pair study} "
 rebless=(perftests/test_compile_regional.py perftests/test_compile_dynamic.py perftests/test_compile_training.py
          perftests/test_compile_ladder.py perftests/test_compile_modes.py perftests/test_cutlass_matmul.py

@@ -12,15 +12,8 @@ cd "$(dirname "$0")/../.."
 out=${1:?OUT}
 start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
-state=.gpu-state
-mkdir -p "$state/baselines" "$state/logs"
-[[ -n $(ls "$state/baselines") ]] || cp baselines/*.json "$state/baselines/"
-work=$state/logs
 source lab/device/lib.sh
-export PYTHONUNBUFFERED=1
-install_deps
-echo "call at $(date -u +%FT%TZ)" >> "$work/summary.txt"
-list_cards | tee -a "$work/summary.txt"
+resume_state
 if [[ ! -f $state/blessed ]] && python3 -c "import torch,sys; sys.exit(0 if 'H200' in torch.cuda.get_device_name(0) else 1)"; then
   for gpu in 0 1; do
     ( t0=$(date +%s)
