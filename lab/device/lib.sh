@@ -41,6 +41,17 @@ resume_state() {
   list_cards | tee -a "$work/summary.txt"
 }
 
+# close_state ARCHIVE: the baseline files that changed, into $out/baselines; $state's logs (and its study/, if any)
+# packed into $out/ARCHIVE; the summary printed.
+close_state() {
+  local file
+  for file in "$state/baselines/"*.json; do
+    cmp -s "$file" "baselines/$(basename "$file")" || { mkdir -p "$out/baselines" && cp "$file" "$out/baselines/"; }
+  done
+  tar czf "$out/$1" -C "$state" logs $([[ -d $state/study ]] && echo study)
+  cat "$work/summary.txt"
+}
+
 # list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
 # the serial's last six characters, its SM clock and temperature now.
 list_cards() {

@@ -40,8 +40,4 @@ if [[ -f $state/study.rc ]]; then
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
 fi
-for file in "$state/baselines/"*.json; do
-  cmp -s "$file" "baselines/$(basename "$file")" || { mkdir -p "$out/baselines" && cp "$file" "$out/baselines/"; }
-done
-tar czf "$out/study.tgz" -C "$state" logs $([[ -d $state/study ]] && echo study)
-cat "$work/summary.txt"
+close_state study.tgz
