@@ -19,10 +19,6 @@ deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
 steps=" ${STEPS:-probe bless pair study} "
-rebless=(perftests/test_compile_regional.py perftests/test_compile_dynamic.py perftests/test_compile_training.py
-         perftests/test_compile_ladder.py perftests/test_compile_modes.py perftests/test_cutlass_matmul.py
-         perftests/test_triton_attention.py perftests/test_triton_matmul.py
-         -k "regional or dynamic or training_step or 3-compile or 4-fp8 or reduce-overhead or mode and default or k_chunked or gluon and 8192-128-causal or bias_gelu and 4096")
 fresh() { echo "TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)"; }
 done_with() { [[ -f $state/$1.done ]]; }
 wait_for() {  # FILE: wait until it exists or the call's time is up; 0 when it exists

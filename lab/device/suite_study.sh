@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole suite's gate study on a host with two GPUs (issue 46): `python -m speedgate study` over `perftests -n 2`
-# (one xdist worker per GPU), a clean run, then every optimized side slowed by 5% and by 10%. The study runs in the
-# background (setsid), so it outlives a call: chain calls of this script on the warm machine until summary.txt says
-# "study: done". On H200s the first call blesses the heavy compute-bound cases first, on both GPUs at once with
-# --speedgate-calibrate 2 (as blind_bless.sh bless), into the file the study then gates against.
+# (one xdist worker per GPU), a clean run, then every optimized side slowed by each of SLOWDOWNS (default 0.05,0.10).
+# The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
+# until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
+# --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy,
+# rebless) or none; left unset, heavy on H200s and none elsewhere. PAIR=1: once the study is done, the two-GPU cases
+# (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence.
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is.
@@ -14,30 +16,41 @@ start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
-if [[ ! -f $state/blessed ]] && python3 -c "import torch,sys; sys.exit(0 if 'H200' in torch.cuda.get_device_name(0) else 1)"; then
+bless=${BLESS:-$(python3 -c "import torch; print('heavy' if 'H200' in torch.cuda.get_device_name(0) else 'none')")}
+if [[ ! -f $state/blessed && $bless != none ]]; then
+  declare -n selection=$bless
   for gpu in 0 1; do
     ( t0=$(date +%s)
       CUDA_VISIBLE_DEVICES=$gpu TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) \
-        timeout -s INT -k 15 "$(left)" python3 -m pytest "${heavy[@]}" -p no:cacheprovider -q -rs \
+        timeout -s INT -k 15 "$(left)" python3 -m pytest "${selection[@]}" -p no:cacheprovider -q -rs \
         --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 \
         --speedgate-json "$work/bless-gpu$gpu.json" > "$work/bless-gpu$gpu.log" 2>&1
-      echo "== bless on GPU $gpu: exit $?, $(($(date +%s) - t0)) s; $(tail -1 "$work/bless-gpu$gpu.log")" >> "$work/summary.txt" ) &
+      echo "== bless ($bless) on GPU $gpu: exit $?, $(($(date +%s) - t0)) s; $(tail -1 "$work/bless-gpu$gpu.log")" >> "$work/summary.txt" ) &
   done
   wait
   touch "$state/blessed"
 fi
 if [[ ! -f $state/study.pid ]]; then
-  CUDA_VISIBLE_DEVICES=0,1 setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns 0.05,0.10 -- \
+  CUDA_VISIBLE_DEVICES=0,1 setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
       perftests -n 2 -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
-    _ "$state" < /dev/null > /dev/null 2>&1 &
+    _ "$state" "${SLOWDOWNS:-0.05,0.10}" < /dev/null > /dev/null 2>&1 &
   echo $! > "$state/study.pid"
   echo "== study: started at $(date -u +%T)" >> "$work/summary.txt"
 fi
 while [[ ! -f $state/study.rc ]] && (( $(left) > 15 )); do sleep 5; done
 if [[ -f $state/study.rc ]]; then
-  echo "== study: done, exit $(cat "$state/study.rc")" >> "$work/summary.txt"
-  tail -4 "$work/study.log" >> "$work/summary.txt"
+  grep -q "study: done" "$work/summary.txt" || { echo "== study: done, exit $(cat "$state/study.rc")" >> "$work/summary.txt"
+    tail -4 "$work/study.log" >> "$work/summary.txt"; }
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
+fi
+if [[ ${PAIR:-0} == 1 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
+  t0=$(date +%s)
+  TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout -s INT -k 15 $(( $(left) - 20 )) \
+    python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs --baseline-dir "$state/baselines" \
+    --update-baselines --speedgate-calibrate 2 --speedgate-json "$work/pair.json" > "$work/pair.log" 2>&1
+  rc=$?
+  echo "== pair: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
+  (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
 fi
 close_state study.tgz
