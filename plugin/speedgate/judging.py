@@ -3,7 +3,7 @@ failure text."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,22 +86,20 @@ def judge_measurement(
     if kernel_changes:
         after = f" after {', '.join(drift)}" if drift else ""
         note = f"{note}; codegen changed since the bless{after}: {'; '.join(kernel_changes)}".lstrip("; ")
-        repicked = [side for side in codegen.repicked_sides(blessed_kernels, measured_kernels)
-                    if abs(moved.get(f"{side}_change") or 0.0) > MOVED]
+        repicked = codegen.repicked_sides(blessed_kernels, measured_kernels)
         if repicked and not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
-            said = f"the {' and '.join(repicked)} side ran other kernels than blessed, and moved"
-            if pick_explains(verdict, moved):
+            said = f"the {' and '.join(repicked)} side ran other kernels than blessed"
+            undone = pick_explains(judgement, measurement.speedup, moved, repicked)
+            if undone is not None:
                 # The same software picked other kernels (an autotuner's race, inductor's, a library's
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
                 # blessed one.
                 verdict = Verdict.PICK_CHANGED
-                note = (f"{said}: another pick, not the blessed kernels slower or faster; hold the pick (an autotuner: "
-                        f"hold_blessed) or re-bless ({judgement.verdict.value} as measured). {note}")
+                note = (f"{said}: another pick, not the blessed kernels slower or faster (at its blessed time the "
+                        f"speedup reads {undone:.3f}x, inside the band); hold the pick (an autotuner: hold_blessed) or "
+                        f"re-bless ({judgement.verdict.value} as measured). {note}")
             else:
-                change = moved.get("optimized_change")
-                by = f" ({change:+.1%})" if isinstance(change, (int, float)) else ""
-                note = (f"{note}; {said}, but the optimized side's own time moved too{by}: the pick does not explain "
-                        f"the drop, {verdict.value}")
+                note = f"{note}; {said}, {pick_not_explaining(judgement, measurement.speedup, moved, repicked)}"
     if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
@@ -129,17 +127,49 @@ def judge_measurement(
     return result, first, measurement
 
 
-def pick_explains(verdict: Verdict, moved: Mapping[str, Any]) -> bool:
-    """Whether another pick accounts for a speedup outside its band. Faster: always (it fails only a strict gate,
-    as an improvement does). Slower: only when the optimized side took its blessed time (within MOVED; a side that
-    repicked and moved more is past that too), so that the whole drop is the reference's other pick. An optimized
-    side that is slower (or whose time moved with the host's state, as both sides of a launch-bound case do) stays a
-    regression whatever the reference picked: a study's 5% slowdown read "pick-changed" and passed that way
-    (docs/results/gate-study.md)."""
-    if verdict == Verdict.IMPROVED:
-        return True
+def at_blessed_picks(speedup: float, moved: Mapping[str, Any], repicked: Sequence[str]) -> float | None:
+    """The speedup had each side in `repicked` taken its blessed time (its other pick undone), the other side as
+    measured: speedup = reference / optimized, so a reference at its blessed time divides by (1 + its change) and an
+    optimized one multiplies by it. None when a side's change is unknown."""
+    for side in repicked:
+        change = moved.get(f"{side}_change")
+        if not isinstance(change, (int, float)):
+            return None
+        speedup = speedup / (1.0 + change) if side == "reference" else speedup * (1.0 + change)
+    return speedup
+
+
+def pick_explains(judgement: Judgement, speedup: float, moved: Mapping[str, Any], repicked: Sequence[str]) -> float | None:
+    """Whether another pick accounts for a speedup outside its band: the speedup with every repicked side at its
+    blessed time (at_blessed_picks) lies back inside the band, and, for a drop, the optimized side took its blessed
+    time (within MOVED). Returns that speedup when the pick explains it, else None.
+
+    A repicked side that moved less than the drop explains only its part: a reference that repicked without moving,
+    beside an optimized side 2.9% slower under a 2% tolerance, stays a regression. An optimized side that moved past
+    MOVED (slower, or with the host's state, as both sides of a launch-bound case do) stays a regression whatever the
+    reference picked: a study's 5% slowdown read "pick-changed" and passed that way (docs/results/gate-study.md)."""
+    undone = at_blessed_picks(speedup, moved, repicked)
+    if undone is None or judgement.baseline is None or judgement.floor is None:
+        return None
+    ceiling = 2 * judgement.baseline - judgement.floor
+    if judgement.verdict == Verdict.IMPROVED:
+        return undone if undone <= ceiling else None
     change = moved.get("optimized_change")
-    return isinstance(change, (int, float)) and abs(change) <= MOVED
+    held = isinstance(change, (int, float)) and abs(change) <= MOVED
+    return undone if held and judgement.floor <= undone <= ceiling else None
+
+
+def pick_not_explaining(judgement: Judgement, speedup: float, moved: Mapping[str, Any], repicked: Sequence[str]) -> str:
+    """Why another pick does not account for a verdict (pick_explains said no), in words."""
+    change = moved.get("optimized_change")
+    if judgement.verdict != Verdict.IMPROVED and isinstance(change, (int, float)) and abs(change) > MOVED:
+        return (f"but the optimized side's own time moved too ({change:+.1%}): the pick does not explain the drop, "
+                f"{judgement.verdict.value}")
+    undone = at_blessed_picks(speedup, moved, repicked)
+    if undone is None:
+        return f"with no blessed time to undo the pick against: {judgement.verdict.value}"
+    return (f"but at its blessed time the speedup would still read {undone:.3f}x, outside the band: the pick does not "
+            f"explain it, {judgement.verdict.value}")
 
 
 def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] | None) -> list[str]:
