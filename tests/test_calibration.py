@@ -302,14 +302,24 @@ def test_another_pick_of_the_reference_starts_the_evidence_again_instead_of_wide
     entry = doc["cases"][FREE]
     assert entry["calibration"]["process_speedups"] == [0.782] and entry["tolerance"] == CALIBRATION_FLOOR
     assert entry["codegen"]["reference"][0]["grid"] == [264, 1, 1]  # the entry is the newest process's pick
-    # The same pick again joins the evidence, and so does the optimized side's own kernel in another launch shape
-    # (an edit of that kernel makes one too: a slowdown of it stays a regression, never a pick).
+    assert [p["speedup"] for p in entry["picks"]] == [0.808]  # the first card's pick, kept with its own numbers
+    assert entry["picks"][0]["codegen"]["reference"][0]["grid"] == [132, 1, 1]
+    # The same pick again joins the evidence.
     doc = run(doc, compare_result(0.776, calibration_runs=2, calibration_spread=0.0002, codegen=kernels(264)))
     assert doc["cases"][FREE]["calibration"]["process_speedups"] == [0.782, 0.776]
+    # The optimized side's own kernel in another launch shape is another kernel too: its own evidence, never the
+    # old kernel's (a slowdown of it is judged against nothing it did not measure).
     reshaped = kernels(264)
     reshaped["optimized"][0]["grid"] = [512, 1, 1]
     doc = run(doc, compare_result(0.779, calibration_runs=2, calibration_spread=0.0002, codegen=reshaped))
-    assert doc["cases"][FREE]["calibration"]["process_speedups"] == [0.782, 0.776, 0.779]
+    entry = doc["cases"][FREE]
+    assert entry["calibration"]["process_speedups"] == [0.779]
+    assert [p["speedup"] for p in entry["picks"]] == [0.776, 0.808]
+    # A bless of a pick the entry had seen goes on from that pick's own evidence.
+    doc = run(doc, compare_result(0.78, calibration_runs=2, calibration_spread=0.0002, codegen=kernels(264)))
+    entry = doc["cases"][FREE]
+    assert entry["calibration"]["process_speedups"] == [0.782, 0.776, 0.78]
+    assert [p["speedup"] for p in entry["picks"]] == [0.779, 0.808]
 
 
 def test_a_run_that_jumped_in_an_earlier_process_still_widens_the_tolerance() -> None:

@@ -144,8 +144,10 @@ def _merge_section(
             continue
         base = abs(previous[value_key]) or 1.0
         moved = abs(new[value_key] - previous[value_key]) / base
-        # A new calibration is rewritten whatever the speedup did: its tolerance is what was asked for.
-        method_changed = any(new.get(k) != previous.get(k) for k in ("config", "graphed", "timer", "calibration"))
+        # A new calibration is rewritten whatever the speedup did: its tolerance is what was asked for. So are other
+        # kernels (another pick, the old one kept among the entry's picks): the facts are exact, never noise.
+        method_changed = any(new.get(k) != previous.get(k)
+                             for k in ("config", "graphed", "timer", "calibration", "codegen", "picks"))
         if moved > rewrite_fraction.get(case_id, 0.0) or method_changed:
             merged[case_id] = new
             changes.append(Change(case_id, "updated", previous[value_key], new[value_key], unit))

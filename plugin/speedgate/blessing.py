@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from . import codegen
+from . import picks as pick_book
 from .evidence import (
     CALIBRATION_CEILING,
     CALIBRATION_FLOOR,
@@ -73,26 +73,47 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: s
     must tolerate (an example: docs/results/plugin-constants.md). A case that holds its autotuner to the blessed
     config (Perf.blessed_config) races only in a plain re-bless, so its calibrating processes measure one kernel.
 
-    Kernels that are another pick than the entry's (speedgate.codegen.repicked_sides: a compiled reference's other
-    template, a library's other kernel) start the evidence again, as another timer does: the entry is now this
-    process's pick, and a later run of the other pick gets its own verdict (pick-changed) instead of a tolerance
-    wide enough for both (`python -m speedgate evidence` leaves such runs out by the same rule)."""
+    Kernels that are another pick than the entry's (speedgate.picks.same_pick: any fact of a side's kernels other
+    than blessed; a compiled reference's other template, a compiled side's other registers) are that pick's
+    evidence, never the old pick's: the evidence goes on from that pick's own when the entry had seen it among its
+    picks, else starts again, and the old main pick is kept among the entry's picks (speedgate.picks), so a later
+    run of it is judged against its own speedup (`python -m speedgate evidence` sorts gate runs by the same rule)."""
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry
     old_calibration = (old or {}).get("calibration")
-    same = old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer")) \
-        and not codegen.repicked_sides(old.get("codegen"), entry.get("codegen"))
-    prior = old_calibration if same and isinstance(old_calibration, dict) else {}
+    setup = _same_setup(entry, old)
+    prior: Any = {}
+    if setup and pick_book.same_pick((old or {}).get("codegen"), entry.get("codegen")):
+        prior = old_calibration if isinstance(old_calibration, dict) else {}
+    elif setup:
+        prior = pick_book.after_bless(entry, old)[1] or {}
     evidence = add_process(prior, card, float(entry["speedup"]), float(calibration["spread"]), calibration["measured_at"])
     evidence.update(runs=calibration["runs"], spread=calibration["spread"], measured_at=calibration["measured_at"])
     return {**entry, "tolerance": tolerance_of(evidence), "calibration": evidence}
 
 
+def _same_setup(entry: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """Whether an entry was blessed with the software, graph mode and timer of the old one: its picks are the old
+    one's picks (another setup measures another thing and starts everything again)."""
+    return old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
+
+
+def _with_picks(entry: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """The entry with its other picks (speedgate.picks.after_bless): the old entry's, and the old main pick when this
+    bless picked other kernels, with the same setup."""
+    if not _same_setup(entry, old):
+        return entry
+    others = pick_book.after_bless(entry, old)[0]
+    return {**entry, "picks": others} if others else entry
+
+
 def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
     """A plain re-bless keeps an entry's calibrated tolerance and its evidence (calibrating takes N times as long,
-    and its date says how old it is), unless the case now pins its own tolerance."""
-    if old and "calibration" in old and "calibration" not in entry and not result.tolerance_pinned:
+    and its date says how old it is), unless the case now pins its own tolerance or picked other kernels (the
+    evidence is the old pick's, kept with it among the entry's picks)."""
+    if old and "calibration" in old and "calibration" not in entry and not result.tolerance_pinned \
+            and pick_book.same_pick(old.get("codegen"), entry.get("codegen")):
         entry = {**entry, "tolerance": old["tolerance"], "calibration": old["calibration"]}
     return entry
 
@@ -118,7 +139,8 @@ def bless(
     old = existing["cases"] if existing else {}
 
     def entry(r: CompareResult, previous: dict[str, Any] | None) -> dict[str, Any]:
-        return _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous, r.card), r, previous)
+        blessed = _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous, r.card), r, previous)
+        return _with_picks(blessed, previous)
 
     entries = {r.case_id: entry(r, old.get(r.case_id)) for r in cases}
     return baseline_file.merge(

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import codegen
+from . import codegen, picks
 
 # K, the floor and the ceiling of a calibrated tolerance; why these values: docs/results/plugin-constants.md and
 # docs/results/calibration.md.
@@ -234,7 +234,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     other_configs: list[str] = []
     unsettled: list[str] = []
     recorded: list[str] = []
-    other_picks: list[str] = []
+    other_picks: list[tuple[str, bool]] = []
+    untimed_picks: list[str] = []
     for report in reports:
         identity = report_identity(report)
         records = report.get("cases", [])
@@ -267,19 +268,30 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if record.get("nodeid") in other_kernel:
                 other_configs.append(record["case_id"])
                 continue
-            if codegen.repicked_sides(entry.get("codegen"), record.get("codegen")):
-                other_picks.append(record["case_id"])  # another pick is its own verdict, never tolerance
+            # A calibrating run's in-process spread, read as the file's own evidence is; a gate run has none.
+            run_spread = next(iter(_numbers([record.get("calibration_spread")], positive=False)), None)
+            when = str(report.get("run_time") or entry["calibration"].get("measured_at", ""))
+            if not picks.same_pick(entry.get("codegen"), record.get("codegen")):
+                # Another pick is its own evidence, never the main pick's tolerance (speedgate.picks).
+                if not all(_numbers([record.get(k)], positive=True) for k in ("reference_ms", "optimized_ms")):
+                    untimed_picks.append(record["case_id"])  # no times to judge that pick's sides by
+                    continue
+                found = picks.matching(entry, record.get("codegen"))
+                pick_cards = cards((found[1].get("calibration") or {}) if found else {})
+                if identity in pick_cards.get(record.get("card") or UNRECORDED, {}).get("reports", []):
+                    again[identity] = again.get(identity, 0) + 1
+                    continue
+                entry, new = add_other_pick(entry, record, record.get("card"), run_spread, when, identity)
+                cases[record["case_id"]] = entry
+                other_picks.append((record["case_id"], new))
                 continue
             held = cards(entry["calibration"]).get(record.get("card") or UNRECORDED, {}).get("reports", [])
             if identity in held:
                 again[identity] = again.get(identity, 0) + 1
                 continue
             before = float(entry["tolerance"])
-            # A calibrating run's in-process spread, read as the file's own evidence is; a gate run has none.
-            run_spread = next(iter(_numbers([record.get("calibration_spread")], positive=False)), None)
             calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), run_spread,
-                                      str(report.get("run_time") or entry["calibration"].get("measured_at", "")),
-                                      identity)
+                                      when, identity)
             entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}
             cases[record["case_id"]] = entry
             first = changed.get(record["case_id"], (before, before))[0]
@@ -290,13 +302,42 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
                  for case_id in sorted(other_configs)]
-    left_out += [f"left out: {case_id}: its kernels were another pick than the bless's (speedgate.codegen)"
-                 for case_id in sorted(other_picks)]
+    left_out += [f"{case_id}: its kernels were another pick than the bless's: "
+                 f"{'a new other pick of the entry' if new else 'added to that pick'}, its own evidence (speedgate.picks)"
+                 for case_id, new in sorted(other_picks)]
+    left_out += [f"left out: {case_id}: another pick without both sides' times" for case_id in sorted(untimed_picks)]
     left_out += [f"left out: {case_id}: its measurement never settled (the device's speed still drifted when its "
                  "rounds ended)" for case_id in sorted(unsettled)]
     left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "
                  f"given again)" for identity, count in sorted(again.items())]
     return {**doc, "cases": cases}, lines, left_out
+
+
+def add_other_pick(entry: Mapping[str, Any], record: Mapping[str, Any], card: str | None, run_spread: float | None,
+            measured_at: str, report: str | None) -> tuple[dict[str, Any], bool]:
+    """The entry with a gate run's or bless's process of another pick added to that pick's evidence (a new other
+    pick when it was never seen; its tolerance the main pick's until its own evidence spans two processes or holds
+    an in-process spread); and whether the pick is new. The main pick's evidence and tolerance are not touched."""
+    found = picks.matching(entry, record.get("codegen"))
+    others = [dict(p) for p in entry.get("picks") or [] if isinstance(p, dict)]
+    if found is None:
+        pick: dict[str, Any] = {name: record[name] for name in picks.PICK_FIELDS
+                                if record.get(name) is not None and name not in ("tolerance", "calibration")}
+        pick["measured_at"] = measured_at
+        index, new = len(others), True
+        others.append(pick)
+    else:
+        (index, pick), new = found, False
+    calibration = add_process(pick.get("calibration") or {}, card, float(record["speedup"]), run_spread, measured_at,
+                              report)
+    calibration.setdefault("runs", max(2, int(record.get("calibration_runs") or 2)))
+    calibration.setdefault("spread", run_spread or 0.0)
+    calibration.setdefault("measured_at", measured_at)
+    own = calibration.get("process_run_spreads") or len(calibration.get("process_speedups") or []) >= 2
+    pick = {**pick, "calibration": calibration,
+            "tolerance": tolerance_of(calibration) if own else float(entry.get("tolerance", 0.0) or 0.0) or tolerance_of(calibration)}
+    others[index] = pick
+    return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new
 
 
 def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,

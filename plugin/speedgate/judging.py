@@ -100,6 +100,8 @@ def judge_measurement(
                         f"re-bless ({judgement.verdict.value} as measured). {note}")
             else:
                 note = f"{note}; {said}, {pick_not_explaining(judgement, measurement.speedup, moved, repicked)}"
+    if fields.get("judged_pick"):
+        note = f"{note}; {fields['judged_pick']}".lstrip("; ")
     if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import codegen, integrity, judging
+from . import codegen, integrity, judging, picks
 from . import tolerance as tolerances
 from .blessing import between_run_spread
 from .ceilings import MATMUL_DTYPES
@@ -344,9 +344,10 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     (re-measured once before a regression stands). Returns the result and its raw samples (for the artifacts of a
     failing test)."""
     settings = services.settings
-    entry = services.book.entry(spec.case_id, spec.hardware_key)
+    # A run whose kernels are one of the entry's other picks is judged against that pick's numbers (speedgate.picks).
+    entry, judged_pick = picks.judged_entry(services.book.entry(spec.case_id, spec.hardware_key), extra.get("codegen"))
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
-    fields = {**spec.fields(tol), **extra, "card": services.bench.card()}
+    fields = {**spec.fields(tol), **extra, "card": services.bench.card(), "judged_pick": judged_pick}
     if settings.calibrate_runs:
         calibrated, settled = calibration(measurement, again, settings.calibrate_runs, taken=calibrating)
         fields.update(calibrated)

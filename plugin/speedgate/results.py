@@ -102,6 +102,8 @@ class CompareResult:
     # Whether those changes came with new software since the bless (a compiler or library upgrade changed the
     # kernels): what --speedgate-strict fails on. Without new software they are picks, reported only.
     codegen_drift: bool = False
+    # When the kernels were one of the entry's other picks (speedgate.picks): which, and that pick's speedup, in words.
+    judged_pick: str | None = None
 
     @property
     def unchecked(self) -> bool:

@@ -1,0 +1,92 @@
+"""The picks of one entry: the speedup each kernel pick of a case was blessed at.
+
+With the same code and software, an autotuner, inductor or a library can pick other kernels from one process to the
+next: a compiled reference's GELU at another block size, a compiled side's reduction with other registers. Each pick
+runs at its own speed. An entry holds its main pick (its `codegen`, speedup, times, tolerance and evidence) and,
+under `picks`, each other pick seen with the same software, timer and graph mode, with its own speedup, times,
+tolerance and evidence. A run whose kernels are one of those picks is judged against that pick's numbers, so that a
+slowdown is caught whichever pick the process got, and a flip between known picks is no false alarm; kernels never
+seen are judged against the main pick and named (`pick-changed` only when the other pick explains the whole move:
+speedgate.judging). One pick's speedups never widen another's tolerance.
+
+Pure: entries in, entries out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import codegen
+
+# What an entry keeps of each other pick (the schema's `pick`), and how many other picks (the latest).
+PICK_FIELDS = ("codegen", "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "rounds",
+               "tolerance", "calibration", "measured_at")
+PICKS_KEPT = 4
+
+
+def same_pick(blessed: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> bool:
+    """Whether two sets of kernels' facts are one pick: every recorded fact equal (speedgate.codegen.changes). Facts
+    missing on either side (a CPU run, an entry blessed before facts were recorded) cannot tell: one pick."""
+    return not blessed or not measured or not codegen.changes(blessed, measured)
+
+
+def pick_of(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry's main pick as one of another entry's `picks`."""
+    return {name: entry[name] for name in PICK_FIELDS if entry.get(name) is not None}
+
+
+def matching(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]] | None:
+    """(index, pick) of the entry's other pick whose kernels are `measured`'s, or None: the main pick matches, the
+    facts cannot tell, or this pick was never seen."""
+    if not entry or not measured or same_pick(entry.get("codegen"), measured):
+        return None
+    for index, pick in enumerate(entry.get("picks") or []):
+        if isinstance(pick, dict) and pick.get("codegen") and same_pick(pick["codegen"], measured):
+            return index, dict(pick)
+    return None
+
+
+def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The entry a run with `measured` kernels is judged against: the entry itself, or, when its kernels are one of
+    the entry's other picks, that pick's numbers in the entry's place (its tolerance and evidence too; an other
+    pick without evidence is judged with the main pick's tolerance), with a note naming the pick."""
+    found = matching(entry, measured)
+    if entry is None or found is None:
+        return entry, None
+    index, pick = found
+    judged = {k: v for k, v in entry.items() if k not in ("picks", "calibration")}
+    judged.update(pick)
+    if "calibration" not in pick and "calibration" in entry:
+        judged["calibration"] = {k: v for k, v in entry["calibration"].items()
+                                 if k in ("runs", "spread", "measured_at")}
+        judged["tolerance"] = entry.get("tolerance", pick.get("tolerance"))
+    note = (f"judged against the entry's other pick {index + 1} (its kernels are this run's; blessed "
+            f"{float(pick['speedup']):.3f}x on {str(pick.get('measured_at', ''))[:10]}), not the main pick "
+            f"({float(entry['speedup']):.3f}x)")
+    return judged, note
+
+
+def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """An entry blessed with another pick than `old`'s main, same software, timer and graph mode: (the new entry's
+    other picks: old's main first, then old's other picks, less the one that is the new main; the evidence of the
+    new main's pick when old had seen it, to go on from, else None). With the same pick: (old's other picks, None)."""
+    others = [dict(p) for p in (old or {}).get("picks") or [] if isinstance(p, dict)]
+    if old is None or same_pick(old.get("codegen"), new.get("codegen")):
+        return others, None
+    found = matching(old, new.get("codegen"))
+    prior = None
+    if found is not None:
+        prior = found[1].get("calibration")
+        del others[found[0]]
+    return ([pick_of(old), *others])[:PICKS_KEPT], prior
+
+
+def described(picks: Sequence[Mapping[str, Any]]) -> str:
+    """'2 other picks (0.854x, 0.807x)' for an entry's other picks."""
+    said = ", ".join(f"{float(p['speedup']):.3f}x" for p in picks if isinstance(p.get("speedup"), (int, float)))
+    return f"{len(picks)} other pick{'s' if len(picks) != 1 else ''} ({said})"
+
+
+__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "described", "judged_entry", "matching", "pick_of",
+           "same_pick"]
