@@ -321,7 +321,7 @@ def add_other_pick(entry: Mapping[str, Any], record: Mapping[str, Any], card: st
     found = picks.matching(entry, record.get("codegen"))
     others = [dict(p) for p in entry.get("picks") or [] if isinstance(p, dict)]
     if found is None:
-        pick: dict[str, Any] = {name: record[name] for name in picks.PICK_FIELDS
+        pick: dict[str, Any] = {name: round_value(record[name]) for name in picks.PICK_FIELDS
                                 if record.get(name) is not None and name not in ("tolerance", "calibration")}
         pick["measured_at"] = measured_at
         index, new = len(others), True
