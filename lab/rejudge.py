@@ -1,0 +1,89 @@
+"""A study's reports judged again against another baseline file, on the CPU: what the gate would have said.
+
+    python -m lab.rejudge BASELINE.json STUDY_DIR [--share 0.05]
+
+STUDY_DIR holds a `python -m speedgate study` folder's reports (clean*.json, slow<share>-*.json). Each timed
+comparison's recorded interval (ci_low, speedup, ci_high: the measurement its verdict was given on) is judged against
+BASELINE.json's entry as the plugin judges it now: the entry's other pick when the kernels are one
+(speedgate.picks), the entry's calibrated tolerance (or the case's pinned one), the cards' center, and the
+pick-changed rule (speedgate.judging.pick_explains). Then the study's table and its catch line.
+
+Not modelled: measuring again (the recorded interval is the last measurement's), inconclusive, and a change of
+the case itself since the run. A count from this tool is an estimate of the verdicts, never a measurement: a results
+page says which it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from speedgate import codegen, picks
+from speedgate import tolerance as tolerances
+from speedgate.attribution import which_side_moved
+from speedgate.evidence import judged_against
+from speedgate.judging import pick_explains
+from speedgate.stats import RatioEstimate
+from speedgate.study import table
+from speedgate.verdict import Verdict, judge
+
+
+def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
+    """The verdict the plugin would give this recorded measurement against entry (see the module)."""
+    if entry is None or not record.get("timed") or not record.get("speedup"):
+        return str(record.get("verdict"))
+    judged, _ = picks.judged_entry(entry, record.get("codegen"))
+    assert judged is not None
+    if record.get("tolerance_pinned"):
+        tolerance = float(record["tolerance"])
+    else:
+        tolerance = tolerances.calibrated(judged) or float(record["tolerance"])
+    baseline, _ = judged_against(judged, tolerance)
+    estimate = RatioEstimate(float(record["speedup"]), float(record.get("ci_low") or record["speedup"]),
+                             float(record.get("ci_high") or record["speedup"]), 0.95, int(record.get("rounds") or 1))
+    judgement = judge(estimate, baseline, tolerance, file_found=True)
+    found = judgement.verdict
+    if found in (Verdict.REGRESSED, Verdict.IMPROVED):
+        repicked = codegen.repicked_sides(judged.get("codegen"), record.get("codegen"))
+        if repicked:
+            _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
+            moved = {"reference_change": ref, "optimized_change": opt}
+            if pick_explains(judgement, float(record["speedup"]), moved, repicked) is not None:
+                found = Verdict.PICK_CHANGED
+    return found.value
+
+
+def rejudged(report: Mapping[str, Any], cases: Mapping[str, Any]) -> dict[str, Any]:
+    """The report with each timed case's verdict given again against `cases`, and its tolerance the one used."""
+    out = []
+    for record in report.get("cases", []):
+        entry = cases.get(record.get("case_id"))
+        again = dict(record, verdict=verdict(record, entry))
+        if entry is not None and not record.get("tolerance_pinned"):
+            judged, _ = picks.judged_entry(entry, record.get("codegen"))
+            again["tolerance"] = tolerances.calibrated(judged) or record.get("tolerance")
+        out.append(again)
+    return {**report, "cases": out}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.rejudge", description=__doc__.split("\n")[0])
+    parser.add_argument("baseline", type=Path)
+    parser.add_argument("study", type=Path)
+    parser.add_argument("--share", type=float, default=0.05)
+    args = parser.parse_args(argv)
+    cases = json.loads(args.baseline.read_text())["cases"]
+    clean = [rejudged(json.loads(p.read_text()), cases) for p in sorted(args.study.glob("clean*.json"))]
+    slowed: dict[float, list[dict[str, Any]]] = {}
+    for path in sorted(args.study.glob("slow*.json")):
+        share = float(path.stem[len("slow"):].rsplit("-", 1)[0])
+        slowed.setdefault(share, []).append(rejudged(json.loads(path.read_text()), cases))
+    print(table(clean, slowed, args.share), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
