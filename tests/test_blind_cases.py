@@ -595,3 +595,33 @@ def test_the_main_pick_is_judged_as_before(pytester: pytest.Pytester, monkeypatc
     pick_project(pytester)
     case = gate(pytester, monkeypatch, 2.0, 256)
     assert case["verdict"] == "pass" and not case.get("judged_pick")
+
+
+def test_two_blesses_of_other_picks_keep_both_and_the_gate_judges_each(pytester: pytest.Pytester,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a user: bless on one card (block 256, 2.0x), bless again where the reference picked block 128 (2.1x), both
+    with --speedgate-calibrate 2; the file keeps both picks, `python -m speedgate evidence` shows them, and a gate run
+    of either pick is judged against its own speedup."""
+    import subprocess
+    import sys
+
+    pytester.makeconftest(PICK_CONFTEST)
+    pytester.makepyfile(test_cases=TEST)
+    pytester.makeini("[pytest]\n")
+    for reference_ms, block in ((2.0, 256), (2.1, 128)):
+        monkeypatch.setenv("REF_MS", str(reference_ms))
+        monkeypatch.setenv("BLOCK", str(block))
+        blessed = pytester.runpytest("--hardware-key", "test-box", "--update-baselines", "--speedgate-calibrate", "2")
+        blessed.assert_outcomes(passed=1)
+    path = pytester.path / "baselines" / "test-box.json"
+    entry = json.loads(path.read_text())["cases"]["test_cases.py::test_gemm"]
+    assert entry["speedup"] == 2.1 and entry["codegen"]["reference"][0]["block"] == [128, 1, 1]
+    [pick] = entry["picks"]
+    assert pick["speedup"] == 2.0 and pick["codegen"]["reference"][0]["block"] == [256, 1, 1]
+    shown = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path)], capture_output=True, text=True,
+                           check=True).stdout
+    assert "  other pick 1 (2x): tolerance 2.0%" in shown
+    assert gate(pytester, monkeypatch, 2.0, 256)["verdict"] == "pass"
+    slowed = gate(pytester, monkeypatch, 1.9, 256)  # 5% under its own pick, 9.5% under the main one
+    assert slowed["verdict"] == "regressed" and "judged against the entry's other pick 1" in slowed["note"]
+    assert gate(pytester, monkeypatch, 2.1, 128)["verdict"] == "pass"

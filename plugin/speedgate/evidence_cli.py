@@ -25,19 +25,26 @@ def _load_report(path: Path) -> dict[str, Any]:
 
 
 def show(doc: dict[str, Any]) -> list[str]:
-    """A line per calibrated entry: its tolerance and the cards and processes behind it."""
+    """A line per calibrated entry: its tolerance and the cards and processes behind it; then a line per other pick
+    of it (speedgate.picks), with its own."""
     lines = []
     for case_id, entry in sorted(doc["cases"].items()):
-        calibration = entry.get("calibration")
-        if not calibration:
+        if not entry.get("calibration"):
             continue
-        by_card = cards(calibration)
-        parts = [f"{'unrecorded cards' if name == UNRECORDED else 'card ' + name}: "
-                 + ", ".join(f"{v:.4g}" for v in c.get("speedups", [])) for name, c in sorted(by_card.items())]
-        spread = calibration.get("machine_spread")
-        between = f"; between cards {spread:.2%}" if isinstance(spread, (int, float)) else ""
-        lines.append(f"{case_id}: tolerance {entry['tolerance']:.1%}{between}; " + "; ".join(parts))
+        lines.append(f"{case_id}: {_evidence_line(entry)}")
+        for index, pick in enumerate(entry.get("picks") or []):
+            lines.append(f"  other pick {index + 1} ({float(pick['speedup']):.4g}x): {_evidence_line(pick)}")
     return lines
+
+
+def _evidence_line(entry: dict[str, Any]) -> str:
+    calibration = entry.get("calibration") or {}
+    by_card = cards(calibration)
+    parts = [f"{'unrecorded cards' if name == UNRECORDED else 'card ' + name}: "
+             + ", ".join(f"{v:.4g}" for v in c.get("speedups", [])) for name, c in sorted(by_card.items())]
+    spread = calibration.get("machine_spread")
+    between = f"; between cards {spread:.2%}" if isinstance(spread, (int, float)) else ""
+    return f"tolerance {entry['tolerance']:.1%}{between}; " + "; ".join(parts)
 
 
 def main(argv: Sequence[str]) -> int:
