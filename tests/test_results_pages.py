@@ -236,3 +236,17 @@ def test_print_shows_a_baseline_files_tables(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "`perftests/test_b.py`" in proc.stdout and "test_mm[4096]::vs_cublas" in proc.stdout
     assert "test_add" not in proc.stdout
+
+
+def test_an_entrys_other_picks_are_shown_beside_its_speedup(tmp_path: Path) -> None:
+    doc = baseline_doc()
+    entry = doc["cases"]["perftests/test_a.py::test_add[float32]"]
+    entry["codegen"] = {"reference": [{"name": "triton_poi_fused_add_0", "block": [256, 1, 1]}]}
+    entry["picks"] = [{"speedup": 2.1, "reference_ms": 2.1, "optimized_ms": 1.0, "tolerance": 0.02,
+                       "measured_at": "2026-11-27", "codegen": {"reference": [{"name": "triton_poi_fused_add_0",
+                                                                               "block": [128, 1, 1]}]}}]
+    write_baselines(tmp_path / "baselines", doc)
+    proc = generate(tmp_path, "--no-chart")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "results" / "nvidia-test-gpu.md").read_text()
+    assert "| `test_add[float32]` | 2.345x (other picks: 2.1x) | 2.322-2.368 |" in page

@@ -150,11 +150,18 @@ def case_rows(rows: Sequence[tuple[str, Mapping[str, Any]]], software: SoftwareS
     for name, e in rows:
         timer = str(e.get("timer", "-")) + (", graph" if e.get("graphed") else "")
         cells.append((
-            f"`{md(name)}`", f"{num(e['speedup'])}x", f"{num(e['ci_low'])}-{num(e['ci_high'])}", judged(e),
+            f"`{md(name)}`", f"{num(e['speedup'])}x{other_picks(e)}", f"{num(e['ci_low'])}-{num(e['ci_high'])}", judged(e),
             pct(e.get("tolerance")), calibration(e), rate(e), pct(e.get("peak_fraction"), 0), md(timer),
             md(str(e.get("measured_at", "-"))), software.name(e.get("software")),
         ))
     return table(header, "lrlrrrrrlll", cells)
+
+
+def other_picks(entry: Mapping[str, Any]) -> str:
+    """' (other picks: 2.1x, 1.98x)' for an entry that keeps other kernel picks (speedgate.picks), each judged
+    against its own speedup; empty otherwise."""
+    found = [p for p in entry.get("picks") or [] if isinstance(p.get("speedup"), (int, float))]
+    return f" (other picks: {', '.join(num(p['speedup']) + 'x' for p in found)})" if found else ""
 
 
 def judged(entry: Mapping[str, Any]) -> str:
