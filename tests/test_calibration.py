@@ -320,6 +320,11 @@ def test_another_pick_of_the_reference_starts_the_evidence_again_instead_of_wide
     entry = doc["cases"][FREE]
     assert entry["calibration"]["process_speedups"] == [0.782, 0.776, 0.78]
     assert [p["speedup"] for p in entry["picks"]] == [0.779, 0.808]
+    # A plain re-bless (no calibration) of a known pick keeps that pick's evidence and tolerance, not the main's.
+    doc = run(doc, compare_result(0.81, codegen=kernels(132)))
+    entry = doc["cases"][FREE]
+    assert entry["speedup"] == 0.81 and entry["calibration"]["process_speedups"] == [0.808]
+    assert [p["speedup"] for p in entry["picks"]] == [0.78, 0.779]
 
 
 def test_a_run_that_jumped_in_an_earlier_process_still_widens_the_tolerance() -> None:

@@ -110,11 +110,16 @@ def _with_picks(entry: dict[str, Any], old: dict[str, Any] | None) -> dict[str, 
 
 def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
     """A plain re-bless keeps an entry's calibrated tolerance and its evidence (calibrating takes N times as long,
-    and its date says how old it is), unless the case now pins its own tolerance or picked other kernels (the
-    evidence is the old pick's, kept with it among the entry's picks)."""
-    if old and "calibration" in old and "calibration" not in entry and not result.tolerance_pinned \
-            and pick_book.same_pick(old.get("codegen"), entry.get("codegen")):
-        entry = {**entry, "tolerance": old["tolerance"], "calibration": old["calibration"]}
+    and its date says how old it is), unless the case now pins its own tolerance. With other kernels than the old
+    main pick, what it keeps is that pick's own, when the entry had seen it among its picks (the old main's
+    evidence stays with the old main, among the picks)."""
+    if not old or "calibration" in entry or result.tolerance_pinned:
+        return entry
+    source: Any = old if pick_book.same_pick(old.get("codegen"), entry.get("codegen")) else None
+    if source is None and (found := pick_book.matching(old, entry.get("codegen"))) is not None:
+        source = found[1]
+    if source is not None and "calibration" in source:
+        entry = {**entry, "tolerance": source["tolerance"], "calibration": source["calibration"]}
     return entry
 
 
