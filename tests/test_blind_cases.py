@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from speedgate import codegen, evidence, judging
-from speedgate.baseline import BaselineError, validate
+from speedgate.baseline import BaselineError, read, validate
 from speedgate.measure import SUSTAINED_PAIR_MS, Measurement, measurement_from_samples
 from speedgate.timers.cycles import CYCLES_MIN_PEAK, CYCLES_TIMER, counts_cycles
 from speedgate.verdict import Verdict, fails
@@ -164,6 +164,27 @@ def test_the_baseline_schema_takes_codegen_facts_and_refuses_malformed_ones() ->
     doc["cases"]["t.py::test"]["codegen"]["optimized"][0]["registers"] = -1
     with pytest.raises(BaselineError):
         validate(doc, "t.json")
+
+
+def test_the_baseline_schema_refuses_a_malformed_other_pick_naming_where(tmp_path: Path) -> None:
+    kernels = sides([{"name": "_k", "registers": 168}])
+    pick = {"speedup": 2.1, "reference_ms": 2.1, "optimized_ms": 1.0, "tolerance": 0.02, "measured_at": "now",
+            "codegen": sides([{"name": "_k", "registers": 170}])}
+    doc = {"schema_version": 1, "hardware_key": "test-box", "fingerprint": {"hardware": {"kind": "gpu", "name": "x"},
+                                                                           "software": {}},
+           "cases": {"t.py::test": {**ENTRY, "codegen": kernels, "picks": [pick]}}}
+    validate(doc, "t.json")
+    del doc["cases"]["t.py::test"]["picks"][0]["speedup"]
+    with pytest.raises(BaselineError, match=r"t.json: does not match the baseline schema at cases/t.py::test/picks/0"):
+        validate(doc, "t.json")
+    doc["cases"]["t.py::test"]["picks"][0]["speedup"] = float("nan")
+    with pytest.raises(BaselineError, match="picks"):
+        validate(doc, "t.json")
+    # A file with a malformed pick is refused when read, and a gate run says which file and where.
+    path = tmp_path / "test-box.json"
+    path.write_text(json.dumps({**doc, "cases": {"t.py::test": {**ENTRY, "codegen": kernels, "picks": [{"speedup": 2}]}}}))
+    with pytest.raises(BaselineError, match="test-box.json: does not match the baseline schema at cases/t.py::test/picks/0"):
+        read(path)
 
 
 # -- judging --------------------------------------------------------------------------------------------------------
