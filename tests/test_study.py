@@ -134,3 +134,20 @@ def test_a_slowdown_slows_a_launch_bound_side_and_a_mixed_one_by_its_share() -> 
         run = study.slowed(gpu.side, 0.10, gpu, functools.partial(study.spin_cost, gpu), host_wait=gpu.wait)
         run()
         assert round(gpu.call_ms(run), 6) == 2.2, bound
+
+
+def test_a_slowdown_that_did_not_reach_the_optimized_side_is_said_and_counted_apart() -> None:
+    """The H200 study of 2026-11-27: slowed by 5%, reduce-overhead's optimized side ran 0.1% slower than in the clean
+    run on the same card, and its miss said nothing about the gate. The cell says so; the totals count it apart."""
+    def record(case: str, verdict: str, optimized_ms: float, card: str = "c1") -> dict:
+        return {"case_id": case, "timed": True, "verdict": verdict, "change": -0.03, "tolerance": 0.05,
+                "timer": "cuda-events-held", "optimized_ms": optimized_ms, "card": card}
+
+    clean = [{"cases": [record("graphed", "pass", 2.297), record("plain", "pass", 1.0)]},
+             {"cases": [record("plain", "pass", 1.2, card="c2")]}]  # a clean run on another, slower card
+    slowed = {0.05: [{"cases": [record("graphed", "pass", 2.299), record("plain", "pass", 1.03)]}]}
+    text = study.table(clean, slowed)
+    assert "| `graphed` | 5.0% | cuda-events-held | 0/1 | 0/1, -3.0% (the optimized side +0.1% from the clean run) |" in text
+    assert "| `plain` | 5.0% | cuda-events-held | 0/2 | 0/1, -3.0% |" in text  # +3% on its own card: reached
+    assert "+5% caught in 0 of 2 comparisons (1 missed where the slowdown did not reach the optimized side)" in text
+    assert text.rstrip().endswith("0 of 2 comparisons catch a 5% regression")
