@@ -6,7 +6,7 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,10 +63,11 @@ def case_entry(result: CompareResult, software: dict[str, Any], measured_at: str
     return entry
 
 
-def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: str | None) -> dict[str, Any]:
+def _across_processes(entry: dict[str, Any], own: Mapping[str, Any] | None, card: str | None) -> dict[str, Any]:
     """A calibrated entry adds its process (judged speedup, in-process spread, the card that measured it) to the
-    evidence of earlier calibrated blesses and gate runs of the same case, software and way of timing, on this card
-    and on others; the tolerance covers all of it (speedgate.evidence).
+    evidence of earlier calibrated blesses and gate runs of the same case, software, way of timing and pick, on this
+    card and on others (`own`: what the old entry recorded of this pick; None starts the evidence again); the
+    tolerance covers all of it (speedgate.evidence).
 
     The recorded `config` (an autotuner's choice) does not start the evidence again: which config wins the race
     differs between processes, and for a case that races in every run that is the between-process spread the gate
@@ -81,45 +82,26 @@ def _across_processes(entry: dict[str, Any], old: dict[str, Any] | None, card: s
     calibration = entry.get("calibration")
     if calibration is None or not isinstance(entry.get("speedup"), (int, float)):
         return entry
-    old_calibration = (old or {}).get("calibration")
-    setup = _same_setup(entry, old)
-    prior: Any = {}
-    if setup and pick_book.same_pick((old or {}).get("codegen"), entry.get("codegen")):
-        prior = old_calibration if isinstance(old_calibration, dict) else {}
-    elif setup:
-        prior = pick_book.after_bless(entry, old)[1] or {}
-    evidence = add_process(prior, card, float(entry["speedup"]), float(calibration["spread"]), calibration["measured_at"])
+    prior = (own or {}).get("calibration")
+    evidence = add_process(prior if isinstance(prior, dict) else {}, card, float(entry["speedup"]),
+                           float(calibration["spread"]), calibration["measured_at"])
     evidence.update(runs=calibration["runs"], spread=calibration["spread"], measured_at=calibration["measured_at"])
     return {**entry, "tolerance": tolerance_of(evidence), "calibration": evidence}
 
 
-def _same_setup(entry: dict[str, Any], old: dict[str, Any] | None) -> bool:
+def _same_setup(entry: dict[str, Any], old: Mapping[str, Any] | None) -> bool:
     """Whether an entry was blessed with the software, graph mode and timer of the old one: its picks are the old
     one's picks (another setup measures another thing and starts everything again)."""
     return old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
 
 
-def _with_picks(entry: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    """The entry with its other picks (speedgate.picks.after_bless): the old entry's, and the old main pick when this
-    bless picked other kernels, with the same setup."""
-    if not _same_setup(entry, old):
-        return entry
-    others = pick_book.after_bless(entry, old)[0]
-    return {**entry, "picks": others} if others else entry
-
-
-def _keep_calibration(entry: dict[str, Any], result: CompareResult, old: dict[str, Any] | None) -> dict[str, Any]:
+def _keep_calibration(entry: dict[str, Any], result: CompareResult, own: Mapping[str, Any] | None) -> dict[str, Any]:
     """A plain re-bless keeps an entry's calibrated tolerance and its evidence (calibrating takes N times as long,
-    and its date says how old it is), unless the case now pins its own tolerance. With other kernels than the old
-    main pick, what it keeps is that pick's own, when the entry had seen it among its picks (the old main's
-    evidence stays with the old main, among the picks)."""
-    if not old or "calibration" in entry or result.tolerance_pinned:
-        return entry
-    source: Any = old if pick_book.same_pick(old.get("codegen"), entry.get("codegen")) else None
-    if source is None and (found := pick_book.matching(old, entry.get("codegen"))) is not None:
-        source = found[1]
-    if source is not None and "calibration" in source:
-        entry = {**entry, "tolerance": source["tolerance"], "calibration": source["calibration"]}
+    and its date says how old it is), unless the case now pins its own tolerance. What it keeps is its pick's own
+    (`own`: the old entry, or the other pick of it that this bless's kernels are; the old main's evidence stays
+    with the old main, among the picks)."""
+    if own is not None and "calibration" in own and "calibration" not in entry and not result.tolerance_pinned:
+        entry = {**entry, "tolerance": own["tolerance"], "calibration": own["calibration"]}
     return entry
 
 
@@ -144,8 +126,11 @@ def bless(
     old = existing["cases"] if existing else {}
 
     def entry(r: CompareResult, previous: dict[str, Any] | None) -> dict[str, Any]:
-        blessed = _keep_calibration(_across_processes(case_entry(r, software, measured_at), previous, r.card), r, previous)
-        return _with_picks(blessed, previous)
+        new = case_entry(r, software, measured_at)
+        own, others = pick_book.after_bless(new, previous)
+        setup = _same_setup(new, previous)
+        blessed = _keep_calibration(_across_processes(new, own if setup else None, r.card), r, own)
+        return {**blessed, "picks": others} if setup and others else blessed
 
     entries = {r.case_id: entry(r, old.get(r.case_id)) for r in cases}
     return baseline_file.merge(

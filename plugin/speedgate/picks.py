@@ -14,7 +14,7 @@ Pure: entries in, entries out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from . import codegen
@@ -67,26 +67,20 @@ def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
     return judged, note
 
 
-def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """An entry blessed with another pick than `old`'s main, same software, timer and graph mode: (the new entry's
-    other picks: old's main first, then old's other picks, less the one that is the new main; the evidence of the
-    new main's pick when old had seen it, to go on from, else None). With the same pick: (old's other picks, None)."""
+def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
+    """What a bless of `new` takes from `old`: (what old recorded of new's pick: old itself when its main pick is
+    that one, the other pick that is, else None; the new entry's other picks: old's, and, when new picked other
+    kernels than old's main, old's main first and the one that is new's main left out)."""
     others = [dict(p) for p in (old or {}).get("picks") or [] if isinstance(p, dict)]
-    if old is None or same_pick(old.get("codegen"), new.get("codegen")):
-        return others, None
+    if old is None:
+        return None, others
+    if same_pick(old.get("codegen"), new.get("codegen")):
+        return old, others
     found = matching(old, new.get("codegen"))
-    prior = None
     if found is not None:
-        prior = found[1].get("calibration")
         del others[found[0]]
-    return ([pick_of(old), *others])[:PICKS_KEPT], prior
+    return (found[1] if found else None), [pick_of(old), *others][:PICKS_KEPT]
 
 
-def described(picks: Sequence[Mapping[str, Any]]) -> str:
-    """'2 other picks (0.854x, 0.807x)' for an entry's other picks."""
-    said = ", ".join(f"{float(p['speedup']):.3f}x" for p in picks if isinstance(p.get("speedup"), (int, float)))
-    return f"{len(picks)} other pick{'s' if len(picks) != 1 else ''} ({said})"
-
-
-__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "described", "judged_entry", "matching", "pick_of",
+__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "judged_entry", "matching", "pick_of",
            "same_pick"]
