@@ -25,7 +25,7 @@ from speedgate import codegen, picks
 from speedgate import tolerance as tolerances
 from speedgate.attribution import which_side_moved
 from speedgate.evidence import judged_against
-from speedgate.judging import pick_explains
+from speedgate.judging import at_blessed_picks, pick_explains
 from speedgate.stats import RatioEstimate
 from speedgate.study import table
 from speedgate.verdict import Verdict, judge
@@ -51,7 +51,7 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
         if repicked:
             _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
             moved = {"reference_change": ref, "optimized_change": opt}
-            if pick_explains(judgement, float(record["speedup"]), moved, repicked) is not None:
+            if pick_explains(judgement, at_blessed_picks(float(record["speedup"]), moved, repicked), moved):
                 found = Verdict.PICK_CHANGED
     return found.value
 
