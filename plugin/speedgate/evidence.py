@@ -281,7 +281,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 if identity in pick_cards.get(record.get("card") or UNRECORDED, {}).get("reports", []):
                     again[identity] = again.get(identity, 0) + 1
                     continue
-                entry, new = add_other_pick(entry, record, record.get("card"), run_spread, when, identity)
+                entry, new = add_other_pick(entry, found, record, run_spread, when, identity)
                 cases[record["case_id"]] = entry
                 other_picks.append((record["case_id"], new))
                 continue
@@ -313,12 +313,12 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     return {**doc, "cases": cases}, lines, left_out
 
 
-def add_other_pick(entry: Mapping[str, Any], record: Mapping[str, Any], card: str | None, run_spread: float | None,
-            measured_at: str, report: str | None) -> tuple[dict[str, Any], bool]:
-    """The entry with a gate run's or bless's process of another pick added to that pick's evidence (a new other
-    pick when it was never seen; its tolerance the main pick's until its own evidence spans two processes or holds
-    an in-process spread); and whether the pick is new. The main pick's evidence and tolerance are not touched."""
-    found = picks.matching(entry, record.get("codegen"))
+def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] | None, record: Mapping[str, Any],
+                   run_spread: float | None, measured_at: str, report: str | None) -> tuple[dict[str, Any], bool]:
+    """The entry with a gate run's or bless's process of another pick added to that pick's evidence (`found`: the
+    entry's other pick that the record's kernels are, speedgate.picks.matching; None: a new other pick, its
+    tolerance the main pick's until its own evidence spans two processes or holds an in-process spread); and
+    whether the pick is new. The main pick's evidence and tolerance are not touched."""
     others = [dict(p) for p in entry.get("picks") or [] if isinstance(p, dict)]
     if found is None:
         pick: dict[str, Any] = {name: round_value(record[name]) for name in picks.PICK_FIELDS
@@ -328,15 +328,14 @@ def add_other_pick(entry: Mapping[str, Any], record: Mapping[str, Any], card: st
         others.append(pick)
     else:
         (index, pick), new = found, False
-    calibration = add_process(pick.get("calibration") or {}, card, float(record["speedup"]), run_spread, measured_at,
-                              report)
+    calibration = add_process(pick.get("calibration") or {}, record.get("card"), float(record["speedup"]), run_spread,
+                              measured_at, report)
     calibration.setdefault("runs", max(2, int(record.get("calibration_runs") or 2)))
     calibration.setdefault("spread", run_spread or 0.0)
     calibration.setdefault("measured_at", measured_at)
     own = calibration.get("process_run_spreads") or len(calibration.get("process_speedups") or []) >= 2
-    pick = {**pick, "calibration": calibration,
-            "tolerance": tolerance_of(calibration) if own else float(entry.get("tolerance", 0.0) or 0.0) or tolerance_of(calibration)}
-    others[index] = pick
+    tolerance = tolerance_of(calibration) if own or not entry.get("tolerance") else float(entry["tolerance"])
+    others[index] = {**pick, "calibration": calibration, "tolerance": tolerance}
     return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new
 
 
