@@ -52,6 +52,22 @@ close_state() {
   cat "$work/summary.txt"
 }
 
+# fresh: the environment of a process with empty Triton and inductor caches, as a fresh CI runner starts.
+fresh() { echo "TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)"; }
+
+# bless_pair: the two-GPU cases (perftests/test_nccl.py) blessed with --speedgate-calibrate 2 into $state's 2x file,
+# another pair's evidence, within the call's time ($deadline); $state/pair.done unless the time ran out.
+bless_pair() {
+  local t0 rc
+  t0=$(date +%s)
+  env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
+    --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 --speedgate-json "$work/pair.json" \
+    > "$work/pair.log" 2>&1
+  rc=$?
+  echo "== pair: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
+  (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
+}
+
 # list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
 # the serial's last six characters, its SM clock and temperature now.
 list_cards() {

@@ -19,7 +19,6 @@ deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
 steps=" ${STEPS:-probe bless pair study} "
-fresh() { echo "TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)"; }
 done_with() { [[ -f $state/$1.done ]]; }
 wait_for() {  # FILE: wait until it exists or the call's time is up; 0 when it exists
   while [[ ! -f $1 ]] && (( $(left) > 20 )); do sleep 5; done
@@ -56,13 +55,7 @@ if [[ -f $state/bless.started ]] && ! done_with bless; then
 fi
 
 if [[ $steps == *" pair "* ]] && { done_with bless || [[ $steps != *" bless "* ]]; } && ! done_with pair && (( $(left) > 200 )); then
-  t0=$(date +%s)
-  env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
-    --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 --speedgate-json "$work/pair.json" \
-    > "$work/pair.log" 2>&1
-  rc=$?
-  echo "== pair: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
-  (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
+  bless_pair
 fi
 
 if [[ $steps == *" study "* ]] && done_with bless && { done_with pair || [[ $steps != *" pair "* ]]; } \
