@@ -646,3 +646,28 @@ def test_two_blesses_of_other_picks_keep_both_and_the_gate_judges_each(pytester:
     slowed = gate(pytester, monkeypatch, 1.9, 256)  # 5% under its own pick, 9.5% under the main one
     assert slowed["verdict"] == "regressed" and "judged against the entry's other pick 1" in slowed["note"]
     assert gate(pytester, monkeypatch, 2.1, 128)["verdict"] == "pass"
+
+
+def test_two_processes_blessing_other_picks_at_once_keep_both(pytester: pytest.Pytester) -> None:
+    """Two cards blessing into one file at the same moment (as `-n 2` or two CI runners do), each process with
+    another pick: the file's lock serializes them, and whichever came second keeps the first's pick among its
+    picks. Nothing either process measured is lost."""
+    import os
+    import subprocess
+    import sys
+
+    pytester.makeconftest(PICK_CONFTEST)
+    pytester.makepyfile(test_cases=TEST)
+    pytester.makeini("[pytest]\n")
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hardware-key", "test-box",
+            "--update-baselines", "--speedgate-calibrate", "2"]
+    runs = [subprocess.Popen(args, cwd=pytester.path, env={**os.environ, "REF_MS": ms, "BLOCK": block},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for ms, block in (("2.0", "256"), ("2.1", "128"))]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, out[-2000:]
+    entry = json.loads((pytester.path / "baselines" / "test-box.json").read_text())["cases"]["test_cases.py::test_gemm"]
+    [pick] = entry["picks"]
+    assert sorted([entry["speedup"], pick["speedup"]]) == [2.0, 2.1]
+    assert {entry["codegen"]["reference"][0]["block"][0], pick["codegen"]["reference"][0]["block"][0]} == {128, 256}
