@@ -239,3 +239,42 @@ def test_a_fresh_process_inside_from_scratch_saving_loads_the_compile_before_it(
             assert done.returncode == 0, done.stderr[-2000:]
             assert json.loads(done.stdout.strip().splitlines()[-1]) == child_finds, saving
     assert not runner.exists()  # everything went to from_scratch's folders
+
+
+WAKES = """
+import json, time
+import torch._inductor.config as config
+config.compile_threads = 2
+config.quiesce_async_compile_time = 1  # read when the pool is made; a minute by default
+from torch._inductor.async_compile import AsyncCompile
+from perftests.support.compile_time import wake_compile_workers
+states = [wake_compile_workers()]
+pool = AsyncCompile.process_pool()
+states.append(pool.quiesce_waitcounter is not None)  # just used: running
+time.sleep(4)
+states.append(pool.quiesce_waitcounter is not None)  # a while without a job: its workers stopped
+states.append(wake_compile_workers())
+states.append(pool.quiesce_waitcounter is not None)
+print(json.dumps(states))
+"""
+
+
+def test_compile_workers_are_woken_before_a_compile_is_timed(device: str) -> None:
+    """Inductor stops its compile workers after a while without a compile, and the next compile waits for them to
+    start again: timed_call wakes them first (wake_compile_workers), so that the seconds are the case's compile,
+    not how long ago this process compiled before. In a fresh process, with the pool's timer at one second."""
+    if device == "cuda":
+        pytest.skip("checked where the suite runs on the CPU (CI): the pool is the same on every device")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from perftests.support.compile_time import ROOT
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", WAKES], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    woke, running, stopped_after_idle, woke_again, stopped_after_wake = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (woke, running, stopped_after_idle) == (True, False, True), "the pool did not start, or did not stop idle"
+    assert woke_again and not stopped_after_wake, "wake_compile_workers left the stopped workers stopped"
