@@ -51,7 +51,9 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
         if repicked:
             _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
             moved = {"reference_change": ref, "optimized_change": opt}
-            if pick_explains(judgement, at_blessed_picks(float(record["speedup"]), moved, repicked), moved):
+            new_work = codegen.added_kernels(judged.get("codegen"), record.get("codegen"), "optimized")
+            undone = at_blessed_picks(float(record["speedup"]), moved, repicked)
+            if pick_explains(judgement, undone, moved, new_work):
                 found = Verdict.PICK_CHANGED
     return found.value
 

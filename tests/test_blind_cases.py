@@ -322,6 +322,27 @@ def test_a_reference_that_repicked_without_moving_does_not_excuse_a_slower_optim
             "read 1.94") in result.note
 
 
+def test_a_reference_pick_does_not_excuse_a_drop_where_the_optimized_side_did_new_work() -> None:
+    """The third H200 study (2026-11-27), graph_break_fix[branch_where] slowed by 5%: the compiled reference
+    repicked and read 8% faster; the optimized side, launch-bound and timed from an idle device, read only 2.4% slower
+    than blessed (the host's state was faster that run) beside the injected spin kernel. With the reference at its
+    blessed time the speedup was inside the band, so the drop read pick-changed and passed. The spin is new work
+    beside the blessed kernels: no pick explains the drop."""
+    entry = {**ENTRY, "codegen": {"reference": [{"name": "triton_poi_fused_relu_0", "block": [128, 1, 1]}],
+                                  "optimized": [{"name": "triton_poi_fused_where_2", "block": [256, 1, 1]}]}}
+    now = {"reference": [{"name": "triton_poi_fused_relu_0", "block": [256, 1, 1]}],
+           "optimized": [{"name": "spin_kernel(long)"}, {"name": "triton_poi_fused_where_2", "block": [128, 1, 1]}]}
+    slowed = measured(1.8018, reference_ms=1.8444)  # reference 2.0 -> 1.844 ms (8% faster), optimized 1.0 -> 1.024 ms
+    result, _ = judged(slowed, slowed, entry=entry, codegen_now=now, tolerance=0.025)
+    assert result.verdict == Verdict.REGRESSED and fails(result.verdict, strict=False), result.note
+    assert ("the reference side ran other kernels than blessed, but the optimized side did new work beside its "
+            "blessed kernels (spin_kernel(long)): the pick does not explain the drop, regressed") in result.note
+    # The same run without the extra kernel is the reference's pick, as before.
+    plain = {**now, "optimized": now["optimized"][1:]}
+    result, _ = judged(slowed, slowed, entry=entry, codegen_now=plain, tolerance=0.025)
+    assert result.verdict == Verdict.PICK_CHANGED, result.note
+
+
 def test_an_improvement_is_the_picks_only_when_undoing_the_pick_brings_it_back() -> None:
     slower_reference = measured(2.058, reference_ms=2.058)  # the reference's pick 2.9% slower, optimized as blessed
     result, _ = judged(slower_reference, entry=GELU_BLESSED, codegen_now=GELU_NOW, tolerance=0.02)

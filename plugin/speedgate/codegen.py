@@ -287,5 +287,16 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return found
 
 
-__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting",
+def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                  measured: Mapping[str, Sequence[Mapping[str, Any]]] | None, side: str) -> list[str]:
+    """The kernels a side launched that the bless did not, where none of the blessed ones is gone: new work beside
+    the blessed kernels (an edit's extra launch, a study's injected spin), not another pick. [] when either recorded
+    nothing for the side."""
+    was, now = _by_name((blessed or {}).get(side)), _by_name((measured or {}).get(side))
+    if not was or not now or set(was) - set(now):
+        return []
+    return [name for name in now if name not in was]
+
+
+__all__ = ["COMPARED", "added_kernels", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting",
            "ptx_mix", "repicked_sides", "side_facts", "sides_of", "trace_kernels"]
