@@ -1,5 +1,5 @@
 """Why does an in-process compile time (the ladder's rung 3, compile_s_in_process) read 3.5 s in one process and 9-11
-s in another? (GPU; perftests/support/compile_time.py, docs/results/gate-study-h200-3.md)
+s in another? (GPU; perftests/support/compile_time.py, docs/results/gate-study-h200.md)
 
 Usage: python -m lab.compile_pool_probe OUT.json [--quiesce-s 5] [--idle-s 8] [--keep-workers] [--wake] [--device cuda]
 

@@ -239,9 +239,11 @@ def wake_compile_workers() -> bool:
     """Inductor's compile workers started and answering, before a compile is timed; False where this process has no
     pool to wake (compile threads 1, a torch without these calls).
 
-    The pool stops its workers after a while without a compile (inductor's quiesce_async_compile_pool, a minute by
-    default) and starts them again at the next compile, which then waits for them: a cost set by how long ago this
-    process last compiled (with -k, under -n 2: by the tests before it), not by the case (docs/results/gate-study-h200-3.md).
+    The pool starts with the process's first compile (warm_compiler's small one finishes before it is ready), and it
+    stops its workers after a while without a compile (inductor's quiesce_async_compile_pool, a minute by default),
+    starting them again at the next. A compile that finds the pool not ready waits for it: a cost set by what this
+    process compiled before and when (with -k, under -n 2: by the tests before it), not by the case
+    (docs/results/gate-study-h200.md, the third study).
     """
     try:
         from torch._inductor.async_compile import AsyncCompile, get_compile_threads

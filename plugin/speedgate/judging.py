@@ -155,7 +155,7 @@ def pick_explains(judgement: Judgement, undone: float | None, moved: Mapping[str
     reference picked: a study's 5% slowdown read "pick-changed" and passed that way (docs/results/gate-study.md).
     Nor is a drop excused where the optimized side did new work: the time of a launch-bound side moves with the host's
     state between processes, so an extra kernel can cost 5% and the side still read within MOVED of its blessed time
-    (docs/results/gate-study-h200-3.md)."""
+    (docs/results/gate-study-h200.md)."""
     if undone is None or judgement.baseline is None or judgement.floor is None:
         return False
     ceiling = 2 * judgement.baseline - judgement.floor
