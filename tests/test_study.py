@@ -151,3 +151,22 @@ def test_a_slowdown_that_did_not_reach_the_optimized_side_is_said_and_counted_ap
     assert "| `plain` | 5.0% | cuda-events-held | 0/2 | 0/1, -3.0% |" in text  # +3% on its own card: reached
     assert "+5% caught in 0 of 2 comparisons (1 missed where the slowdown did not reach the optimized side)" in text
     assert text.rstrip().endswith("0 of 2 comparisons catch a 5% regression")
+
+
+def test_a_host_timed_side_is_checked_against_its_reference_not_its_own_time() -> None:
+    """The third H200 study (2026-11-27): timed from an idle device, mark_dynamic's two sides read 10.47 and 10.45 ms
+    in the clean run and 4.77 and 4.99 ms under +5%, the host's state; the side's own time said "-52%, not reached"
+    of a slowdown the gate caught. Against its reference the side ran 4.6% slower: reached. A side whose speedup did
+    not move while both sides halved was not reached, whatever its own time did."""
+    def record(case: str, verdict: str, reference_ms: float, optimized_ms: float) -> dict:
+        return {"case_id": case, "timed": True, "verdict": verdict, "change": -0.04, "tolerance": 0.024,
+                "timer": "cuda-events-idle-start", "reference_ms": reference_ms, "optimized_ms": optimized_ms,
+                "speedup": reference_ms / optimized_ms, "card": "c1"}
+
+    clean = [{"cases": [record("caught", "pass", 10.47, 10.45), record("missed", "pass", 10.47, 10.45)]}]
+    slowed = {0.05: [{"cases": [record("caught", "regressed", 4.77, 4.99), record("missed", "pass", 4.77, 4.765)]}]}
+    text = study.table(clean, slowed)
+    assert "| `caught` | 2.4% | cuda-events-idle-start | 0/1 | 1/1, -4.0% |" in text
+    assert ("| `missed` | 2.4% | cuda-events-idle-start | 0/1 | 0/1, -4.0% (the optimized side +0.1% against its "
+            "reference from the clean run) |") in text
+    assert "+5% caught in 1 of 2 comparisons (1 missed where the slowdown did not reach the optimized side)" in text
