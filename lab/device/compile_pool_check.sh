@@ -5,12 +5,8 @@
 #   bash lab/device/compile_pool_check.sh OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?OUT}
-work=$out
-mkdir -p "$work"
 source lab/device/lib.sh
-install_deps
-list_cards | tee -a "$work/summary.txt"
+begin_call "${1:-}"
 probe() { env $(fresh) CUDA_VISIBLE_DEVICES=$1 timeout 240 python3 -m lab.compile_pool_probe "$work/$2.json" "${@:3}" > "$work/$2.log" 2>&1
           echo "== $2 (GPU $1): exit $?" >> "$work/summary.txt"; grep '^{' "$work/$2.log" >> "$work/summary.txt"; }
 probe 0 plain & probe 1 wake --wake & wait

@@ -27,6 +27,16 @@ install_deps() {
     || { cat "$work/pip.log"; exit 3; }
 }
 
+# begin_call OUT: the opening of a script whose logs go straight to OUT: $out and $work (both OUT), the packages
+# installed, and the cards listed into $work/summary.txt.
+begin_call() {
+  out=${1:?OUT}
+  work=$out
+  mkdir -p "$work"
+  install_deps
+  list_cards | tee -a "$work/summary.txt"
+}
+
 # resume_state: for a script whose work outlives a call (steps in the background, calls chained on the warm
 # machine): $state (.gpu-state/, git-ignored; the baseline files copied in on the first call) and $work (its logs),
 # the packages installed, and this call's time and cards appended to $work/summary.txt.

@@ -4,12 +4,8 @@
 #   bash lab/device/pointwise_pick_check.sh OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?OUT}
-work=$out
-mkdir -p "$work"
 source lab/device/lib.sh
-install_deps
-list_cards | tee -a "$work/summary.txt"
+begin_call "${1:-}"
 card() {
   for round in $(seq "${ROUNDS:-2}"); do
     for mode in tuned hold; do
