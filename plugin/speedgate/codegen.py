@@ -298,5 +298,5 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return [name for name in now if name not in was]
 
 
-__all__ = ["COMPARED", "added_kernels", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "changes", "compiled_facts", "compiled_launches", "noting",
+__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts", "compiled_launches", "noting",
            "ptx_mix", "repicked_sides", "side_facts", "sides_of", "trace_kernels"]
