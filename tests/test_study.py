@@ -170,3 +170,16 @@ def test_a_host_timed_side_is_checked_against_its_reference_not_its_own_time() -
     assert ("| `missed` | 2.4% | cuda-events-idle-start | 0/1 | 0/1, -4.0% (the optimized side +0.1% against its "
             "reference from the clean run) |") in text
     assert "+5% caught in 1 of 2 comparisons (1 missed where the slowdown did not reach the optimized side)" in text
+
+
+def test_a_metric_that_fails_a_clean_run_is_a_false_alarm_named_under_the_table() -> None:
+    """The third H200 study (2026-11-27): the clean run failed on ladder rung 3's compile seconds (8.73 s against
+    3.55 s, 100% tolerance) while its table counted only the comparisons' false alarms."""
+    case = {"case_id": "c", "timed": True, "verdict": "pass", "change": 0.0, "tolerance": 0.02,
+            "timer": "cuda-events-held", "optimized_ms": 1.0, "card": "c1"}
+    metric = {"metric_id": "t.py::test::compile_s_in_process", "verdict": "regressed", "value": 8.73233,
+              "baseline": 3.5515}
+    clean = [{"cases": [case], "metrics": [metric, {**metric, "metric_id": "t.py::test::graph_breaks", "verdict": "pass"}]}]
+    text = study.table(clean, {0.05: [{"cases": [{**case, "verdict": "regressed"}]}]})
+    assert "- a clean run's metric `t.py::test::compile_s_in_process`: regressed (8.732 against 3.551)" in text
+    assert "false alarms: 0 of 1 comparison-runs and 1 of 2 metric-runs; +5% caught in 1 of 1 comparisons" in text

@@ -9,12 +9,12 @@ speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optim
 timed stream and keeps the host busy as long, sized from that side's own event-timed median so that the call takes
 `share` longer whether the GPU or the host bounds it (GPU only). A comparison catches a slowdown when each run slowed by
 it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not
-counted). Clean runs count false alarms (regressed, improved, inconclusive). A slowdown that did not reach the
-optimized side (it ran less than half the share slower than in the clean runs, on the same card where there is one;
-against its reference where the timer counts the host's work)
-is said in its cell and counted apart. The table goes to OUT/study.md and the terminal, its last line "N of M
-comparisons catch a 5% regression"; --page writes it as a results page naming the date, the GPU and the cards. Runs
-whose report exists are kept, so a study cut off goes on where it stopped.
+counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
+metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
+share slower than in the clean runs, on the same card where there is one; against its reference where the timer
+counts the host's work) is said in its cell and counted apart. The table goes to OUT/study.md and the terminal, its
+last line "N of M comparisons catch a 5% regression"; --page writes it as a results page naming the date, the GPU and
+the cards. Runs whose report exists are kept, so a study cut off goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -219,14 +219,25 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
     total = len(cases)
+    # A metric (compile seconds, peak memory, a count) that fails a clean run turns it red as a comparison does.
+    metrics = [m for r in clean for m in r.get("metrics", [])]
+    cried = [m for m in metrics if m.get("verdict") in FALSE_ALARMS]
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
+    if metrics:
+        summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
     summary += [f"+{s:.0%} caught in {n} of {total} comparisons"
                 + (f" ({unreached[s]} missed where the slowdown did not reach the optimized side)" if unreached[s] else "")
                 for s, n in catches.items()]
     caught = catches.get(share)
     line = (f"{caught} of {total} comparisons catch a {share:.0%} regression" if caught is not None
             else f"no run slowed by {share:.0%}")
-    return "\n".join(lines) + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
+    named = "\n".join(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
+                      f"against {_number(m.get('baseline'))})" for m in cried)
+    return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
 def page(text: str, reports: Sequence[Mapping[str, Any]], command: str) -> str:
