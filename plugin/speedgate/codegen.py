@@ -212,6 +212,12 @@ def _by_name(kernels: Iterable[Mapping[str, Any]] | None) -> dict[str, Mapping[s
     return {str(k["name"]): k for k in _numbered(kernels or ())}
 
 
+def _added_and_gone(was: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(the kernels launched now that the bless did not, those it had that are gone), each in launch order, of two
+    sides' kernels by their numbered names (_by_name)."""
+    return [n for n in now if n not in was], [n for n in was if n not in now]
+
+
 def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
@@ -249,8 +255,7 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         if not was or not now:
             continue
         was_by, now_by = _by_name(was), _by_name(now)
-        added = [n for n in now_by if n not in was_by]
-        gone = [n for n in was_by if n not in now_by]
+        added, gone = _added_and_gone(was_by, now_by)
         if added or gone:
             # Kernels in place of blessed ones are another pick (repicked_sides); one only added is new work, as a
             # study's injected spin kernel or an extra launch of an edit is; one only gone is work left out.
@@ -279,7 +284,8 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         was, now = _by_name(blessed.get(side)), _by_name(measured.get(side))
         if not was or not now:
             continue
-        replaced = bool(set(was) - set(now)) and bool(set(now) - set(was))
+        added, gone = _added_and_gone(was, now)
+        replaced = bool(added) and bool(gone)
         reshaped = any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                        for name in set(was) & set(now) for key in PICK_FACTS)
         if replaced or (reshaped and side == "reference"):
@@ -293,9 +299,10 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     the blessed kernels (an edit's extra launch, a study's injected spin), not another pick. [] when either recorded
     nothing for the side."""
     was, now = _by_name((blessed or {}).get(side)), _by_name((measured or {}).get(side))
-    if not was or not now or set(was) - set(now):
+    if not was or not now:
         return []
-    return [name for name in now if name not in was]
+    added, gone = _added_and_gone(was, now)
+    return [] if gone else added
 
 
 __all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts", "compiled_launches", "noting",
