@@ -168,13 +168,20 @@ def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, 
     is taken against its own reference: the clean runs' speedup over the slowed run's - 1."""
     found = []
     for run in slowed:
-        key = "speedup" if run.get("timer") == HOST_TIMED else "optimized_ms"
-        same = [c[key] for c in clean if c.get("card") == run.get("card") and c.get(key)]
-        base = same or [c[key] for c in clean if c.get(key)]
-        if base and run.get(key):
-            ratio = float(run[key]) / statistics.median(base)
-            found.append(1.0 / ratio - 1.0 if key == "speedup" else ratio - 1.0)
+        host_timed = run.get("timer") == HOST_TIMED
+        same = [t for c in clean if c.get("card") == run.get("card") and (t := _cost(c, host_timed))]
+        base = same or [t for c in clean if (t := _cost(c, host_timed))]
+        now = _cost(run, host_timed)
+        if base and now:
+            found.append(now / statistics.median(base) - 1.0)
     return statistics.median(found) if found else None
+
+
+def _cost(case: Mapping[str, Any], host_timed: bool) -> float | None:
+    """A comparison's optimized side as `delivered` weighs it: its time, or, host-timed, its time over its
+    reference's (1 / speedup). None where the record has none."""
+    value = case.get("speedup") if host_timed else case.get("optimized_ms")
+    return (1.0 / float(value) if host_timed else float(value)) if value else None
 
 
 def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequence[Mapping[str, Any]]],
