@@ -21,7 +21,7 @@ if [[ ! -f $state/blessed && $bless != none ]]; then
   declare -n selection=$bless
   for gpu in 0 1; do
     ( t0=$(date +%s)
-      CUDA_VISIBLE_DEVICES=$gpu TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) \
+      env $(fresh) CUDA_VISIBLE_DEVICES=$gpu \
         timeout -s INT -k 15 "$(left)" python3 -m pytest "${selection[@]}" -p no:cacheprovider -q -rs \
         --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 \
         --speedgate-json "$work/bless-gpu$gpu.json" > "$work/bless-gpu$gpu.log" 2>&1
