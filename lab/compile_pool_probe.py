@@ -8,7 +8,8 @@ compiles) several times, after the suite's warm_compiler: right after it, right 
 --idle-s seconds without a compile, past inductor's quiesce timer (lowered to --quiesce-s so that the probe is
 short; a minute by default), which stops the compile workers until the next compile starts them again.
 --keep-workers turns the timer off (quiesce_async_compile_pool False); without --wake, the suite's
-wake_compile_workers (which timed_call calls) is left out, as the suite was before it. Prints and writes each compile's seconds with its label.
+wake_compile_workers (which timed_call calls) is left out, as the suite was before it. Prints and writes each
+compile's seconds with its label.
 """
 
 from __future__ import annotations
