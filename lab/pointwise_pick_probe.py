@@ -5,10 +5,10 @@ Usage: python -m lab.pointwise_pick_probe OUT.json [--hold]
 
 The suite compiles each vs_compile reference with inductor's deterministic mode (perftests/support/compiled.py). That
 mode filters reduction configs, but a pointwise kernel is still timed against its other candidates in every process,
-and the bias-GELU reference's GELU kernel came out at block 128 in one process and 256 in another. --hold adds
-"triton.autotune_pointwise": False (the first candidate, no timing). Run in several fresh processes with and without
-it, on one card: the question is whether the held reference is ever slower than the autotuned one, not only whether
-it varies less.
+and the bias-GELU reference's GELU kernel came out at block 128 in one process and 256 in another. --hold sets
+"triton.autotune_pointwise" False (the first candidate, no timing), as the suite now does; without it, True (as the
+suite did when this probe decided it). Run in several fresh processes with and without it, on one card: the question
+is whether the held reference is ever slower than the autotuned one, not only whether it varies less.
 
 Per reference (the suite's eager functions at the suite's GPU shapes): the median of 200 calls, each between CUDA
 events after an L2-sized write (launches included), and the launch grid and block of each inductor kernel it ran
@@ -42,7 +42,7 @@ def main() -> None:
     from perftests.test_triton_elementwise import add
     from perftests.test_triton_matmul import GPU_SHAPES, linear_bias_gelu
 
-    options = dict(suite.OPTIONS, **({"triton.autotune_pointwise": False} if args.hold else {}))
+    options = dict(suite.OPTIONS, **{"triton.autotune_pointwise": not args.hold})
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.int32, device="cuda")
 
     def gelu_case(shape: str) -> tuple[Any, tuple[Any, ...]]:

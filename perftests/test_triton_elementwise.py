@@ -47,11 +47,16 @@ def test_add_relu_scale(perf, device: str, dtype: torch.dtype) -> None:
 
 
 def test_compiled_reference_times_no_choice_on_the_device() -> None:
-    """The vs_compile reference is torch.compile with inductor's deterministic mode (no candidate timed on the
-    device, so every process builds the same reference; perftests/support/compiled.py), built once per function:
-    torch refuses an option it does not know when compile is called, so this fails if the mode goes away."""
+    """The vs_compile reference is torch.compile with inductor's deterministic mode and its pointwise autotuning
+    held (no candidate timed on the device, so every process builds the same reference;
+    perftests/support/compiled.py), built once per function. inductor's config refuses a name it does not know, so
+    this fails if either setting goes away or is renamed."""
+    from torch._inductor import config
+
     from perftests.support import compiled as support
 
-    assert support.OPTIONS == {"deterministic": True}
+    with config.patch(support.OPTIONS):
+        assert config.deterministic is True
+        assert config.triton.autotune_pointwise is False
     built = support.compiled(add)
     assert support.compiled(add) is built

@@ -105,4 +105,9 @@ rebless=(perftests/test_compile_regional.py perftests/test_compile_dynamic.py pe
          perftests/test_compile_ladder.py perftests/test_compile_modes.py perftests/test_cutlass_matmul.py
          perftests/test_triton_attention.py perftests/test_triton_matmul.py
          -k "regional or dynamic or training_step or 3-compile or 4-fp8 or reduce-overhead or mode and default or k_chunked or gluon and 8192-128-causal or bias_gelu and 4096")
+# Every test with a vs_compile comparison (perftests/support/compiled.py): what a change of the compiled reference's
+# OPTIONS re-blesses.
+compiled_refs=(perftests/test_triton_attention.py perftests/test_triton_elementwise.py perftests/test_triton_l2.py
+               perftests/test_triton_matmul.py perftests/test_triton_mlp.py perftests/test_triton_rowwise.py
+               -k "not gluon and not fast_accum")
 left() { echo $((deadline - $(date +%s))); }

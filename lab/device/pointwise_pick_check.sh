@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lab/pointwise_pick_probe.py on a host with two GPUs: on each card, fresh processes (empty caches) alternating the
-# suite's vs_compile options and the same with pointwise autotuning held; ROUNDS pairs per card (default 2).
+# suite's vs_compile options with pointwise autotuning on and held; ROUNDS pairs per card (default 2).
 #   bash lab/device/pointwise_pick_check.sh OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,7 +4,8 @@
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy,
-# rebless) or none; left unset, heavy on H200s and none elsewhere. PAIR=1: once the study is done, the two-GPU cases
+# rebless, compiled_refs) or none; left unset, heavy on H200s and none elsewhere. STUDY names the selection studied
+# (one of lib.sh's; default all: perftests). PAIR=1: once the study is done, the two-GPU cases
 # (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence.
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
@@ -30,10 +31,12 @@ if [[ ! -f $state/blessed && $bless != none ]]; then
   wait
   touch "$state/blessed"
 fi
+all=(perftests)
+declare -n studied=${STUDY:-all}
 if [[ ! -f $state/study.pid ]]; then
   CUDA_VISIBLE_DEVICES=0,1 setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
-      perftests -n 2 -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
-    _ "$state" "${SLOWDOWNS:-0.05,0.10}" < /dev/null > /dev/null 2>&1 &
+      "${@:3}" -n 2 -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
+    _ "$state" "${SLOWDOWNS:-0.05,0.10}" "${studied[@]}" < /dev/null > /dev/null 2>&1 &
   echo $! > "$state/study.pid"
   echo "== study: started at $(date -u +%T)" >> "$work/summary.txt"
 fi

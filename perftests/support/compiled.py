@@ -1,12 +1,14 @@
 """The compiler as the alternative: a Triton kernel against torch.compile of its own eager reference.
 
 Each eager reference is a module-level function of its tensors, compiled once (fullgraph, static shapes) with
-inductor's deterministic mode: no choice is made by timing candidates on the device (a GEMM takes the vendor
-library's kernel, a reduction inductor's heuristic config), so every process, on every card, compiles the same
-reference. With max-autotune's races instead, the reference settled into one of two speeds per process, and its
-compile was most of a cold run's time (docs/results/suite-time.md). A new shape recompiles under its own
-guards. The compiled function's first call (trace, inductor) is the case's `reference_first_ms`: compile time is
-recorded, never timed.
+no choice made by timing candidates on the device, so every process, on every card, compiles the same reference:
+inductor's deterministic mode (a GEMM takes the vendor library's kernel, a reduction inductor's heuristic config),
+and its pointwise autotuning held (each pointwise kernel takes its first listed config; deterministic mode alone
+still times those candidates, and picked differently per process). Held, no reference measured slower than tuned
+(docs/results/gate-study-h200.md, "inductor's pointwise picks held"). With max-autotune's races instead, the
+reference settled into one of two speeds per process, and its compile was most of a cold run's time
+(docs/results/suite-time.md). A new shape recompiles under its own guards. The compiled function's first call
+(trace, inductor) is the case's `reference_first_ms`: compile time is recorded, never timed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from perftests.support.inputs import compare_on_inputs
 
 # Options of torch.compile(options=...): what the compiled reference is. Changing them changes every vs_compile
 # entry's reference: re-bless those entries on every kind, their calibration removed.
-OPTIONS = {"deterministic": True}
+OPTIONS = {"deterministic": True, "triton.autotune_pointwise": False}
 NAME = "vs_compile"
 # Every parametrization of a case is a new shape or dtype for the same function: room for all of them,
 # so dynamo never falls back to eager silently after its default of 8.
