@@ -109,6 +109,9 @@ def test_gate_runs_add_evidence_through_the_command_line(tmp_path: Path) -> None
     entry = after["cases"][CASE]
     assert entry["calibration"]["machines"]["card-b"]["speedups"] == [1.303, 1.306]
     assert "card-c" not in entry["calibration"]["machines"]  # other software, other timer: not this entry's evidence
+    assert ("left out: 1 case(s) whose entry was blessed with other software (torch 2.11 in the file, 2.12 in the "
+            "report)") in done.stdout  # said, not silently skipped
+    assert f"left out: {CASE}: timed by cuda-events-idle-start, the entry by cuda-events-held" in done.stdout
     assert after["cases"]["uncalibrated::case"] == doc["cases"]["uncalibrated::case"]  # no calibration: untouched
     shown = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path)], capture_output=True, text=True,
                            check=True).stdout

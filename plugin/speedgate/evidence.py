@@ -236,6 +236,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     recorded: list[str] = []
     other_picks: list[tuple[str, bool]] = []
     untimed_picks: list[str] = []
+    other_software: dict[str, int] = {}
+    other_timers: list[str] = []
     for report in reports:
         identity = report_identity(report)
         records = report.get("cases", [])
@@ -258,9 +260,14 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
-            if record.get("timer") != entry.get("timer") or (record.get("test_failed") and record.get("verdict") != "regressed"):
+            if record.get("test_failed") and record.get("verdict") != "regressed":
+                continue
+            if record.get("timer") != entry.get("timer"):
+                other_timers.append(f"{record['case_id']}: timed by {record.get('timer')}, the entry by {entry.get('timer')}")
                 continue
             if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
+                differs = _software_difference(entry.get("software", {}), report, record.get("hardware_key"))
+                other_software[differs] = other_software.get(differs, 0) + 1
                 continue
             if record.get("settled") is False:  # the device's speed drifted to the end: no speed of the kernel's
                 unsettled.append(record["case_id"])
@@ -310,6 +317,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                  "rounds ended)" for case_id in sorted(unsettled)]
     left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "
                  f"given again)" for identity, count in sorted(again.items())]
+    left_out += [f"left out: {count} case(s) whose entry was blessed with other software ({differs}): a re-bless with "
+                 "this software starts their evidence again" for differs, count in sorted(other_software.items())]
+    left_out += [f"left out: {line}" for line in sorted(other_timers)]
     return {**doc, "cases": cases}, lines, left_out
 
 
@@ -337,6 +347,13 @@ def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] |
     tolerance = tolerance_of(calibration) if own or not entry.get("tolerance") else float(entry["tolerance"])
     others[index] = {**pick, "calibration": calibration, "tolerance": tolerance}
     return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new
+
+
+def _software_difference(software: Mapping[str, Any], report: Mapping[str, Any], key: Any) -> str:
+    """What of an entry's software a report's run did not have: "torch 2.11.0 in the file, 2.12.0 in the report"."""
+    measured = report.get("fingerprints", {}).get(key, {}).get("software", {})
+    return "; ".join(f"{name} {value} in the file, {measured[name]} in the report"
+                     for name, value in sorted(software.items()) if name in measured and measured[name] != value)
 
 
 def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,
