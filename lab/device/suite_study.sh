@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite's gate study on a host with two GPUs (issue 46): `python -m speedgate study` over `perftests -n 2`
-# (one xdist worker per GPU), a clean run, then every optimized side slowed by each of SLOWDOWNS (default 0.05,0.10).
+# (one xdist worker per GPU; on a host with one GPU, serially), a clean run, then every optimized side slowed by each
+# of SLOWDOWNS (default 0.05,0.10).
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy,
@@ -18,9 +19,12 @@ deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
 bless=${BLESS:-$(python3 -c "import torch; print('heavy' if 'H200' in torch.cuda.get_device_name(0) else 'none')")}
+# On a host with one GPU (nvidia-h100-x1), the bless runs on it alone and the study runs serially.
+gpus=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
+if (( gpus >= 2 )); then parallel=(-n 2); visible=0,1; else parallel=(); visible=0; fi
 if [[ ! -f $state/blessed && $bless != none ]]; then
   declare -n selection=$bless
-  for gpu in 0 1; do
+  for gpu in $(seq 0 $((gpus - 1))); do
     ( t0=$(date +%s)
       env $(fresh) CUDA_VISIBLE_DEVICES=$gpu \
         timeout -s INT -k 15 "$(left)" python3 -m pytest "${selection[@]}" -p no:cacheprovider -q -rs \
@@ -34,9 +38,9 @@ fi
 all=(perftests)
 declare -n studied=${STUDY:-all}
 if [[ ! -f $state/study.pid ]]; then
-  CUDA_VISIBLE_DEVICES=0,1 setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
-      "${@:3}" -n 2 -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
-    _ "$state" "${SLOWDOWNS:-0.05,0.10}" "${studied[@]}" < /dev/null > /dev/null 2>&1 &
+  CUDA_VISIBLE_DEVICES=$visible setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
+      "${@:3}" -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
+    _ "$state" "${SLOWDOWNS:-0.05,0.10}" "${studied[@]}" "${parallel[@]}" < /dev/null > /dev/null 2>&1 &
   echo $! > "$state/study.pid"
   echo "== study: started at $(date -u +%T)" >> "$work/summary.txt"
 fi
