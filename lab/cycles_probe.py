@@ -1,6 +1,7 @@
 """Do SM cycles see through the power cap? Each heavy pair of the suite timed in milliseconds and in SM cycles (GPU)
 
 Usage: python -m lab.cycles_probe OUT [--size 8192] [--batches 8] [--pairs fp8_tiled,fp8_persistent,bf16_tiled,gluon]
+(also attn2048_compile, attn2048_sdpa, attn2048_eager: the causal flash kernel at 2048 tokens beside each reference)
 
 The 8192^3 matmuls' speedups move 10-30% between cards of one kind (docs/results/calibration.md): at the power cap
 each card settles at its own SM clock, and the two sides of a pair lose different shares there. This probe times
@@ -92,6 +93,7 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
         "bf16_tiled": (lambda: F.linear(xb, wb), lambda: tiled(xb, wb),
                        holding(tiled_tuner, f"test_matmul[tiled-{size}-bfloat16]::vs_cublas")),
     }
+    found.update(attention_pairs(torch))
     try:
         from perftests.kernels import matmul_gluon
 
@@ -100,6 +102,28 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
         print(f"gluon pair left out: {exc!r}")
     return found
+
+
+def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """The causal flash-attention kernel at 2048 tokens, head dim 128 (test_flash_attention's GPU shape) beside each of
+    its case's three references: its `vs_compile` read the kernel slower beside the compiled reference than beside
+    the others on some H200s, with no clock-event reason recorded (docs/results/gate-study-h200.md)."""
+    import torch.nn.functional as F
+
+    from perftests.kernels import attention as attn
+    from perftests.support.compiled import compiled
+    from perftests.test_triton_attention import inputs
+
+    make, _ = inputs("cuda", 2048, 128)
+    q, k, v = make(0)
+    flash = lambda: attn.flash_attention(q, k, v, True)  # noqa: E731
+    compiled_eager = compiled(attn.attention_eager)
+    nothing: Callable[[], Any] = lambda: None  # noqa: E731
+    return {
+        "attn2048_compile": (lambda: compiled_eager(q, k, v, True), flash, nothing),
+        "attn2048_sdpa": (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), flash, nothing),
+        "attn2048_eager": (lambda: attn.attention_eager(q, k, v, True), flash, nothing),
+    }
 
 
 def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], Any], batches: int) -> dict[str, Any]:
@@ -114,8 +138,8 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
     for name, (work_ms, idle_s) in CONDITIONS.items():
         count = max(2, int(work_ms / pair_ms))
         stamps = Stamps(torch, 2 * count)
-        rows: dict[str, list[list[float]]] = {"ref_ms": [], "opt_ms": [], "ref_cycles": [], "opt_cycles": [],
-                                              "ref_mhz": [], "opt_mhz": []}
+        rows: dict[str, list[Any]] = {"ref_ms": [], "opt_ms": [], "ref_cycles": [], "opt_cycles": [],
+                                      "ref_mhz": [], "opt_mhz": [], "opt_after_ref": []}
         # warm-up at the condition, as the gate's sustained warm-up does
         timer.time_each([reference, optimized] * count)
         for _ in range(batches):
@@ -135,7 +159,12 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
                 rows["opt_cycles"].append(read[oi][0])
                 rows["ref_mhz"].append(read[ri][1])
                 rows["opt_mhz"].append(read[oi][1])
-        med = {k: statistics.median(v) for k, v in rows.items()}
+                rows["opt_after_ref"].append(i % 2 == 0)  # AB rounds: the optimized call right after a reference
+        med = {k: statistics.median(v) for k, v in rows.items() if k != "opt_after_ref"}
+        for after, label in ((True, "opt_ms_after_ref"), (False, "opt_ms_after_opt")):
+            picked = [t for t, a in zip(rows["opt_ms"], rows["opt_after_ref"]) if a is after]
+            if picked:
+                med[label] = statistics.median(picked)
         result[name] = {"rounds": len(rows["ref_ms"]), "speedup_ms": med["ref_ms"] / med["opt_ms"],
                         "speedup_cycles": med["ref_cycles"] / med["opt_cycles"], "medians": med, "rows": rows}
     return result
@@ -166,7 +195,8 @@ def main() -> None:
             m = r["medians"]
             print(f"{fp.card} {name:15} {cond:7} rounds {r['rounds']:4}  ms {r['speedup_ms']:.4f}x  cycles "
                   f"{r['speedup_cycles']:.4f}x  ref {m['ref_ms']:.4f} ms {m['ref_mhz']:.0f} MHz  opt {m['opt_ms']:.4f} ms "
-                  f"{m['opt_mhz']:.0f} MHz", flush=True)
+                  f"{m['opt_mhz']:.0f} MHz (after a reference {m.get('opt_ms_after_ref', float('nan')):.4f} ms, after "
+                  f"itself {m.get('opt_ms_after_opt', float('nan')):.4f} ms)", flush=True)
     (args.out / "cycles_probe.json").write_text(json.dumps(results))
 
 
