@@ -4,8 +4,9 @@ Each eager reference is a module-level function of its tensors, compiled once (f
 no choice made by timing candidates on the device, so every process, on every card, compiles the same reference:
 inductor's deterministic mode (a GEMM takes the vendor library's kernel, a reduction inductor's heuristic config),
 and its pointwise autotuning held (each pointwise kernel takes its first listed config; deterministic mode alone
-still times those candidates, and picked differently per process). Held, no reference measured slower than tuned
-(docs/results/gate-study-h200.md, "inductor's pointwise picks held"). With max-autotune's races instead, the
+still times those candidates, and picked differently per process). The first config is not always the one tuning
+would pick: what holding it costs each reference is measured per kind (docs/results/gate-study-h200.md, "Inductor's
+pointwise picks held"; docs/results/gate-study.md, section 6). With max-autotune's races instead, the
 reference settled into one of two speeds per process, and its compile was most of a cold run's time
 (docs/results/suite-time.md). A new shape recompiles under its own guards. The compiled function's first call
 (trace, inductor) is the case's `reference_first_ms`: compile time is recorded, never timed.
@@ -20,8 +21,9 @@ import torch
 
 from perftests.support.inputs import compare_on_inputs
 
-# Options of torch.compile(options=...): what the compiled reference is. Changing them changes every vs_compile
-# entry's reference: re-bless those entries on every kind, their calibration removed.
+# Options of torch.compile(options=...): what the compiled reference is. Changing them can change every vs_compile
+# reference: gate each kind's vs_compile tests (lab/device/lib.sh's compiled_refs), and re-bless the entries whose
+# reference ran other kernels (the gate names them beside the verdict).
 OPTIONS = {"deterministic": True, "triton.autotune_pointwise": False}
 NAME = "vs_compile"
 # Every parametrization of a case is a new shape or dtype for the same function: room for all of them,
