@@ -6,7 +6,7 @@ STUDY_DIR holds a `python -m speedgate study` folder's reports (clean*.json, slo
 comparison's recorded interval (ci_low, speedup, ci_high: the measurement its verdict was given on) is judged against
 BASELINE.json's entry as the plugin judges it now: the entry's other pick when the kernels are one
 (speedgate.picks), the entry's calibrated tolerance (or the case's pinned one), the cards' center, and the
-pick-changed rule (speedgate.judging.pick_explains). Then the study's table and its catch line.
+pick-changed rule (speedgate.judging.check_pick). Then the study's table and its catch line.
 
 Not modelled: measuring again (the recorded interval is the last measurement's), inconclusive, and a change of
 the case itself since the run. A count from this tool is an estimate of the verdicts, never a measurement: a results
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from speedgate import codegen, picks
+from speedgate import picks
 from speedgate import tolerance as tolerances
 from speedgate.attribution import which_side_moved
 from speedgate.evidence import judged_against
-from speedgate.judging import at_blessed_picks, pick_explains
+from speedgate.judging import check_pick
 from speedgate.stats import RatioEstimate
 from speedgate.study import table
 from speedgate.verdict import Verdict, judge
@@ -47,14 +47,11 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
     judgement = judge(estimate, baseline, tolerance, file_found=True)
     found = judgement.verdict
     if found in (Verdict.REGRESSED, Verdict.IMPROVED):
-        repicked = codegen.repicked_sides(judged.get("codegen"), record.get("codegen"))
-        if repicked:
-            _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
-            moved = {"reference_change": ref, "optimized_change": opt}
-            new_work = codegen.added_kernels(judged.get("codegen"), record.get("codegen"), "optimized")
-            undone = at_blessed_picks(float(record["speedup"]), moved, repicked)
-            if pick_explains(judgement, undone, moved, new_work):
-                found = Verdict.PICK_CHANGED
+        _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
+        pick = check_pick(judgement, float(record["speedup"]), {"reference_change": ref, "optimized_change": opt},
+                          judged.get("codegen"), record.get("codegen"))
+        if pick is not None and pick.explains:
+            found = Verdict.PICK_CHANGED
     return found.value
 
 

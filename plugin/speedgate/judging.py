@@ -4,6 +4,7 @@ failure text."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,21 +87,19 @@ def judge_measurement(
     if kernel_changes:
         after = f" after {', '.join(drift)}" if drift else ""
         note = f"{note}; codegen changed since the bless{after}: {'; '.join(kernel_changes)}".lstrip("; ")
-        repicked = codegen.repicked_sides(blessed_kernels, measured_kernels)
-        if repicked and not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
-            said = f"the {' and '.join(repicked)} side ran other kernels than blessed"
-            undone = at_blessed_picks(measurement.speedup, moved, repicked)
-            new_work = codegen.added_kernels(blessed_kernels, measured_kernels, "optimized")
-            if pick_explains(judgement, undone, moved, new_work):
+        if not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE) and \
+                (pick := check_pick(judgement, measurement.speedup, moved, blessed_kernels, measured_kernels)):
+            said = f"the {' and '.join(pick.repicked)} side ran other kernels than blessed"
+            if pick.explains:
                 # The same software picked other kernels (an autotuner's race, inductor's, a library's
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
                 # blessed one.
                 verdict = Verdict.PICK_CHANGED
                 note = (f"{said}: another pick, not the blessed kernels slower or faster (at its blessed time the "
-                        f"speedup reads {undone:.3f}x, inside the band); hold the pick (an autotuner: hold_blessed) or "
-                        f"re-bless ({judgement.verdict.value} as measured). {note}")
+                        f"speedup reads {pick.undone:.3f}x, inside the band); hold the pick (an autotuner: "
+                        f"hold_blessed) or re-bless ({judgement.verdict.value} as measured). {note}")
             else:
-                note = f"{note}; {said}, {pick_not_explaining(judgement, undone, moved, new_work)}"
+                note = f"{note}; {said}, {pick_not_explaining(judgement, pick.undone, moved, pick.new_work)}"
     if fields.get("judged_pick"):
         note = f"{note}; {fields['judged_pick']}".lstrip("; ")
     if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
@@ -128,6 +127,31 @@ def judge_measurement(
         **roofline(measurement), **error_fields(closeness), **moved,
     )
     return result, first, measurement
+
+
+@dataclass(frozen=True)
+class PickCheck:
+    """What other kernels than blessed do to a verdict: the sides that ran them (codegen.repicked_sides), the speedup
+    with those sides at their blessed times (at_blessed_picks), the kernels the optimized side launched beside its
+    blessed ones (codegen.added_kernels), and whether the pick explains the verdict (pick_explains)."""
+
+    repicked: list[str]
+    undone: float | None
+    new_work: list[str]
+    explains: bool
+
+
+def check_pick(judgement: Judgement, speedup: float, moved: Mapping[str, Any],
+               blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+               measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> PickCheck | None:
+    """The pick-changed rule, in one place for the gate and for re-judging recorded runs (lab/rejudge.py): None when
+    no side ran other kernels than blessed."""
+    repicked = codegen.repicked_sides(blessed_kernels, measured_kernels)
+    if not repicked:
+        return None
+    undone = at_blessed_picks(speedup, moved, repicked)
+    new_work = codegen.added_kernels(blessed_kernels, measured_kernels, "optimized")
+    return PickCheck(repicked, undone, new_work, pick_explains(judgement, undone, moved, new_work))
 
 
 def at_blessed_picks(speedup: float, moved: Mapping[str, Any], repicked: Sequence[str]) -> float | None:
