@@ -265,8 +265,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             if record.get("timer") != entry.get("timer"):
                 other_timers.append(f"{record['case_id']}: timed by {record.get('timer')}, the entry by {entry.get('timer')}")
                 continue
-            if not _same_software(entry.get("software", {}), report, record.get("hardware_key")):
-                differs = _software_difference(entry.get("software", {}), report, record.get("hardware_key"))
+            if differs := _software_difference(entry.get("software", {}), report, record.get("hardware_key")):
                 other_software[differs] = other_software.get(differs, 0) + 1
                 continue
             if record.get("settled") is False:  # the device's speed drifted to the end: no speed of the kernel's
@@ -284,16 +283,14 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                     untimed_picks.append(record["case_id"])  # no times to judge that pick's sides by
                     continue
                 found = picks.matching(entry, record.get("codegen"))
-                pick_cards = cards((found[1].get("calibration") or {}) if found else {})
-                if identity in pick_cards.get(record.get("card") or UNRECORDED, {}).get("reports", []):
+                if _holds_report((found[1].get("calibration") or {}) if found else {}, record.get("card"), identity):
                     again[identity] = again.get(identity, 0) + 1
                     continue
                 entry, new = add_other_pick(entry, found, record, run_spread, when, identity)
                 cases[record["case_id"]] = entry
                 other_picks.append((record["case_id"], new))
                 continue
-            held = cards(entry["calibration"]).get(record.get("card") or UNRECORDED, {}).get("reports", [])
-            if identity in held:
+            if _holds_report(entry["calibration"], record.get("card"), identity):
                 again[identity] = again.get(identity, 0) + 1
                 continue
             before = float(entry["tolerance"])
@@ -349,18 +346,23 @@ def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] |
     return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new
 
 
-def _software_difference(software: Mapping[str, Any], report: Mapping[str, Any], key: Any) -> str:
-    """What of an entry's software a report's run did not have: "torch 2.11.0 in the file, 2.12.0 in the report"."""
+def _holds_report(calibration: Mapping[str, Any], card: str | None, identity: str) -> bool:
+    """Whether a calibration's evidence from this card already holds the report `identity` (given again)."""
+    return identity in cards(calibration).get(card or UNRECORDED, {}).get("reports", [])
+
+
+def _software_difference(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,
+                         only: Sequence[str] | None = None) -> str:
+    """What of an entry's software (only: these packages alone) a report's run did not have, "" when nothing: "torch
+    2.11.0 in the file, 2.12.0 in the report". A package the report does not record cannot differ."""
     measured = report.get("fingerprints", {}).get(key, {}).get("software", {})
     return "; ".join(f"{name} {value} in the file, {measured[name]} in the report"
-                     for name, value in sorted(software.items()) if name in measured and measured[name] != value)
+                     for name, value in sorted(software.items())
+                     if name in measured and (only is None or name in only) and measured[name] != value)
 
 
 def _same_software(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,
                    only: Sequence[str] | None = None) -> bool:
     """Whether a report's run used the software an entry was blessed with (torch, triton, the driver...; only: these
     packages alone)."""
-    fingerprint = report.get("fingerprints", {}).get(key, {})
-    measured = fingerprint.get("software", {})
-    return all(measured.get(name) == value for name, value in software.items()
-               if name in measured and (only is None or name in only))
+    return not _software_difference(software, report, key, only)
