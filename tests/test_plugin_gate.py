@@ -197,6 +197,31 @@ def test_tuned(perf):
     result.stdout.fnmatch_lines(["*configuration changed since the baseline: {'BLOCK_M': 128, 'num_warps': 8} -> {'BLOCK_M': 64, 'num_warps': 8}*"])
 
 
+def test_a_large_config_change_is_told_by_its_settings(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config of hundreds of settings (max-autotune's held picks) is not printed whole in the note: how many
+    settings changed, were added or went, and the first of them by path."""
+    make_tests(
+        project,
+        """
+import os
+def test_tuned(perf):
+    picks = {f"choice{i}": 0.5 for i in range(40)}
+    picks["choice3"] = float(os.environ.get("T3", "0.5"))
+    if os.environ.get("MORE"):
+        picks["choice99"] = 1.0
+    perf.compare(ref_2ms, opt_1ms, config={"gemm": picks})
+""",
+    )
+    project.runpytest("--update-baselines").assert_outcomes(passed=1)
+    monkeypatch.setenv("T3", "0.7")
+    monkeypatch.setenv("MORE", "1")
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*configuration changed since the baseline: 1 changed, 1 added of 40 settings "
+                                 "(~gemm/choice3; +gemm/choice99)*"])
+    assert "choice10" not in result.stdout.str()
+
+
 def test_a_case_gets_the_config_it_was_blessed_with(project: pytest.Pytester) -> None:
     """perf.blessed_config: what a case holds its autotuner to. A gate run and a calibrating bless get the entry's
     config; a plain re-bless gets None (the autotuner chooses afresh), as do a comparison with no entry and one whose

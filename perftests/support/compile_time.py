@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,24 @@ def compile_cache_in(folder: Path) -> Iterator[None]:
             else:
                 os.environ[key] = value
         clear()
+
+
+def compile_holding(call: Callable[[], Any], picks: Mapping[str, Any], folder: Path) -> tuple[Any, dict[str, Any]]:
+    """(call()'s result, the picks its compile used): call()'s compile in `folder`, an empty one seeded with held
+    autotuner picks (autotune_picks.write_picks), so that it takes them instead of timing candidates, with epilogue
+    fusion decided by inductor's rules instead of timed (a timing no cache keeps, so it would race in every process).
+    The picks returned are the folder's after the compile: the held ones, plus whatever it timed afresh
+    (autotune_picks.timed_afresh tells which)."""
+    import torch._inductor.config as inductor_config
+
+    from perftests.support.autotune_picks import read_picks, write_picks
+
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"compile_holding({folder}): the folder is not empty, so the compile could load a graph")
+    write_picks(folder, picks)
+    with compile_cache_in(folder), inductor_config.patch(benchmark_epilogue_fusion=False):
+        out = call()
+    return out, read_picks(folder)
 
 
 def frames_compiled() -> int:

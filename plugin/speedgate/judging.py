@@ -106,7 +106,7 @@ def judge_measurement(
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
     if entry and entry.get("config") is not None and config is not None and entry["config"] != config:
-        note = f"{note}; configuration changed since the baseline: {entry['config']} -> {config}".lstrip("; ")
+        note = f"{note}; configuration changed since the baseline: {config_change(entry['config'], config)}".lstrip("; ")
     # Power capping is the steady state of tensor-core work on these cards (recorded, not flagged); thermal
     # slowdown is not, and makes the measurement unstable.
     if throttled.get("thermal", 0.0) > THROTTLE_NOTE_FRACTION:
@@ -152,6 +152,28 @@ def check_pick(judgement: Judgement, speedup: float, moved: Mapping[str, Any],
     undone = at_blessed_picks(speedup, moved, repicked)
     new_work = codegen.added_kernels(blessed_kernels, measured_kernels, "optimized")
     return PickCheck(repicked, undone, new_work, pick_explains(judgement, undone, moved, new_work))
+
+
+def config_change(blessed: Any, measured: Any, *, shown: int = 160) -> str:
+    """A configuration's change in words: both in full while they are short; else how many of its settings (leaves,
+    by path) differ, were added or went, and the first few (max-autotune's held picks are hundreds of timed choices)."""
+    if len(repr(blessed)) + len(repr(measured)) <= shown:
+        return f"{blessed} -> {measured}"
+    before, after = _leaves(blessed), _leaves(measured)
+    changed = sorted(path for path in before.keys() & after.keys() if before[path] != after[path])
+    added, gone = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+    parts = [f"{len(items)} {word}" for items, word in ((changed, "changed"), (added, "added"), (gone, "gone")) if items]
+    first = [f"{'~+-'[i]}{path}" for i, items in enumerate((changed, added, gone)) for path in items[:2]]
+    return f"{', '.join(parts) or 'no setting'} of {len(before)} settings ({'; '.join(first[:3])})"
+
+
+def _leaves(config: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(config, Mapping) and config:
+        out: dict[str, Any] = {}
+        for key, value in config.items():
+            out.update(_leaves(value, f"{prefix}/{key}" if prefix else str(key)))
+        return out
+    return {prefix: config}
 
 
 def at_blessed_picks(speedup: float, moved: Mapping[str, Any], repicked: Sequence[str]) -> float | None:

@@ -1,0 +1,91 @@
+"""max-autotune's picks, held: what inductor's autotuner leaves in a compile's cache folder (the GEMM choices' timings
+and pad_mm's in its local cache, `cache/<system hash>`; each Triton kernel's best config, `<dir>/<key>.best_config`),
+read from one compile's folder and written into an empty one before another compile, which then takes the same
+picks without timing a candidate. A baseline entry keeps them as its config (perf.blessed_config), so a gate run
+compiles the kernels the bless timed instead of the winners of a new race: which near-equal candidate wins differs
+between processes, and the model's speed with it (docs/results/gate-study-h200.md, "max-autotune's picks, held").
+
+The cache keys carry the software (torch's key, the device, CUDA and Triton versions): after an upgrade the held
+picks match nothing, the compile times its candidates again, and `timed_afresh` names what it timed.
+Pure: no torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+LOCAL_CACHE = "cache"  # <inductor cache dir>/cache/<system hash>: {"system": ..., "cache": {op: {inputs: ...}}}
+BEST_CONFIG = ".best_config"
+
+
+def read_picks(folder: Path) -> dict[str, Any]:
+    """The autotuner's picks in an inductor cache folder: {"local": {file name: its JSON}, "best_configs":
+    {path relative to the folder: its JSON}}; empty dicts where the compile left none."""
+    local: dict[str, Any] = {}
+    for path in sorted((folder / LOCAL_CACHE).glob("*")):
+        data = _json(path)
+        if isinstance(data, dict) and isinstance(data.get("cache"), dict):
+            local[path.name] = data
+    best: dict[str, Any] = {}
+    for path in sorted(folder.rglob(f"*{BEST_CONFIG}")):
+        data = _json(path)
+        if isinstance(data, dict):
+            best[path.relative_to(folder).as_posix()] = data
+    return {"local": local, "best_configs": best}
+
+
+def write_picks(folder: Path, picks: Mapping[str, Any]) -> int:
+    """Write held picks (read_picks' form) into an inductor cache folder before its first compile; the number of
+    files written. Refuses a path that would leave the folder, or picks of another form."""
+    if not isinstance(picks.get("local"), Mapping) or not isinstance(picks.get("best_configs"), Mapping):
+        raise ValueError(f"not autotuner picks (read_picks' form: 'local' and 'best_configs'): keys {sorted(picks)}")
+    files = {f"{LOCAL_CACHE}/{name}": data for name, data in picks["local"].items()}
+    files.update(picks["best_configs"])
+    for relative, data in files.items():
+        path = PurePosixPath(relative)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise ValueError(f"a held pick's path leaves the cache folder: {relative!r}")
+        target = folder.joinpath(*path.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data, indent=1, sort_keys=True))
+    return len(files)
+
+
+def timed_afresh(held: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """What a compile seeded with `held` timed itself (read_picks of its folder afterwards, `after`): each local
+    cache entry (op, inputs, precision, choice) and each best config it added. Empty: every pick was held."""
+    added = sorted(set(_leaves(after.get("local", {}))) - set(_leaves(held.get("local", {}))))
+    added += sorted(f"best config {path}" for path in set(after.get("best_configs", {})) - set(held.get("best_configs", {})))
+    return added
+
+
+def summary(picks: Mapping[str, Any]) -> str:
+    """A line for a report: how many choices' timings and best configs the picks hold."""
+    return f"{len(_leaves(picks.get('local', {})))} timed choices, {len(picks.get('best_configs', {}))} best configs"
+
+
+def _leaves(local: Mapping[str, Any]) -> list[str]:
+    """Every timed entry of the local caches, as 'file/op/inputs/precision/choice' (pad_mm's and others' keys as
+    deep as they go)."""
+    out: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                walk(f"{prefix}/{key}", value)
+        else:
+            out.append(prefix)
+
+    for name, data in local.items():
+        walk(name, data.get("cache", {}) if isinstance(data, Mapping) else {})
+    return out
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
