@@ -13,6 +13,7 @@ Pure: no torch here.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,7 +29,7 @@ def read_picks(folder: Path) -> dict[str, Any]:
     for path in sorted((folder / LOCAL_CACHE).glob("*")):
         data = _json(path)
         if isinstance(data, dict) and isinstance(data.get("cache"), dict):
-            local[path.name] = data
+            local[path.name] = _finite(data)
     best: dict[str, Any] = {}
     for path in sorted(folder.rglob(f"*{BEST_CONFIG}")):
         data = _json(path)
@@ -42,7 +43,7 @@ def write_picks(folder: Path, picks: Mapping[str, Any]) -> int:
     files written. Refuses a path that would leave the folder, or picks of another form."""
     if not isinstance(picks.get("local"), Mapping) or not isinstance(picks.get("best_configs"), Mapping):
         raise ValueError(f"not autotuner picks (read_picks' form: 'local' and 'best_configs'): keys {sorted(picks)}")
-    files = {f"{LOCAL_CACHE}/{name}": data for name, data in picks["local"].items()}
+    files = {f"{LOCAL_CACHE}/{name}": _timings(data) for name, data in picks["local"].items()}
     files.update(picks["best_configs"])
     for relative, data in files.items():
         path = PurePosixPath(relative)
@@ -82,6 +83,25 @@ def _leaves(local: Mapping[str, Any]) -> list[str]:
     for name, data in local.items():
         walk(name, data.get("cache", {}) if isinstance(data, Mapping) else {})
     return out
+
+
+# A candidate that failed to compile or run is timed at infinity; a baseline file holds finite numbers only, so the
+# picks carry such a timing as its name and give it back as a float when written.
+NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _finite(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {key: _finite(value) for key, value in node.items()}
+    if isinstance(node, float) and not math.isfinite(node):
+        return "NaN" if math.isnan(node) else ("Infinity" if node > 0 else "-Infinity")
+    return node
+
+
+def _timings(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {key: _timings(value) for key, value in node.items()}
+    return NONFINITE.get(node, node) if isinstance(node, str) else node
 
 
 def _json(path: Path) -> Any:
