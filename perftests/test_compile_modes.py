@@ -251,8 +251,14 @@ def test_held_autotuner_picks_go_from_one_cache_folder_to_another(tmp_path: Path
     (seeded / "cache" / "systemhash").write_text(json.dumps({"system": {}, "cache": timings}))
     (seeded / "cd").mkdir()
     (seeded / "cd" / "other.best_config").write_text("{}")
+    # the held kernel's search ran again and wrote another config over the held one, at the same path
+    (seeded / "ab" / "kernelkey.best_config").write_text(json.dumps({"XBLOCK": 128, "num_warps": 4}))
     assert timed_afresh(picks, read_picks(seeded)) == ["systemhash/mm/[[512, 512]]/highest/choice-c",
-                                                       "best config cd/other.best_config"]
+                                                       "best config cd/other.best_config",
+                                                       "best config ab/kernelkey.best_config tuned again"]
+    # the same config found again, in another time: held
+    (seeded / "ab" / "kernelkey.best_config").write_text(json.dumps({"XBLOCK": 256, "num_warps": 4, "time_taken_ms": 9}))
+    assert timed_afresh(picks, read_picks(seeded))[-1] == "best config cd/other.best_config"
 
     with pytest.raises(ValueError, match="leaves the cache folder"):
         write_picks(tmp_path / "third", {"local": {}, "best_configs": {"../escaped.best_config": {}}})

@@ -2,9 +2,10 @@
 # max-autotune's held picks (perftests/support/autotune_picks.py) on a host with two GPUs, and [dynamic] held (issue 46).
 #   GPU 0: test_compile_mode[max-autotune] blessed with --speedgate-calibrate 2 into a copy of the committed files,
 #          then `python -m speedgate study` of it (clean, then each of SLOWDOWNS, default 0.05) against a copy made
-#          after that bless.
-#   GPU 1: test_dynamic_shapes[dynamic] twice as the suite runs it and twice with -p lab.hold_pointwise, each in a
-#          fresh process with empty caches, against the committed file; then the max-autotune case blessed with
+#          after that bless; GATE=plain: one gate run in a fresh process instead.
+#   GPU 1: (DYNAMIC=0 leaves this out) test_dynamic_shapes[dynamic] twice as the suite runs it and twice with
+#          -p lab.hold_pointwise, each in a fresh process with empty caches, against the committed file; then the
+#          max-autotune case blessed with
 #          --speedgate-calibrate 2 into the first copy, holding GPU 0's picks (a second card's evidence).
 # Logs live in /tmp/held (a call's OUT is emptied by the next call); after every step they are packed into
 # OUT/logs.tgz, so a call cut off at its limit still brings back what finished. OUT/baselines: the blessed copy.
@@ -27,11 +28,16 @@ pack() {
   f=$work/logs/bless-gpu0; env $(fresh) CUDA_VISIBLE_DEVICES=0 timeout 260 python3 -m pytest "${sel[@]}" -p no:cacheprovider -q -rs \
     --baseline-dir $bl --update-baselines --speedgate-calibrate 2 --speedgate-json $f.json > $f.log 2>&1; pack bless-gpu0 $? $f.log
   cp $bl/*.json $study_bl/; touch $work/gpu0-blessed
-  f=$work/logs/study; CUDA_VISIBLE_DEVICES=0 timeout 330 python3 -m speedgate study $work/logs/study --runs 1 --slowdowns "${SLOWDOWNS:-0.05}" -- \
-    "${sel[@]}" -rs --baseline-dir $study_bl > $f.log 2>&1; pack study $? $f.log
+  if [[ ${GATE:-study} == study ]]; then
+    f=$work/logs/study; CUDA_VISIBLE_DEVICES=0 timeout 330 python3 -m speedgate study $work/logs/study --runs 1 --slowdowns "${SLOWDOWNS:-0.05}" -- \
+      "${sel[@]}" -rs --baseline-dir $study_bl > $f.log 2>&1; pack study $? $f.log
+  else  # GATE=plain: one gate run in a fresh process
+    f=$work/logs/gate-gpu0; env $(fresh) CUDA_VISIBLE_DEVICES=0 timeout 260 python3 -m pytest "${sel[@]}" -p no:cacheprovider -q -rs \
+      --baseline-dir $study_bl --speedgate-json $f.json > $f.log 2>&1; pack gate-gpu0 $? $f.log
+  fi
 ) &
 ( # GPU 1
-  for run in 1 2; do
+  for run in $(seq 1 $(( ${DYNAMIC:-1} ? 2 : 0 ))); do
     for hold in plain held; do
       f=$work/logs/dynamic-$hold-$run; extra=(); [[ $hold == held ]] && extra=(-p lab.hold_pointwise)
       env $(fresh) CUDA_VISIBLE_DEVICES=1 timeout 120 python3 -m pytest "perftests/test_compile_dynamic.py::test_dynamic_shapes[dynamic]" \

@@ -57,10 +57,18 @@ def write_picks(folder: Path, picks: Mapping[str, Any]) -> int:
 
 def timed_afresh(held: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     """What a compile seeded with `held` timed itself (read_picks of its folder afterwards, `after`): each local
-    cache entry (op, inputs, precision, choice) and each best config it added. Empty: every pick was held."""
+    cache entry (op, inputs, precision, choice) it added, and each best config it added or tuned again (a held one
+    rewritten with another config: the time its search took aside). Empty: every pick was held."""
     added = sorted(set(_leaves(after.get("local", {}))) - set(_leaves(held.get("local", {}))))
-    added += sorted(f"best config {path}" for path in set(after.get("best_configs", {})) - set(held.get("best_configs", {})))
+    before, now = held.get("best_configs", {}), after.get("best_configs", {})
+    added += sorted(f"best config {path}" for path in set(now) - set(before))
+    added += sorted(f"best config {path} tuned again" for path in set(now) & set(before)
+                    if _config(now[path]) != _config(before[path]))
     return added
+
+
+def _config(best: Any) -> Any:
+    return {key: value for key, value in best.items() if key != "time_taken_ms"} if isinstance(best, Mapping) else best
 
 
 def summary(picks: Mapping[str, Any]) -> str:

@@ -204,7 +204,10 @@ def compile_cache_in(folder: Path) -> Iterator[None]:
 def compile_holding(call: Callable[[], Any], picks: Mapping[str, Any], folder: Path) -> tuple[Any, dict[str, Any]]:
     """(call()'s result, the picks its compile used): call()'s compile in `folder`, an empty one seeded with held
     autotuner picks (autotune_picks.write_picks), so that it takes them instead of timing candidates, with epilogue
-    fusion decided by inductor's rules instead of timed (a timing no cache keeps, so it would race in every process).
+    fusion decided by inductor's rules instead of timed (a timing no cache keeps, so it would race in every process),
+    and every kernel compiled in this process: a kernel compiled in a worker comes back without its held config's
+    mark of a finished search (Triton's Config does not pickle it), and its search ran again here and picked another
+    config in every process (docs/results/gate-study-h200.md, "max-autotune's picks, held").
     The picks returned are the folder's after the compile: the held ones, plus whatever it timed afresh
     (autotune_picks.timed_afresh tells which)."""
     import torch._inductor.config as inductor_config
@@ -214,7 +217,7 @@ def compile_holding(call: Callable[[], Any], picks: Mapping[str, Any], folder: P
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"compile_holding({folder}): the folder is not empty, so the compile could load a graph")
     write_picks(folder, picks)
-    with compile_cache_in(folder), inductor_config.patch(benchmark_epilogue_fusion=False):
+    with compile_cache_in(folder), inductor_config.patch(benchmark_epilogue_fusion=False, compile_threads=1):
         out = call()
     return out, read_picks(folder)
 
