@@ -113,9 +113,12 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
         perf.metric("compile_s_held_picks", held_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
         afresh = timed_afresh(held, picks)
         if blessed and afresh:
-            warnings.warn(f"{mode}: the compile timed {len(afresh)} candidates afresh instead of taking the held picks "
-                          f"({summary(held)}), so the model runs other kernels than blessed: the picks were made "
-                          f"with other software, or inductor keys them otherwise; first: {afresh[0]}", stacklevel=1)
+            # A held best config searched again is inductor's doing on some kernels (the page above); a pick missing
+            # altogether means the picks were made with other software, or inductor keys them otherwise.
+            again = [item for item in afresh if item.endswith("tuned again")]
+            warnings.warn(f"{mode}: the compile did not take {len(afresh)} of the held picks ({summary(held)}): "
+                          f"{len(afresh) - len(again)} timed afresh, {len(again)} best configs searched again, so "
+                          f"some kernels may run other configs than blessed; first: {afresh[0]}", stacklevel=1)
     if peak is not None:
         perf.metric("peak_memory_fresh_process_gib", peak, tolerance=0.10, unit="GiB")
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
