@@ -49,6 +49,11 @@ MODES = ["default", "reduce-overhead", "max-autotune"]
 # picks, with the model's speed, differed in every process (docs/results/gate-study-h200.md, "max-autotune's picks,
 # held"). Its compile seconds are still timed from scratch in a fresh process, which races the candidates itself.
 HELD_PICKS = {"max-autotune"}
+# The tolerance of such a mode while its entry holds no picks (blessed before they were held: each gate process races
+# its own, as every process did when this was the case's pin; docs/results/kernel-comments.md, "Test files"), until a
+# calibrating bless records them; a bless pins nothing, so that it measures the spread. The GPU's; the CPU keeps its
+# default.
+UNHELD_TOLERANCE = 0.25
 BUILDER = "perftests.models.transformer:compile_time_builder"  # the same model and batch shape, in a fresh process
 # Modes whose compile is timed in a fresh process (its metric compile_s_fresh_process), not in this one: in this
 # process, max-autotune's compile took longer after another test_compile_mode than alone (its GEMM candidates compiled
@@ -87,6 +92,7 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
     # autotuning set it there (docs/results/gate-runs.md).
     peak: float | None = None
     picks: dict[str, Any] | None = None
+    blessed: dict[str, Any] | None = None
     with from_scratch(saving=True):
         if mode in COMPILED_IN_A_FRESH_PROCESS:
             compile_s, peak = compile_in_fresh_process(BUILDER, mode)
@@ -112,13 +118,14 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
         # What holding costs the case, and a sign the hold missed (the candidates timed again): gated as compile seconds.
         perf.metric("compile_s_held_picks", held_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
         afresh = timed_afresh(held, picks)
-        if blessed and afresh:
-            # A held best config searched again is inductor's doing on some kernels (the page above); a pick missing
-            # altogether means the picks were made with other software, or inductor keys them otherwise.
-            again = [item for item in afresh if item.endswith("tuned again")]
-            warnings.warn(f"{mode}: the compile did not take {len(afresh)} of the held picks ({summary(held)}): "
-                          f"{len(afresh) - len(again)} timed afresh, {len(again)} best configs searched again, so "
-                          f"some kernels may run other configs than blessed; first: {afresh[0]}", stacklevel=1)
+        # A held best config searched again is inductor's doing on a kernel or two (the page above), which the codegen
+        # facts show; a pick timed afresh means the picks were made with other software, or inductor keys them
+        # otherwise: the hold missed, said here.
+        missed = [item for item in afresh if not item.endswith("tuned again")]
+        if blessed and missed:
+            warnings.warn(f"{mode}: the compile timed {len(missed)} candidates afresh instead of taking the held picks "
+                          f"({summary(held)}), so the model runs other kernels than blessed: the picks were made "
+                          f"with other software, or inductor keys them otherwise; first: {missed[0]}", stacklevel=1)
     if peak is not None:
         perf.metric("peak_memory_fresh_process_gib", peak, tolerance=0.10, unit="GiB")
     perf.assert_close(first.clone(), expected, **tol)  # clone: cudagraph outputs are overwritten by later replays
@@ -131,7 +138,9 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
     # on rotating batches of tokens (a graph replays the batch it captured: default stays on set 0).
     compare_on_inputs(perf, eager, run_compiled, make, name="vs_eager", check=False, flops=flops,
                       flops_dtype="bf16" if dtype == torch.bfloat16 else None, graph=mode == "default",
-                      config=picks)
+                      config=picks,
+                      tolerance=UNHELD_TOLERANCE if device == "cuda" and mode in HELD_PICKS and not blessed
+                      and not perf.blessing else None)
     perf.metric("compile_s_fresh_process" if mode in COMPILED_IN_A_FRESH_PROCESS else "compile_s_in_process",
                 compile_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
 

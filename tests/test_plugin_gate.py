@@ -225,13 +225,14 @@ def test_tuned(perf):
 def test_a_case_gets_the_config_it_was_blessed_with(project: pytest.Pytester) -> None:
     """perf.blessed_config: what a case holds its autotuner to. A gate run and a calibrating bless get the entry's
     config; a plain re-bless gets None (the autotuner chooses afresh), as do a comparison with no entry and one whose
-    entry recorded no config."""
+    entry recorded no config. perf.blessing: whether the run writes the baseline, plain or calibrating."""
     make_tests(
         project,
         """
 import json, os
 def test_tuned(perf):
-    seen = {"tuned": perf.blessed_config(), "plain": perf.blessed_config("plain"), "absent": perf.blessed_config("absent")}
+    seen = {"tuned": perf.blessed_config(), "plain": perf.blessed_config("plain"), "absent": perf.blessed_config("absent"),
+            "blessing": perf.blessing}
     with open(os.environ["SEEN"], "a") as f:
         f.write(json.dumps(seen) + "\\n")
     perf.compare(ref_2ms, opt_1ms, config={"BLOCK_M": 128, "num_warps": 8})
@@ -246,10 +247,10 @@ def test_tuned(perf):
                 mp.setenv(k, v)
             project.runpytest(*args).assert_outcomes(passed=1)
     first, gate, plain_bless, calibrating = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert first == {"tuned": None, "plain": None, "absent": None}  # nothing blessed yet
-    assert gate == {"tuned": {"BLOCK_M": 128, "num_warps": 8}, "plain": None, "absent": None}
-    assert plain_bless["tuned"] is None
-    assert calibrating["tuned"] == {"BLOCK_M": 128, "num_warps": 8}
+    assert first == {"tuned": None, "plain": None, "absent": None, "blessing": True}  # nothing blessed yet
+    assert gate == {"tuned": {"BLOCK_M": 128, "num_warps": 8}, "plain": None, "absent": None, "blessing": False}
+    assert plain_bless["tuned"] is None and plain_bless["blessing"] is True
+    assert calibrating["tuned"] == {"BLOCK_M": 128, "num_warps": 8} and calibrating["blessing"] is True
 
 
 def test_bad_flops_dtype_and_config(project: pytest.Pytester) -> None:

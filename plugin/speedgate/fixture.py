@@ -196,6 +196,13 @@ class Perf:
         return dict(config) if isinstance(config, Mapping) else None
 
     @property
+    def blessing(self) -> bool:
+        """Whether this run writes the baseline (--update-baselines, plain or calibrating). A case whose tolerance
+        depends on its entry (one pinned loosely while the entry holds no blessed_config yet) pins nothing while
+        blessing, so that a calibrating bless measures the case's spread instead of recording the pin."""
+        return bool(self._session.settings.update_baselines)
+
+    @property
     def policy(self) -> Policy:
         """The run's measurement policy (--speedgate-budget, --speedgate-noise): pass policy.to_json() to the ranks
         of a multi-process case, for speedgate.distributed.measure_across_ranks(..., policy=...)."""
