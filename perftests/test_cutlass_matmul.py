@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -295,6 +296,27 @@ def test_cutlass_kernels_build_for_hopper() -> None:
         assert report["reg"] <= 65536 // 384 and report["dynamic_smem"] + report["shared"] <= cg.SMEM_BYTES, (kind, report)
         # fp8's promotion: 64 x 256 fp32 adds a thread per K tile (the 16-bit kernel adds nothing in its loop).
         assert ops.get("FADD", 0) == (128 if kind == "fp8_precise" else 0), (kind, ops.get("FADD"))
+
+
+def test_the_gate_reads_a_cutlass_kernels_codegen_facts_from_its_compile(device: str) -> None:
+    """What the gate records of the CUTLASS kernel beside its launch (speedgate.codegen.cute_facts): the compile keeps
+    its PTX and cubin in memory, and the facts name the kernel as the profiler does, with the PTX's instruction mix
+    (wgmma, the bulk tensor copies) and the cubin's registers and spills, the same as ptxas's own report
+    (cg.compile_report), and leave no file behind in the working folder."""
+    if device == "cuda":
+        pytest.skip("checked where the suite runs on the CPU (CI, which installs the DSL): compiled, not run")
+    skip_without_dsl()
+    from speedgate import codegen
+
+    before = set(Path.cwd().iterdir())
+    problem = cg.Problem(4096, 4096, 4096, "16bit", torch.bfloat16, torch.bfloat16)
+    compiled = cg.compile_gemm(problem, max_active_clusters=66)
+    assert set(Path.cwd().iterdir()) == before  # the DSL's kept copies went to a folder of their own
+    facts = codegen.compiled_facts(compiled)
+    assert facts["name"].startswith("kernel_cutlass_kernel_perftestskernelscutlass_gemmHopperGemm"), facts["name"]
+    assert facts["ptx"]["mma"] > 0 and facts["ptx"]["tma"] > 0, facts["ptx"]
+    report = cg.compile_report(problem)
+    assert (facts["registers"], facts["spills"]) == (report["reg"], report["local"] // 4) == (report["reg"], 0)
 
 
 @pytest.mark.parametrize("kind", ["16bit", "fp8_precise"])

@@ -115,6 +115,72 @@ def test_a_side_merges_triton_facts_into_the_trace_and_numbers_a_second_variant_
     assert facts[0]["ptx"]["mma"] == 1
 
 
+RESOURCE_USAGE = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function kernel_cutlass_gemm_0:
+  REG:168 STACK:0 SHARED:1024 LOCAL:96 CONSTANT[0]:977 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function other_kernel:
+  REG:40 STACK:16 SHARED:0 LOCAL:0 CONSTANT[0]:400 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+def test_cuobjdumps_resource_usage_gives_each_functions_registers_and_spills_in_words() -> None:
+    assert codegen.parse_resource_usage(RESOURCE_USAGE) == {
+        "kernel_cutlass_gemm_0": {"registers": 168, "spills": 24}, "other_kernel": {"registers": 40, "spills": 0}}
+    assert codegen.parse_resource_usage("") == {}
+
+
+def cute_compiled(name: str, ptx: str | None = PTX, cubin: bytes | None = b"cubin") -> Any:
+    """A stand-in of a CuTe DSL compiled function: kernel_info by kernel name, the PTX and cubin it kept."""
+    return types.SimpleNamespace(kernel_info={name: {}}, function_name="cutlass___call___gemm",
+                                 artifacts=types.SimpleNamespace(PTX=ptx, CUBIN=cubin))
+
+
+def test_a_cutlass_kernels_facts_come_from_the_ptx_and_cubin_its_compile_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codegen, "_run_cuobjdump", lambda cubin: codegen.parse_resource_usage(RESOURCE_USAGE))
+    codegen._RESOURCES.clear()
+    facts = codegen.compiled_facts(cute_compiled("kernel_cutlass_gemm_0"))
+    assert facts == {"name": "kernel_cutlass_gemm_0", "ptx": codegen.ptx_mix(PTX), "registers": 168, "spills": 24}
+    # Merged into the trace's kernel of that name: the profiler's launch facts first, the cubin's beside them.
+    traced = [{"name": "kernel_cutlass_gemm_0", "grid": [2, 1, 66], "registers": 168, "shared_bytes": 230400}]
+    [merged] = codegen.side_facts(traced, [facts])
+    assert merged["spills"] == 24 and merged["grid"] == [2, 1, 66] and merged["ptx"]["mma"] == 1
+    # Compiled without keeping them: the name alone, nothing invented.
+    codegen._RESOURCES.clear()
+    assert codegen.compiled_facts(cute_compiled("kernel_cutlass_gemm_0", ptx=None, cubin=None)) == {
+        "name": "kernel_cutlass_gemm_0"}
+
+
+def test_cutlass_compiled_functions_called_inside_are_noted_once_and_the_class_given_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compiled_launches notes every CuTe DSL compiled function called inside (a subclass's own __call__ that calls
+    its base's too), once each, and leaves the classes as they were."""
+    import sys
+
+    class JitCompiledFunction:
+        def __call__(self, *args: Any) -> str:
+            return "base"
+
+    class CudaFunction(JitCompiledFunction):
+        def __call__(self, *args: Any) -> str:
+            return "cuda+" + super().__call__(*args)
+
+    monkeypatch.setitem(sys.modules, "cutlass.base_dsl.jit_executor",
+                        types.SimpleNamespace(JitCompiledFunction=JitCompiledFunction))
+    calls = CudaFunction.__dict__["__call__"], JitCompiledFunction.__dict__["__call__"]
+    first, second = CudaFunction(), CudaFunction()
+    with codegen.compiled_launches() as launched:
+        assert CudaFunction.__dict__["__call__"] is not calls[0]  # hooked inside
+        assert first(1) == "cuda+base" and first(2) == "cuda+base" and second() == "cuda+base"
+    assert launched == [first, second]
+    assert (CudaFunction.__dict__["__call__"], JitCompiledFunction.__dict__["__call__"]) == calls
+    with codegen.compiled_launches() as launched_again:
+        pass
+    assert launched_again == []
+
+
 def sides(optimized: list[dict[str, Any]], reference: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"reference": reference or [{"name": "nvjet_gemm", "grid": [66, 2, 1]}], "optimized": optimized}
 

@@ -490,15 +490,20 @@ def compile_gemm(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_acti
                  options: str = "") -> Any:
     """cute.compile the kernel for one problem, for sm_90a. max_active_clusters: how many clusters run at once (the
     persistent grid); by default asked of the current GPU (a GPU-less compile must pass it). No device memory is
-    touched: the pointers are placeholders; the compiled function takes the real ones."""
+    touched: the pointers are placeholders; the compiled function takes the real ones. It keeps its PTX and cubin in
+    memory (`artifacts`), where the gate reads the kernel's codegen facts (speedgate.codegen.cute_facts); the copies
+    the DSL writes beside them go to a folder removed after the compile."""
+    import tempfile
+
     if DSL_MISSING:
         raise RuntimeError(DSL_MISSING)
     if max_active_clusters is None:
         max_active_clusters = cutlass_utils.HardwareInfo().get_max_active_clusters(config.cluster_m * config.cluster_n)
     placeholders = [_pointer(problem.in_dtype, 0), _pointer(problem.in_dtype, 0), _pointer(problem.out_dtype, 0),
                     _pointer(torch.float32, 0), _pointer(torch.float32, 0)]
-    return cute.compile(HopperGemm(problem, config), *placeholders, max_active_clusters, cuda_driver.CUstream(0),
-                        options=f"--gpu-arch sm_90a {options}".strip())
+    with tempfile.TemporaryDirectory(prefix="cutlass-dump-") as dump:
+        return cute.compile(HopperGemm(problem, config), *placeholders, max_active_clusters, cuda_driver.CUstream(0),
+                            options=f"--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir {dump} {options}".strip())
 
 
 def compiled_for(problem: Problem, device: torch.device, config: GemmConfig = DEFAULT_CONFIG) -> Any:
@@ -549,8 +554,8 @@ def compile_report(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_ac
     import triton.backends.nvidia as nvidia_backend
 
     tools = Path(nvidia_backend.__file__).parent / "bin"
-    with tempfile.TemporaryDirectory() as tmp:  # --keep-cubin also writes the cubin into the dump folder
-        compiled = compile_gemm(problem, config, max_active_clusters, options=f"--keep-cubin --dump-dir {tmp}")
+    compiled = compile_gemm(problem, config, max_active_clusters)
+    with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(compiled.artifacts.CUBIN)
         usage = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,

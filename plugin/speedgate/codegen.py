@@ -6,7 +6,8 @@ upgrade that doubles a kernel's spills, an autotuner or inductor that picks anot
 kernel: each shows here as a named change beside the speedup's verdict, where a tolerance wide enough for the card's
 clock would hide it. The facts come from what the gate does anyway: the profiled calls of the audit (every kernel's
 name, grid, block, registers and shared memory, as the CUDA profiler reports them) and, for Triton and Gluon
-kernels, the compiled kernel of the first checked call (ptxas's spills, warps, stages, the PTX). No profiler run or
+kernels, the compiled kernel of the first checked call (ptxas's spills, warps, stages, the PTX); for a CUTLASS (CuTe
+DSL) kernel, the PTX and cubin its compile kept, the cubin's resource usage read once by cuobjdump. No profiler run or
 disassembly of its own. Pure: no torch, no triton at import time.
 """
 
@@ -99,7 +100,10 @@ def trace_kernels(events: Iterable[tuple[str, Any, str]], skip_stream: Any = Non
 
 def compiled_facts(compiled: Any) -> dict[str, Any]:
     """What a Triton (or Gluon) compiled kernel says of itself: name, registers, spills, shared memory, warps,
-    stages and the PTX's instruction mix (ptxas ran when it was loaded; nothing is compiled or disassembled here)."""
+    stages and the PTX's instruction mix (ptxas ran when it was loaded; nothing is compiled or disassembled here).
+    A CUTLASS (CuTe DSL) compiled function: cute_facts."""
+    if _is_cute(compiled):
+        return cute_facts(compiled)
     meta = getattr(compiled, "metadata", None)
     facts: dict[str, Any] = {"name": str(getattr(compiled, "name", getattr(meta, "name", "?")))}
     for key, attr, owner in (("registers", "n_regs", compiled), ("spills", "n_spills", compiled),
@@ -115,35 +119,149 @@ def compiled_facts(compiled: Any) -> dict[str, Any]:
     return facts
 
 
+def _is_cute(compiled: Any) -> bool:
+    return hasattr(compiled, "kernel_info") and hasattr(compiled, "artifacts")
+
+
+def cute_facts(compiled: Any) -> dict[str, Any]:
+    """What a CUTLASS (CuTe DSL) compiled function says of its kernel: its name, and, where the function was compiled
+    with --keep-ptx and --keep-cubin (in memory, its `artifacts`), the PTX's instruction mix and, read from the cubin
+    by cuobjdump's resource usage, registers and spills (local memory in 4-byte words, as Triton counts them)."""
+    info = getattr(compiled, "kernel_info", None)
+    names = [str(name) for name in info] if isinstance(info, Mapping) else []
+    facts: dict[str, Any] = {"name": names[0] if names else str(getattr(compiled, "function_name", "?"))}
+    artifacts = getattr(compiled, "artifacts", None)
+    ptx = getattr(artifacts, "PTX", None)
+    if isinstance(ptx, str):
+        facts["ptx"] = ptx_mix(ptx)
+    cubin = getattr(artifacts, "CUBIN", None)
+    if isinstance(cubin, bytes):
+        usage = cubin_resources(cubin).get(facts["name"], {})
+        for key in ("registers", "spills"):
+            if key in usage:
+                facts[key] = usage[key]
+    return facts
+
+
+_RESOURCES: dict[int, dict[str, dict[str, int]]] = {}
+
+
+def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
+    """Each function of a cubin: registers and spills (local bytes / 4), from `cuobjdump --dump-resource-usage` (the
+    one Triton ships, or one on PATH); {} when there is none or it fails. Once per cubin in a process."""
+    key = hash(cubin)
+    if key not in _RESOURCES:
+        _RESOURCES[key] = _run_cuobjdump(cubin)
+    return _RESOURCES[key]
+
+
+def _cuobjdump() -> str | None:
+    import shutil
+    from pathlib import Path
+
+    try:
+        import triton.backends.nvidia as nvidia_backend
+
+        bundled = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
+        if bundled.is_file():
+            return str(bundled)
+    except ImportError:
+        pass
+    return shutil.which("cuobjdump")
+
+
+def _run_cuobjdump(cubin: bytes) -> dict[str, dict[str, int]]:
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    tool = _cuobjdump()
+    if tool is None:
+        return {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(cubin)
+        try:
+            done = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True, text=True,
+                                  timeout=60, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+    return parse_resource_usage(done.stdout)
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """cuobjdump --dump-resource-usage's output as {function: {"registers", "spills"}}."""
+    found: dict[str, dict[str, int]] = {}
+    function = None
+    for line in text.splitlines():
+        named = re.match(r"\s*Function (\S+?):\s*$", line)
+        if named:
+            function = named.group(1)
+            continue
+        values = dict(re.findall(r"\b(REG|LOCAL):(\d+)", line))
+        if function is not None and "REG" in values:
+            found[function] = {"registers": int(values["REG"]), "spills": int(values.get("LOCAL", 0)) // 4}
+            function = None
+    return found
+
+
 @contextlib.contextmanager
 def compiled_launches() -> Iterator[list[Any]]:
     """Inside: every Triton (and Gluon) kernel launched through a @triton.jit function, its compiled kernel appended
     to the yielded list once (an autotuned one too, through the same method: wrap calls whose autotuner has already
-    chosen, or its race's candidates are listed too). Nothing when triton is not imported, runs interpreted, or has
-    no such method."""
+    chosen, or its race's candidates are listed too), and every CUTLASS (CuTe DSL) compiled function called. Nothing
+    from a library that is not imported, runs interpreted, or has no such method."""
     import sys
 
     found: list[Any] = []
     seen: set[int] = set()
+
+    def note(kernel: Any) -> None:
+        if kernel is not None and id(kernel) not in seen:
+            seen.add(id(kernel))
+            found.append(kernel)
+
+    restores: list[tuple[type, str, Any]] = []
     jit = sys.modules.get("triton.runtime.jit")
     cls = getattr(jit, "JITFunction", None)
     original = getattr(cls, "run", None)
-    if cls is None or original is None:
-        yield found
-        return
+    if cls is not None and original is not None:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            kernel = original(self, *args, **kwargs)
+            if not kwargs.get("warmup", False):
+                note(kernel)
+            return kernel
 
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        kernel = original(self, *args, **kwargs)
-        if kernel is not None and not kwargs.get("warmup", False) and id(kernel) not in seen:
-            seen.add(id(kernel))
-            found.append(kernel)
-        return kernel
-
-    cls.run = run
+        restores.append((cls, "run", original))
+        cls.run = run
+    cute = getattr(sys.modules.get("cutlass.base_dsl.jit_executor"), "JitCompiledFunction", None)
+    for klass in _with_own_call(cute) if isinstance(cute, type) else []:
+        restores.append((klass, "__call__", klass.__dict__["__call__"]))
+        klass.__call__ = _noting_call(klass.__dict__["__call__"], note)  # type: ignore[method-assign]
     try:
         yield found
     finally:
-        cls.run = original
+        for klass, name, method in reversed(restores):
+            setattr(klass, name, method)
+
+
+def _with_own_call(base: type) -> list[type]:
+    """base and its subclasses (all the way down) that define __call__ themselves."""
+    out, todo = [], [base]
+    while todo:
+        klass = todo.pop()
+        todo.extend(klass.__subclasses__())
+        if "__call__" in klass.__dict__:
+            out.append(klass)
+    return out
+
+
+def _noting_call(call: Callable[..., Any], note: Callable[[Any], None]) -> Callable[..., Any]:
+    def noted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        note(self)
+        return call(self, *args, **kwargs)
+
+    return noted
 
 
 def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
