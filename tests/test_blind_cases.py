@@ -550,7 +550,7 @@ def test_evidence_records_facts_where_an_entry_has_none_and_keeps_another_pick_a
     blessed_pick = sides([{"name": "_k", "registers": 168}])
     first, lines, notes = evidence.add_reports(doc, [report([record(2.0, blessed_pick, "card-c")])])
     assert first["cases"]["t.py::test"]["codegen"] == blessed_pick
-    assert "codegen facts recorded for 1 entries that had none" in notes
+    assert "codegen facts recorded for 1 entries that had none or lacked some" in notes
     assert all(": tolerance " in line for line in lines)  # the CLI counts these as the tolerances it changed
     other = sides([{"name": "_k", "registers": 168}], reference=[{"name": "nvjet_other_gemm"}])  # cuBLAS's other pick
     gate_run = report([record(1.7, other, "card-d")])
@@ -594,6 +594,26 @@ def test_evidence_records_facts_from_a_run_of_the_same_compilers_under_another_s
     other = report([record(2.0, kernels, "card-c")])
     other["fingerprints"]["test-box"]["software"] = {**SOFTWARE, "triton": "9.9.9"}
     assert "codegen" not in evidence.add_reports(doc, [other])[0]["cases"]["t.py::test"]
+
+
+def test_evidence_adds_the_facts_an_entrys_kernels_lack_from_a_run_of_the_same_kernels() -> None:
+    # The CUTLASS entries were blessed before their kernels' spills and PTX mix were read: a gate run of the same
+    # kernels (every fact both hold equal) adds them, never replacing one; a run of other kernels adds nothing.
+    calibration = evidence.add_process({}, "card-a", 2.0, 0.001, "2026-11-26T00:00:00Z")
+    blessed = sides([{"name": "kernel_cutlass_gemm_0", "grid": [2, 1, 66], "registers": 168}])
+    entry = {**ENTRY, "codegen": blessed, "calibration": calibration, "tolerance": evidence.tolerance_of(calibration)}
+    doc = {"hardware_key": "test-box", "cases": {"t.py::test": entry}}
+    richer = sides([{"name": "kernel_cutlass_gemm_0", "grid": [2, 1, 66], "registers": 168, "spills": 0,
+                     "ptx": {"mma": 64, "total": 3000}}])
+    after, _, notes = evidence.add_reports(doc, [report([record(2.0, richer, "card-b")])])
+    assert after["cases"]["t.py::test"]["codegen"] == richer
+    assert "codegen facts recorded for 1 entries that had none or lacked some" in notes
+    assert codegen.completed(richer, richer) is None  # nothing to add: left as it is
+    # Other kernels (another grid) or a fact that differs: nothing added, the blessed facts stay.
+    for other in ([{"name": "kernel_cutlass_gemm_0", "grid": [1, 1, 132], "registers": 168, "spills": 0}],
+                  [{"name": "kernel_cutlass_gemm_0", "grid": [2, 1, 66], "registers": 170, "spills": 0}]):
+        kept, _, _ = evidence.add_reports(doc, [report([record(2.0, sides(other), "card-c")])])
+        assert kept["cases"]["t.py::test"]["codegen"] == blessed
 
 
 def test_a_wide_tolerance_names_what_set_it() -> None:

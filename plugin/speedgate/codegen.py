@@ -387,6 +387,29 @@ def changes(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return said
 
 
+def completed(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+              measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> dict[str, list[dict[str, Any]]] | None:
+    """The blessed kernels' facts with those only `measured` recorded added, kernel by kernel (a bless from before a
+    kind of fact was read, such as a CUTLASS kernel's spills), when both are the same kernels: every fact both hold
+    equal, none launched or gone (changes says nothing). None when nothing is added or they differ. Never replaces
+    a blessed fact: a re-bless does."""
+    if not blessed or not measured or changes(blessed, measured):
+        return None
+    out: dict[str, list[dict[str, Any]]] = {}
+    added = False
+    for side, kernels in blessed.items():
+        now = _by_name(measured.get(side))
+        out[side] = []
+        for kernel in kernels:
+            merged = dict(kernel)
+            for key, value in now.get(str(kernel["name"]), {}).items():
+                if key not in merged:
+                    merged[key] = value
+                    added = True
+            out[side].append(merged)
+    return out if added else None
+
+
 def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
                    measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
     """The sides whose kernels are another pick than blessed, which no edit of the case's own code explains: the
@@ -423,5 +446,5 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return [] if gone else added
 
 
-__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts", "compiled_launches", "noting",
+__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts", "completed", "compiled_launches", "noting",
            "ptx_mix", "repicked_sides", "side_facts", "sides_of", "trace_kernels"]

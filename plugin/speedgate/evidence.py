@@ -214,7 +214,8 @@ def report_identity(report: Mapping[str, Any]) -> str:
 
 def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the kernels' codegen facts of gate runs' --speedgate-json reports recorded in the
-    entries that have none (same software; never replacing recorded ones: a re-bless does), and their speedups added
+    entries that have none, or added where an entry's kernels lack a fact the run read and every fact both hold is the
+    same (same software; never replacing recorded ones: a re-bless does), and their speedups added
     to its calibrated entries' evidence, one process per report and case (cases measured with the entry's software and timer, whose test did
     not fail for another reason; a calibrating bless's report adds its in-process spread too: a bless on another
     runner, or in a checkout whose file was not kept, joins the evidence as its own file would have); a line for
@@ -252,12 +253,15 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 other_keys[other] = other_keys.get(other, 0) + 1
                 continue
             entry = cases.get(record.get("case_id"))
-            if entry and record.get("codegen") and "codegen" not in entry and record.get("nodeid") not in other_kernel \
+            if entry and record.get("codegen") and record.get("nodeid") not in other_kernel \
                     and not record.get("test_failed") and _same_software(entry.get("software", {}), report, key,
                                                                          only=codegen.COMPILERS):
-                # The kernels' facts are exact: the first run of the entry's compilers and config records them.
-                entry = cases[record["case_id"]] = {**entry, "codegen": record["codegen"]}
-                recorded.append(record["case_id"])
+                # The kernels' facts are exact: the first run of the entry's compilers and config records them, or
+                # the facts its kernels lack (read since the bless), where every fact both hold is the same.
+                facts = record["codegen"] if "codegen" not in entry else codegen.completed(entry["codegen"], record["codegen"])
+                if facts is not None:
+                    entry = cases[record["case_id"]] = {**entry, "codegen": facts}
+                    recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
             if record.get("test_failed") and record.get("verdict") != "regressed":
@@ -301,7 +305,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             first = changed.get(record["case_id"], (before, before))[0]
             changed[record["case_id"]] = (first, float(entry["tolerance"]))
     lines = [f"{case_id}: tolerance {old:.1%} -> {new:.1%}" for case_id, (old, new) in sorted(changed.items()) if old != new]
-    left_out = [f"codegen facts recorded for {len(recorded)} entries that had none"] if recorded else []
+    left_out = [f"codegen facts recorded for {len(recorded)} entries that had none or lacked some"] if recorded else []
     left_out += [f"left out: {count} case(s) measured on hardware key {other}, not this file's {key}"
                 for other, count in sorted(other_keys.items())]
     left_out += [f"left out: {case_id}: its test ran another config than the file recorded (another kernel)"
