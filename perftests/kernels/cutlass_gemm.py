@@ -544,7 +544,7 @@ def compile_report(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_ac
     """What ptxas made of the kernel for sm_90a, on any machine (no GPU: the DSL compiles without one): the kernel's
     registers at entry (the launch bound; setmaxnreg then moves them between the roles), local memory and stack
     (spills), static and dynamic shared memory, and the count of each SASS opcode, read with the cuobjdump and
-    nvdisasm that Triton ships."""
+    nvdisasm that Triton ships (the resource usage as the gate reads it: speedgate.codegen.cubin_usage)."""
     import collections
     import re
     import subprocess
@@ -553,15 +553,19 @@ def compile_report(problem: Problem, config: GemmConfig = DEFAULT_CONFIG, max_ac
 
     import triton.backends.nvidia as nvidia_backend
 
+    from speedgate import codegen
+
     tools = Path(nvidia_backend.__file__).parent / "bin"
     compiled = compile_gemm(problem, config, max_active_clusters)
+    usage = codegen.cubin_usage(compiled.artifacts.CUBIN)
+    if len(usage) != 1:
+        raise RuntimeError(f"cuobjdump's resource usage of the kernel's cubin names {len(usage)} functions, not 1")
+    [counts] = usage.values()
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(compiled.artifacts.CUBIN)
-        usage = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
-                               text=True, check=True).stdout
         sass = subprocess.run([str(tools / "nvdisasm"), str(cubin)], capture_output=True, text=True, check=True).stdout
-    resources = {k.lower(): int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+    resources = {key.lower(): counts[key] for key in ("REG", "STACK", "SHARED", "LOCAL")}
     opcodes = collections.Counter(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", sass, re.M))
     per_stage = (config.tile_m + config.tile_n) * k_tile(problem.in_dtype) * _itemsize(problem.in_dtype)
     epilogue = config.tile_m * config.epilogue_n * _itemsize(problem.out_dtype) * config.epilogue_stages

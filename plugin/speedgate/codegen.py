@@ -143,16 +143,27 @@ def cute_facts(compiled: Any) -> dict[str, Any]:
     return facts
 
 
-_RESOURCES: dict[int, dict[str, dict[str, int]]] = {}
+_USAGE: dict[int, str] = {}
 
 
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
-    """Each function of a cubin: registers and spills (local bytes / 4), from `cuobjdump --dump-resource-usage` (the
-    one Triton ships, or one on PATH); {} when there is none or it fails. Once per cubin in a process."""
+    """Each function of a cubin: registers and spills (local bytes / 4); {} when cuobjdump is missing or fails."""
+    return parse_resource_usage(_resource_usage_text(cubin))
+
+
+def cubin_usage(cubin: bytes) -> dict[str, dict[str, int]]:
+    """Each function of a cubin: its resource usage as cuobjdump names it (REG, STACK, SHARED, LOCAL, ...); {} when
+    cuobjdump is missing or fails."""
+    return resource_usage(_resource_usage_text(cubin))
+
+
+def _resource_usage_text(cubin: bytes) -> str:
+    """`cuobjdump --dump-resource-usage` of a cubin (the one Triton ships, or one on PATH), once per cubin in a
+    process; "" when there is none or it fails."""
     key = hash(cubin)
-    if key not in _RESOURCES:
-        _RESOURCES[key] = _run_cuobjdump(cubin)
-    return _RESOURCES[key]
+    if key not in _USAGE:
+        _USAGE[key] = _run_cuobjdump(cubin)
+    return _USAGE[key]
 
 
 def _cuobjdump() -> str | None:
@@ -170,27 +181,26 @@ def _cuobjdump() -> str | None:
     return shutil.which("cuobjdump")
 
 
-def _run_cuobjdump(cubin: bytes) -> dict[str, dict[str, int]]:
+def _run_cuobjdump(cubin: bytes) -> str:
     import subprocess
     import tempfile
     from pathlib import Path
 
     tool = _cuobjdump()
     if tool is None:
-        return {}
+        return ""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kernel.cubin"
         path.write_bytes(cubin)
         try:
-            done = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True, text=True,
-                                  timeout=60, check=True)
+            return subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True, text=True,
+                                  timeout=60, check=True).stdout
         except (OSError, subprocess.SubprocessError):
-            return {}
-    return parse_resource_usage(done.stdout)
+            return ""
 
 
-def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
-    """cuobjdump --dump-resource-usage's output as {function: {"registers", "spills"}}."""
+def resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """cuobjdump --dump-resource-usage's output as {function: {"REG": .., "STACK": .., "SHARED": .., "LOCAL": ..}}."""
     found: dict[str, dict[str, int]] = {}
     function = None
     for line in text.splitlines():
@@ -198,11 +208,17 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
         if named:
             function = named.group(1)
             continue
-        values = dict(re.findall(r"\b(REG|LOCAL):(\d+)", line))
+        values = {name: int(value) for name, value in re.findall(r"\b([A-Z]+):(\d+)", line)}
         if function is not None and "REG" in values:
-            found[function] = {"registers": int(values["REG"]), "spills": int(values.get("LOCAL", 0)) // 4}
+            found[function] = values
             function = None
     return found
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """cuobjdump --dump-resource-usage's output as {function: {"registers", "spills"}}."""
+    return {function: {"registers": values["REG"], "spills": values.get("LOCAL", 0) // 4}
+            for function, values in resource_usage(text).items()}
 
 
 @contextlib.contextmanager
@@ -446,5 +462,7 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return [] if gone else added
 
 
-__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts", "completed", "compiled_launches", "noting",
-           "ptx_mix", "repicked_sides", "side_facts", "sides_of", "trace_kernels"]
+__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts",
+           "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
+           "parse_resource_usage", "ptx_mix", "repicked_sides", "resource_usage", "side_facts", "sides_of",
+           "trace_kernels"]
