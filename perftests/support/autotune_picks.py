@@ -56,15 +56,19 @@ def write_picks(folder: Path, picks: Mapping[str, Any]) -> int:
 
 
 def timed_afresh(held: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """What a compile seeded with `held` timed itself (read_picks of its folder afterwards, `after`): each local
-    cache entry (op, inputs, precision, choice) it added, and each best config it added or tuned again (a held one
-    rewritten with another config: the time its search took aside). Empty: every pick was held."""
+    """What a compile seeded with `held` timed itself where it held nothing (read_picks of its folder afterwards,
+    `after`): each local cache entry (op, inputs, precision, choice) and each best config it added. Empty: every
+    pick it needed was held."""
     added = sorted(set(_leaves(after.get("local", {}))) - set(_leaves(held.get("local", {}))))
     before, now = held.get("best_configs", {}), after.get("best_configs", {})
-    added += sorted(f"best config {path}" for path in set(now) - set(before))
-    added += sorted(f"best config {path} tuned again" for path in set(now) & set(before)
-                    if _config(now[path]) != _config(before[path]))
-    return added
+    return added + sorted(f"best config {path}" for path in set(now) - set(before))
+
+
+def searched_again(held: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The held best configs a compile rewrote with another config (its search ran again from the held one; the time
+    the search took aside), by path."""
+    before, now = held.get("best_configs", {}), after.get("best_configs", {})
+    return sorted(path for path in set(now) & set(before) if _config(now[path]) != _config(before[path]))
 
 
 def _config(best: Any) -> Any:

@@ -208,8 +208,8 @@ def compile_holding(call: Callable[[], Any], picks: Mapping[str, Any], folder: P
     and every kernel compiled in this process: a kernel compiled in a worker comes back without its held config's
     mark of a finished search (Triton's Config does not pickle it), and its search ran again here and picked another
     config in every process (docs/results/gate-study-h200.md, "max-autotune's picks, held").
-    The picks returned are the folder's after the compile: the held ones, plus whatever it timed afresh
-    (autotune_picks.timed_afresh tells which)."""
+    The picks returned are the folder's after the compile: the held ones, plus whatever it timed afresh or searched
+    again (autotune_picks.timed_afresh and searched_again tell which)."""
     import torch._inductor.config as inductor_config
 
     from perftests.support.autotune_picks import read_picks, write_picks
