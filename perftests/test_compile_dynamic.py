@@ -121,6 +121,7 @@ def test_dynamic_shapes(perf, device: str, strategy: str, compiled_in: dict[str,
     # A pass is launch-bound (guards, a graph per length): timed from an idle device, host work included
     # (docs/results/kernel-comments.md, "Test files"). Inductor autotunes each side's pointwise kernels in every
     # process, so a process runs one of many combinations; the entry keeps each seen one as a pick, and [dynamic]'s
-    # tolerance covers the rest (docs/results/gate-study-h200.md, "Where picks do not recur").
+    # tolerance covers the rest (docs/results/gate-study-h200.md, "Where picks do not recur"). Holding those picks
+    # does not narrow the spread, which is the host's state (the same page, "max-autotune's picks, held").
     perf.compare(schedule_pass(runners["static"]), schedule_pass(runners[strategy]), name="steady_state_vs_static",
                  check=False, latency=True, inputs=make)
