@@ -181,6 +181,83 @@ def test_cutlass_compiled_functions_called_inside_are_noted_once_and_the_class_g
     assert launched_again == []
 
 
+def autotuner(name: str, configs: int = 1, ptx: str | None = PTX) -> Any:
+    """A stand-in of inductor's CachingAutotuner: its kernel's JIT function, its meta, and one launcher per config
+    (one left once it has chosen), each with what inductor sets on a launcher."""
+    launchers = [types.SimpleNamespace(config=types.SimpleNamespace(num_warps=4 * (i + 1), num_stages=1), n_regs=40 + i,
+                                       n_spills=i, shared=64, bin=types.SimpleNamespace(asm={"ptx": ptx}))
+                 for i in range(configs)]
+    return types.SimpleNamespace(fn=types.SimpleNamespace(__name__=name), inductor_meta={"kernel_name": name},
+                                 launchers=launchers)
+
+
+def test_a_torch_compile_kernels_facts_are_the_launcher_its_autotuner_chose() -> None:
+    facts = codegen.compiled_facts(autotuner("triton_red_fused_layer_norm_0"))
+    assert facts == {"name": "triton_red_fused_layer_norm_0", "registers": 40, "spills": 0, "shared_bytes": 64,
+                     "warps": 4, "stages": 1, "ptx": codegen.ptx_mix(PTX)}
+    # Not yet chosen: the name alone, no candidate's facts taken for the kernel's.
+    assert codegen.compiled_facts(autotuner("triton_poi_fused_gelu_1", configs=2)) == {"name": "triton_poi_fused_gelu_1"}
+    # A launcher that kept no compiled kernel: the PTX of its config's compile result (a user's kernel inside a
+    # compiled graph), never another config's; none kept (the static CUDA launcher): no PTX, nothing invented.
+    tuner = autotuner("_rms_norm_kernel")
+    del tuner.launchers[0].bin
+    assert "ptx" not in codegen.compiled_facts(tuner) and codegen.compiled_facts(tuner)["spills"] == 0
+    other = types.SimpleNamespace(config=types.SimpleNamespace(), kernel=types.SimpleNamespace(asm={"ptx": "mma.x;"}))
+    own = types.SimpleNamespace(config=tuner.launchers[0].config, kernel=types.SimpleNamespace(asm={"ptx": PTX}))
+    tuner.compile_results = [other]
+    assert "ptx" not in codegen.compiled_facts(tuner)
+    tuner.compile_results = [other, own]
+    assert codegen.compiled_facts(tuner)["ptx"] == codegen.ptx_mix(PTX)
+    # Merged into the trace's kernel of that name: the profiler's launch facts stay, the launcher's join them.
+    traced = [{"name": "triton_red_fused_layer_norm_0", "grid": [2048, 1, 1], "registers": 38, "shared_bytes": 32}]
+    [merged] = codegen.side_facts(traced, [facts])
+    assert merged["registers"] == 38 and merged["shared_bytes"] == 32 and merged["spills"] == 0
+    assert merged["warps"] == 4 and merged["ptx"]["mma"] == 1
+
+
+def test_a_compiled_kernel_the_trace_does_not_name_is_left_out_but_listed_where_nothing_was_traced() -> None:
+    """Two compiled graphs each have a triton_poi_fused_add_0; launched with one shape, the trace holds one kernel
+    of that name. The second graph's facts must not become a kernel beside the trace's (a change every run)."""
+    own = [codegen.compiled_facts(autotuner("triton_poi_fused_add_0")),
+           codegen.compiled_facts(autotuner("triton_poi_fused_add_0"))]
+    traced = [{"name": "triton_poi_fused_add_0", "grid": [64, 1, 1]}, {"name": "nvjet_gemm"}]
+    assert [k["name"] for k in codegen.side_facts(traced, own)] == ["triton_poi_fused_add_0", "nvjet_gemm"]
+    assert [k["name"] for k in codegen.side_facts([], own)] == ["triton_poi_fused_add_0", "triton_poi_fused_add_0#2"]
+
+
+def test_torch_compile_autotuners_that_ran_are_noted_once_and_their_classes_given_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compiled_launches notes each autotuner whose run launched a kernel inside (a subclass's own run too, as
+    inductor's DebugAutotuner has), once; the facts are read after the calls, so they are the launcher it chose."""
+    import sys
+
+    class CachingAutotuner:
+        def __init__(self, tuner: Any) -> None:
+            self.__dict__.update(vars(tuner))
+
+        def run(self, *args: Any, stream: int, **kwargs: Any) -> str:
+            del self.launchers[1:]  # the first call races the configs and keeps the best
+            return f"ran on {stream}"
+
+    class DebugAutotuner(CachingAutotuner):
+        def run(self, *args: Any, stream: int, **kwargs: Any) -> str:
+            return "debug " + super().run(*args, stream=stream, **kwargs)
+
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.triton_heuristics",
+                        types.SimpleNamespace(CachingAutotuner=CachingAutotuner))
+    methods = CachingAutotuner.__dict__["run"], DebugAutotuner.__dict__["run"]
+    norm, gelu = CachingAutotuner(autotuner("triton_red_fused_0", configs=3)), DebugAutotuner(autotuner("triton_poi_1"))
+    with codegen.compiled_launches() as launched:
+        assert norm.run(1, stream=7) == "ran on 7" and norm.run(2, stream=7) == "ran on 7"
+        assert gelu.run(stream=0) == "debug ran on 0"
+    assert launched == [norm, gelu]
+    assert (CachingAutotuner.__dict__["run"], DebugAutotuner.__dict__["run"]) == methods
+    assert [codegen.compiled_facts(k)["registers"] for k in launched] == [40, 40]
+    with codegen.compiled_launches() as launched_again:
+        norm.run(stream=7)
+    assert launched_again == [norm]
+
+
 def sides(optimized: list[dict[str, Any]], reference: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"reference": reference or [{"name": "nvjet_gemm", "grid": [66, 2, 1]}], "optimized": optimized}
 
@@ -778,3 +855,14 @@ def test_two_processes_blessing_other_picks_at_once_keep_both(pytester: pytest.P
     [pick] = entry["picks"]
     assert sorted([entry["speedup"], pick["speedup"]]) == [2.0, 2.1]
     assert {entry["codegen"]["reference"][0]["block"][0], pick["codegen"]["reference"][0]["block"][0]} == {128, 256}
+
+
+def test_the_real_inductor_autotuners_run_is_the_method_hooked_and_given_back() -> None:
+    """The names compiled_launches hooks are torch's own: inductor's CachingAutotuner and DebugAutotuner each define
+    run (the method its generated code calls on every kernel), hooked inside and given back after."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    classes = [heuristics.CachingAutotuner, heuristics.DebugAutotuner]
+    methods = [klass.__dict__["run"] for klass in classes]
+    with codegen.compiled_launches():
+        assert all(klass.__dict__["run"] is not method for klass, method in zip(classes, methods))
+    assert [klass.__dict__["run"] for klass in classes] == methods

@@ -6,9 +6,10 @@ upgrade that doubles a kernel's spills, an autotuner or inductor that picks anot
 kernel: each shows here as a named change beside the speedup's verdict, where a tolerance wide enough for the card's
 clock would hide it. The facts come from what the gate does anyway: the profiled calls of the audit (every kernel's
 name, grid, block, registers and shared memory, as the CUDA profiler reports them) and, for Triton and Gluon
-kernels, the compiled kernel of the first checked call (ptxas's spills, warps, stages, the PTX); for a CUTLASS (CuTe
-DSL) kernel, the PTX and cubin its compile kept, the cubin's resource usage read once by cuobjdump. No profiler run or
-disassembly of its own. Pure: no torch, no triton at import time.
+kernels, the compiled kernel of the first checked call (ptxas's spills, warps, stages, the PTX); for a kernel of
+torch.compile's, the launcher its autotuner chose (the same facts, the PTX where the launcher kept it); for a CUTLASS
+(CuTe DSL) kernel, the PTX and cubin its compile kept, the cubin's resource usage read once by cuobjdump. No profiler
+run or disassembly of its own. Pure: no torch, no triton at import time.
 """
 
 from __future__ import annotations
@@ -101,9 +102,11 @@ def trace_kernels(events: Iterable[tuple[str, Any, str]], skip_stream: Any = Non
 def compiled_facts(compiled: Any) -> dict[str, Any]:
     """What a Triton (or Gluon) compiled kernel says of itself: name, registers, spills, shared memory, warps,
     stages and the PTX's instruction mix (ptxas ran when it was loaded; nothing is compiled or disassembled here).
-    A CUTLASS (CuTe DSL) compiled function: cute_facts."""
+    A CUTLASS (CuTe DSL) compiled function: cute_facts; a kernel of torch.compile's: inductor_facts."""
     if _is_cute(compiled):
         return cute_facts(compiled)
+    if _is_inductor(compiled):
+        return inductor_facts(compiled)
     meta = getattr(compiled, "metadata", None)
     facts: dict[str, Any] = {"name": str(getattr(compiled, "name", getattr(meta, "name", "?")))}
     for key, attr, owner in (("registers", "n_regs", compiled), ("spills", "n_spills", compiled),
@@ -116,6 +119,45 @@ def compiled_facts(compiled: Any) -> dict[str, Any]:
     ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
     if isinstance(ptx, str):
         facts["ptx"] = ptx_mix(ptx)
+    return facts
+
+
+def _is_inductor(compiled: Any) -> bool:
+    return hasattr(compiled, "launchers") and hasattr(compiled, "inductor_meta")
+
+
+def inductor_facts(tuner: Any) -> dict[str, Any]:
+    """What a Triton kernel of torch.compile's (inductor's CachingAutotuner: its generated kernels and a user's
+    kernel inside a compiled graph) says of the config it launches: the kernel's name (its JIT function's, as the
+    profiler names it; a user's kernel's meta name has a number added), and once the autotuner has chosen (one
+    launcher left), registers, spills, shared memory, warps and stages, and the PTX's instruction mix where a compiled
+    kernel of that config is kept: the launcher's own (store_cubin), or its compile result's. Inductor's static CUDA
+    launcher, its default for generated kernels, keeps no PTX: their facts are the rest. Before the autotuner has
+    chosen: the name alone."""
+    fn = getattr(tuner, "fn", None)
+    meta = getattr(tuner, "inductor_meta", None)
+    name = getattr(fn, "__name__", None) or (meta.get("kernel_name") if isinstance(meta, Mapping) else None)
+    facts: dict[str, Any] = {"name": str(name or "?")}
+    launchers = getattr(tuner, "launchers", None)
+    if not isinstance(launchers, Sequence) or len(launchers) != 1:
+        return facts
+    launcher = launchers[0]
+    config = getattr(launcher, "config", None)
+    for key, attr, owner in (("registers", "n_regs", launcher), ("spills", "n_spills", launcher),
+                             ("shared_bytes", "shared", launcher), ("warps", "num_warps", config),
+                             ("stages", "num_stages", config)):
+        value = getattr(owner, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts[key] = value
+    kept = [getattr(launcher, "bin", None)] + [getattr(result, "kernel", None)
+                                               for result in getattr(tuner, "compile_results", None) or ()
+                                               if config is not None and getattr(result, "config", None) is config]
+    for compiled in kept:
+        asm = getattr(compiled, "asm", None)
+        ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
+        if isinstance(ptx, str):
+            facts["ptx"] = ptx_mix(ptx)
+            break
     return facts
 
 
@@ -225,8 +267,9 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
 def compiled_launches() -> Iterator[list[Any]]:
     """Inside: every Triton (and Gluon) kernel launched through a @triton.jit function, its compiled kernel appended
     to the yielded list once (an autotuned one too, through the same method: wrap calls whose autotuner has already
-    chosen, or its race's candidates are listed too), and every CUTLASS (CuTe DSL) compiled function called. Nothing
-    from a library that is not imported, runs interpreted, or has no such method."""
+    chosen, or its race's candidates are listed too), every CUTLASS (CuTe DSL) compiled function called, and every
+    autotuner of torch.compile's generated code that ran a kernel (its facts read after the calls, once it has chosen:
+    inductor_facts). Nothing from a library that is not imported, runs interpreted, or has no such method."""
     import sys
 
     found: list[Any] = []
@@ -250,10 +293,13 @@ def compiled_launches() -> Iterator[list[Any]]:
 
         restores.append((cls, "run", original))
         cls.run = run
-    cute = getattr(sys.modules.get("cutlass.base_dsl.jit_executor"), "JitCompiledFunction", None)
-    for klass in _with_own_call(cute) if isinstance(cute, type) else []:
-        restores.append((klass, "__call__", klass.__dict__["__call__"]))
-        klass.__call__ = _noting_call(klass.__dict__["__call__"], note)  # type: ignore[method-assign]
+    # A CuTe DSL compiled function is called; inductor's generated code runs each kernel through its autotuner's run.
+    for module, base, method in (("cutlass.base_dsl.jit_executor", "JitCompiledFunction", "__call__"),
+                                 ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "run")):
+        found_base = getattr(sys.modules.get(module), base, None)
+        for klass in _with_own(found_base, method) if isinstance(found_base, type) else []:
+            restores.append((klass, method, klass.__dict__[method]))
+            setattr(klass, method, _noting_call(klass.__dict__[method], note))
     try:
         yield found
     finally:
@@ -261,13 +307,13 @@ def compiled_launches() -> Iterator[list[Any]]:
             setattr(klass, name, method)
 
 
-def _with_own_call(base: type) -> list[type]:
-    """base and its subclasses (all the way down) that define __call__ themselves."""
+def _with_own(base: type, method: str) -> list[type]:
+    """base and its subclasses (all the way down) that define the method themselves."""
     out, todo = [], [base]
     while todo:
         klass = todo.pop()
         todo.extend(klass.__subclasses__())
-        if "__call__" in klass.__dict__:
+        if method in klass.__dict__:
             out.append(klass)
     return out
 
@@ -282,8 +328,9 @@ def _noting_call(call: Callable[..., Any], note: Callable[[Any], None]) -> Calla
 
 def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One side's kernels: the trace's (every kernel, its launch shape), each Triton kernel's own facts
-    (compiled_facts) merged into the trace's entry of the same name (or listed alone when the side was not traced,
-    as on a CPU)."""
+    (compiled_facts) merged into the trace's entry of the same name, or listed alone when the side was not traced,
+    as on a CPU. Where there is a trace, it says what ran: a compiled kernel it does not name is left out (two
+    compiled graphs' kernels of one name and launch shape are one kernel in the trace), never added beside it."""
     own: dict[str, dict[str, Any]] = {}
     for facts in _numbered(compiled):
         own.setdefault(str(facts["name"]), dict(facts))
@@ -295,7 +342,8 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
             for key, value in extra.items():
                 merged.setdefault(key, value)
         kernels.append(merged)
-    kernels.extend(own.values())
+    if not kernels:
+        kernels.extend(own.values())
     return kernels
 
 
