@@ -108,17 +108,25 @@ def compiled_facts(compiled: Any) -> dict[str, Any]:
     if _is_inductor(compiled):
         return inductor_facts(compiled)
     meta = getattr(compiled, "metadata", None)
-    facts: dict[str, Any] = {"name": str(getattr(compiled, "name", getattr(meta, "name", "?")))}
-    for key, attr, owner in (("registers", "n_regs", compiled), ("spills", "n_spills", compiled),
-                             ("shared_bytes", "shared", meta), ("warps", "num_warps", meta),
-                             ("stages", "num_stages", meta)):
+    return _own_facts(str(getattr(compiled, "name", getattr(meta, "name", "?"))), compiled, meta, meta, [compiled])
+
+
+def _own_facts(name: str, kernel: Any, shared: Any, config: Any, kept: Iterable[Any]) -> dict[str, Any]:
+    """A compiled kernel's facts, each where it is an int: registers and spills from `kernel`, shared memory from
+    `shared`, warps and stages from `config`; and the PTX's instruction mix from the first of `kept` that holds PTX."""
+    facts: dict[str, Any] = {"name": name}
+    for key, attr, owner in (("registers", "n_regs", kernel), ("spills", "n_spills", kernel),
+                             ("shared_bytes", "shared", shared), ("warps", "num_warps", config),
+                             ("stages", "num_stages", config)):
         value = getattr(owner, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):
             facts[key] = value
-    asm = getattr(compiled, "asm", None)
-    ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
-    if isinstance(ptx, str):
-        facts["ptx"] = ptx_mix(ptx)
+    for compiled in kept:
+        asm = getattr(compiled, "asm", None)
+        ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
+        if isinstance(ptx, str):
+            facts["ptx"] = ptx_mix(ptx)
+            break
     return facts
 
 
@@ -136,29 +144,17 @@ def inductor_facts(tuner: Any) -> dict[str, Any]:
     chosen: the name alone."""
     fn = getattr(tuner, "fn", None)
     meta = getattr(tuner, "inductor_meta", None)
-    name = getattr(fn, "__name__", None) or (meta.get("kernel_name") if isinstance(meta, Mapping) else None)
-    facts: dict[str, Any] = {"name": str(name or "?")}
+    name = str(getattr(fn, "__name__", None) or (meta.get("kernel_name") if isinstance(meta, Mapping) else None) or "?")
     launchers = getattr(tuner, "launchers", None)
     if not isinstance(launchers, Sequence) or len(launchers) != 1:
-        return facts
+        return {"name": name}
     launcher = launchers[0]
     config = getattr(launcher, "config", None)
-    for key, attr, owner in (("registers", "n_regs", launcher), ("spills", "n_spills", launcher),
-                             ("shared_bytes", "shared", launcher), ("warps", "num_warps", config),
-                             ("stages", "num_stages", config)):
-        value = getattr(owner, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            facts[key] = value
     kept = [getattr(launcher, "bin", None)] + [getattr(result, "kernel", None)
                                                for result in getattr(tuner, "compile_results", None) or ()
                                                if config is not None and getattr(result, "config", None) is config]
-    for compiled in kept:
-        asm = getattr(compiled, "asm", None)
-        ptx = asm.get("ptx") if isinstance(asm, Mapping) else None
-        if isinstance(ptx, str):
-            facts["ptx"] = ptx_mix(ptx)
-            break
-    return facts
+    # The launcher holds registers, spills and shared memory; its config, warps and stages.
+    return _own_facts(name, launcher, launcher, config, kept)
 
 
 def _is_cute(compiled: Any) -> bool:
