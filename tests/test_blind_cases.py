@@ -703,6 +703,14 @@ def test_evidence_adds_the_facts_an_entrys_kernels_lack_from_a_run_of_the_same_k
     assert after["cases"]["t.py::test"]["codegen"] == richer
     assert "codegen facts recorded for 1 entries that had none or lacked some" in notes
     assert codegen.completed(richer, richer) is None  # nothing to add: left as it is
+    # A run whose test failed by this comparison's regression ran the same kernels: its facts complete the entry
+    # (the H100 study's k_chunked run); one whose test failed for another reason gives nothing.
+    regressed = {**record(1.9, richer, "card-b"), "test_failed": True, "verdict": "regressed"}
+    after, _, _ = evidence.add_reports(doc, [report([regressed])])
+    assert after["cases"]["t.py::test"]["codegen"] == richer
+    broken = {**record(2.0, richer, "card-b"), "test_failed": True, "verdict": "pass"}
+    kept, _, _ = evidence.add_reports(doc, [report([broken])])
+    assert kept["cases"]["t.py::test"]["codegen"] == blessed
     # Other kernels (another grid) or a fact that differs: nothing added, the blessed facts stay.
     for other in ([{"name": "kernel_cutlass_gemm_0", "grid": [1, 1, 132], "registers": 168, "spills": 0}],
                   [{"name": "kernel_cutlass_gemm_0", "grid": [2, 1, 66], "registers": 170, "spills": 0}]):

@@ -253,18 +253,21 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 other_keys[other] = other_keys.get(other, 0) + 1
                 continue
             entry = cases.get(record.get("case_id"))
+            failed_otherwise = record.get("test_failed") and record.get("verdict") != "regressed"
             if entry and record.get("codegen") and record.get("nodeid") not in other_kernel \
-                    and not record.get("test_failed") and _same_software(entry.get("software", {}), report, key,
-                                                                         only=codegen.COMPILERS):
+                    and not failed_otherwise and _same_software(entry.get("software", {}), report, key,
+                                                                only=codegen.COMPILERS):
                 # The kernels' facts are exact: the first run of the entry's compilers and config records them, or
-                # the facts its kernels lack (read since the bless), where every fact both hold is the same.
+                # the facts its kernels lack (read since the bless), where every fact both hold is the same. A test
+                # failed by this comparison's own regression ran the same kernels (its speedup joins the evidence
+                # too); one that failed for another reason (a wrong result, a raise) gives nothing.
                 facts = record["codegen"] if "codegen" not in entry else codegen.completed(entry["codegen"], record["codegen"])
                 if facts is not None:
                     entry = cases[record["case_id"]] = {**entry, "codegen": facts}
                     recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
-            if record.get("test_failed") and record.get("verdict") != "regressed":
+            if failed_otherwise:
                 continue
             if record.get("timer") != entry.get("timer"):
                 other_timers.append(f"{record['case_id']}: timed by {record.get('timer')}, the entry by {entry.get('timer')}")
