@@ -62,8 +62,8 @@ def main() -> None:
     from torch._inductor.utils import run_and_get_code
 
     from perftests.models.transformer import build, token_ids, workload
-    from perftests.support.autotune_picks import read_picks, timed_afresh, write_picks
-    from perftests.support.compile_time import compile_cache_in
+    from perftests.support.autotune_picks import timed_afresh
+    from perftests.support.compile_time import compile_holding
 
     held = held_picks(args.baseline, CacheBase.get_system()["hash"])
     calls: list[str] = []
@@ -91,14 +91,15 @@ def main() -> None:
         model = build(cfg, "cuda", dtype)
         (tokens,) = token_ids(cfg, batch, (seq,), "cuda", 0)
         compiled = torch.compile(model, mode="max-autotune")
-        folder = Path(tempfile.mkdtemp()) / "held"
-        folder.mkdir()
-        write_picks(folder, held)
-        with compile_cache_in(folder), torch.no_grad(), \
-                inductor_config.patch(benchmark_epilogue_fusion=fusion_benchmark, compile_threads=1):
-            _, codes = run_and_get_code(compiled, tokens)
+
+        def compile_and_code(on: bool = fusion_benchmark, model: Any = compiled, tokens: Any = tokens) -> list[str]:
+            # The test's held compile (compile_holding), the fusion benchmark turned back on inside it for the last run.
+            with torch.no_grad(), inductor_config.patch(benchmark_epilogue_fusion=on):
+                return run_and_get_code(model, tokens)[1]
+
+        codes, after = compile_holding(compile_and_code, held, Path(tempfile.mkdtemp()) / "held")
         source = "\n".join(codes)
-        afresh = timed_afresh(held, read_picks(folder))
+        afresh = timed_afresh(held, after)
         runs.append({
             "run": index, "benchmark_epilogue_fusion": fusion_benchmark,
             "timed_afresh": len(afresh), "timed_afresh_first": afresh[:5],
