@@ -127,3 +127,13 @@ def hold_blessed(perf):  # type: ignore[no-untyped-def]
     yield hold_blessed_
     for restore in reversed(restores):
         restore()
+
+
+@pytest.fixture
+def one_pointwise_config():  # type: ignore[no-untyped-def]
+    """The test's compiles, timed, saved or loaded, each give a pointwise kernel the one config inductor's heuristics
+    choose (perftests.support.compile_time.one_pointwise_config)."""
+    from perftests.support.compile_time import one_pointwise_config as inside
+
+    with inside():
+        yield

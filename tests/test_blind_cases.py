@@ -14,6 +14,7 @@ import pytest
 from speedgate import codegen, evidence, judging
 from speedgate.baseline import BaselineError, read, validate
 from speedgate.measure import SUSTAINED_PAIR_MS, Measurement, measurement_from_samples
+from speedgate.timers.cuda import IdleStart
 from speedgate.timers.cycles import CYCLES_MIN_PEAK, CYCLES_TIMER, counts_cycles
 from speedgate.verdict import Verdict, fails
 
@@ -350,7 +351,7 @@ def measured(speedup: float, spread: float = 0.002, timer: str = "scripted", rou
 
 def judged(first: Measurement, *again: Measurement, entry: dict[str, Any] | None = None,
            codegen_now: dict[str, Any] | None = None, software: dict[str, Any] | None = None,
-           remeasure: bool = True, tolerance: float = 0.05) -> tuple[Any, int]:
+           remeasure: bool = True, tolerance: float = 0.05, graphed: bool = False) -> tuple[Any, int]:
     queue = list(again)
     taken = []
 
@@ -362,7 +363,7 @@ def judged(first: Measurement, *again: Measurement, entry: dict[str, Any] | None
               "tolerance": tolerance, "codegen": codegen_now}
     result, _, _ = judging.judge_measurement(
         first, next_measurement, fields, entry=ENTRY if entry is None else entry, file_found=True, remeasure=remeasure,
-        graphed=False, throttled={}, roofline=lambda m: {}, closeness=[], software=software or SOFTWARE)
+        graphed=graphed, throttled={}, roofline=lambda m: {}, closeness=[], software=software or SOFTWARE)
     return result, len(taken)
 
 
@@ -408,6 +409,31 @@ def test_an_entry_blessed_in_another_unit_is_not_judged_against() -> None:
     result, _ = judged(measured(1.5, timer=CYCLES_TIMER))
     assert result.verdict == Verdict.NEW
     assert "blessed in milliseconds (scripted), timed in SM cycles" in result.note
+
+
+def test_an_entry_timed_with_its_host_work_is_not_judged_against_graph_replays() -> None:
+    """A case moved from latency=True to graph=True (test_compile_regional): the blessed speedup counted the host's
+    launches, the new one the device's work alone. Judged against it, the new one read 'improved' (docs/results/
+    gate-study.md, section 8); it is another number, re-blessed, as a change of units is."""
+    idle = {**ENTRY, "timer": IdleStart.name, "speedup": 1.4}
+    result, again = judged(measured(2.0, timer="cuda-events-held"), entry=idle, graphed=True)
+    assert result.verdict == Verdict.NEW and again == 0
+    assert result.note.startswith("blessed from an idle device, its host work included (cuda-events-idle-start), "
+                                  "timed as CUDA graph replays, the device's work alone (cuda-events-held): re-bless")
+    back = {**ENTRY, "timer": "cuda-events-held", "graphed": True}
+    assert judged(measured(1.4, timer=IdleStart.name), entry=back)[0].verdict == Verdict.NEW
+
+
+def test_a_side_that_starts_to_synchronize_is_still_judged() -> None:
+    """The idle start a side's own synchronize forces (a held comparison, not graphed) drops nothing: an optimized
+    side that adds an .item() and work is caught as before."""
+    held = {**ENTRY, "timer": "cuda-events-held"}
+    result, _ = judged(measured(1.5, timer=IdleStart.name), measured(1.5, timer=IdleStart.name),
+                       measured(1.5, timer=IdleStart.name), entry=held)
+    assert result.verdict == Verdict.REGRESSED
+    assert "re-bless with this timer" in result.note
+    assert judging.timed_otherwise(held, IdleStart.name, graphed=False) == ""
+    assert judging.timed_otherwise({**held, "graphed": True}, "cuda-events-held", graphed=False) == ""
 
 
 def test_a_drop_that_is_wholly_the_references_other_pick_is_pick_changed() -> None:

@@ -348,6 +348,19 @@ def first_pass(run: Callable[[Any], Any], inputs: Sequence[Any], device: str, *,
     return outputs, seconds, frames_compiled() - before
 
 
+@contextlib.contextmanager
+def one_pointwise_config() -> Iterator[None]:
+    """Inside: inductor gives each pointwise kernel the one config its heuristics choose, instead of timing a few
+    in every process and keeping the fastest (triton.autotune_pointwise). For a comparison of compiled passes whose
+    pointwise candidates time alike in isolation and apart inside the pass, so that a process's coin flip between
+    them moved the ratio with no change to the code (docs/results/gate-study.md, section 8). Compile, save and load
+    the graphs inside it: the setting is part of the FX graph cache's key."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch({"triton.autotune_pointwise": False}):
+        yield
+
+
 def schedule_pass(run: Callable[[Any], Any]) -> Callable[..., None]:
     """A callable that runs `run` once on each of its arguments, without autograd, and returns nothing: one pass of a
     schedule, whose inputs are one input set (perf.compare(..., inputs=make), make(seed) returning the schedule)."""

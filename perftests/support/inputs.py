@@ -37,13 +37,17 @@ def compare_on_inputs(
     graph: bool = False,
     bind: str = "",
     waive: Mapping[str, str] | None = None,
+    own_set: bool = False,
     **kwargs: Any,
 ) -> Any:
     """perf.compare(reference, optimized, inputs=make, **kwargs). With graph=True, or bind='why' (the reason, in
     words), the sides are bound to set 0 as zero-argument callables instead, and the case waives fresh inputs with
-    that reason: a CUDA graph replays the inputs it captured, it cannot rotate them."""
+    that reason: a CUDA graph replays the inputs it captured, it cannot rotate them. own_set=True binds each side to
+    a set 0 of its own (make(0) called for each: the same values in other tensors), for a side that marks the
+    tensors it is given (torch._dynamo.mark_dynamic), which the other side must not see."""
     if graph or bind:
         args = tuple(make(0))
-        return perf.compare(lambda: reference(*args), lambda: optimized(*args), graph=graph,
+        other = tuple(make(0)) if own_set else args
+        return perf.compare(lambda: reference(*args), lambda: optimized(*other), graph=graph,
                             waive=fixed_inputs(bind or GRAPH_REPLAYS, waive), **kwargs)
     return perf.compare(reference, optimized, inputs=make, waive=waive, **kwargs)

@@ -17,6 +17,7 @@ from .hardware import software_drift
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
+from .timers.cuda import IdleStart
 from .timers.cycles import CYCLES_TIMER
 from .tolerance import WIDE_TOLERANCE
 from .verdict import Judgement, Verdict, fmt_ci, judge, judge_metric, straddles
@@ -50,9 +51,10 @@ def judge_measurement(
     blessed = entry["speedup"] if entry else None
     baseline, centered = judged_against(entry, tolerance) if entry else (None, 0)
     blessed_timer = entry.get("timer") if entry else None
-    unit_changed = blessed_timer is not None and clock_unit(blessed_timer) != clock_unit(measurement.timer)
+    other_quantity = timed_otherwise(entry, measurement.timer, graphed) if entry else ""
+    unit_changed = bool(other_quantity)
     if unit_changed:
-        baseline = None  # a speedup in SM cycles and one in milliseconds are not the same number
+        baseline = None  # e.g. a speedup in SM cycles and one in milliseconds are not the same number
     first = measurement
     judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
     taken = [(measurement, judgement)]
@@ -65,8 +67,7 @@ def judge_measurement(
         judgement = final_judgement(taken)
     note = judgement.note
     if unit_changed:
-        note = (f"blessed in {clock_unit(blessed_timer)} ({blessed_timer}), timed in {clock_unit(measurement.timer)} "
-                f"({measurement.timer}): re-bless this case")
+        note = f"{other_quantity}: re-bless this case"
     if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
         note += f" (the baseline is the median of {centered} cards' evidence (blessed {blessed:.3f}x on one))"
     if judgement.verdict == Verdict.IMPROVED:
@@ -247,6 +248,27 @@ def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] |
 def clock_unit(timer: Any) -> str:
     """What a timer's samples count: 'SM cycles' (timers.cycles) or 'milliseconds' (every other timer)."""
     return "SM cycles" if timer == CYCLES_TIMER else "milliseconds"
+
+
+
+def timed_otherwise(entry: Mapping[str, Any], timer: Any, graphed: bool) -> str:
+    """Why a measurement's speedup is not the same number as the entry's, in words ("" when it is): counted in
+    other units (SM cycles against milliseconds), or one side of the change timed from an idle device with its host
+    work (cuda-events-idle-start) and the other as CUDA graph replays, the device's work alone. Only a case's own
+    change moves a comparison between those two (a side that synchronizes cannot be captured, and only graph=True
+    replays), so no change of a side's code drops its baseline this way; a side that starts to synchronize moves a
+    held comparison to the idle start, and is judged as before."""
+    blessed = entry.get("timer")
+    if blessed is None:
+        return ""
+    if clock_unit(blessed) != clock_unit(timer):
+        return f"blessed in {clock_unit(blessed)} ({blessed}), timed in {clock_unit(timer)} ({timer})"
+    was_graphed = bool(entry.get("graphed"))
+    if (blessed == IdleStart.name and graphed) or (was_graphed and timer == IdleStart.name):
+        how = lambda g: ("as CUDA graph replays, the device's work alone" if g  # noqa: E731
+                         else "from an idle device, its host work included")
+        return f"blessed {how(was_graphed)} ({blessed}), timed {how(graphed)} ({timer})"
+    return ""
 
 
 def undecided(judgement: Judgement, measurement: Measurement) -> bool:
