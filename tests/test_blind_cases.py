@@ -226,6 +226,20 @@ def test_a_compiled_kernel_the_trace_does_not_name_is_left_out_but_listed_where_
     assert [k["name"] for k in codegen.side_facts([], own)] == ["triton_poi_fused_add_0", "triton_poi_fused_add_0#2"]
 
 
+def test_one_compiled_kernel_launched_at_several_grids_gives_each_launch_its_facts() -> None:
+    """A dynamic-shape graph's kernel runs at every length of the schedule: the trace has it at four grids ('k',
+    'k#2', ...), the compile once. Each launch holds its registers and spills (else a change of the kernel shows on the
+    first launch only). A name with two compiled variants (two static graphs) gives each only to its own number."""
+    one = [{"name": "triton_poi_fused_gelu_2", "registers": 19, "spills": 3}]
+    traced = [{"name": "triton_poi_fused_gelu_2", "grid": [g, 1, 1]} for g in (1024, 2048, 3072)]
+    merged = codegen.side_facts(traced, one)
+    assert [k["name"] for k in merged] == ["triton_poi_fused_gelu_2", "triton_poi_fused_gelu_2#2",
+                                           "triton_poi_fused_gelu_2#3"]
+    assert [k.get("spills") for k in merged] == [3, 3, 3] and [k["grid"][0] for k in merged] == [1024, 2048, 3072]
+    two = [{"name": "triton_poi_fused_gelu_2", "spills": spills} for spills in (1, 2)]
+    assert [k.get("spills") for k in codegen.side_facts(traced, two)] == [1, 2, None]
+
+
 def test_torch_compile_autotuners_that_ran_are_noted_once_and_their_classes_given_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """compiled_launches notes each autotuner whose run launched a kernel inside (a subclass's own run too, as

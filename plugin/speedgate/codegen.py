@@ -326,14 +326,20 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
     """One side's kernels: the trace's (every kernel, its launch shape), each Triton kernel's own facts
     (compiled_facts) merged into the trace's entry of the same name, or listed alone when the side was not traced,
     as on a CPU. Where there is a trace, it says what ran: a compiled kernel it does not name is left out (two
-    compiled graphs' kernels of one name and launch shape are one kernel in the trace), never added beside it."""
+    compiled graphs' kernels of one name and launch shape are one kernel in the trace), never added beside it. One
+    compiled kernel launched at several grids (a dynamic-shape graph's, 'name', 'name#2' in the trace) gives its
+    facts to each launch; where a name has several compiled variants, each goes to the launch of its number only."""
     own: dict[str, dict[str, Any]] = {}
+    variants: Counter[str] = Counter()
     for facts in _numbered(compiled):
         own.setdefault(str(facts["name"]), dict(facts))
+        variants[_base(str(facts["name"]))] += 1
+    only = {base: own[base] for base, count in variants.items() if count == 1 and base in own}
     kernels = []
     for entry in _numbered(traced):
         merged = dict(entry)
-        extra = own.pop(str(entry["name"]), None)
+        name = str(entry["name"])
+        extra = own.pop(name, None) or (only.get(_base(name)) if name != _base(name) else None)
         if extra:
             for key, value in extra.items():
                 merged.setdefault(key, value)
@@ -383,6 +389,11 @@ def _numbered(kernels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         numbered = name if seen[name] == 1 or "#" in name else f"{name}#{seen[name]}"
         out.append({**kernel, "name": numbered})
     return out
+
+
+def _base(name: str) -> str:
+    """A numbered name's kernel: 'k#3' -> 'k'."""
+    return name.split("#", 1)[0]
 
 
 def _by_name(kernels: Iterable[Mapping[str, Any]] | None) -> dict[str, Mapping[str, Any]]:
