@@ -113,4 +113,7 @@ compiled_refs=(perftests/test_triton_attention.py perftests/test_triton_elementw
 # The cases that hold an autotuner's picks from their entry's config (perftests/support/autotune_picks.py): what a file
 # blessed before they were held needs a calibrating bless of (BLESS=held_picks bash lab/device/suite_study.sh).
 held_picks=(perftests/test_compile_modes.py -k "test_compile_mode and max-autotune")
+# The steady states timed as CUDA graph replays (docs/results/gate-study.md, section 8): what a file blessed while they
+# were timed from an idle device needs a calibrating bless of (BLESS=steady_states STUDY=steady_states).
+steady_states=(perftests/test_compile_regional.py perftests/test_compile_dynamic.py)
 left() { echo $((deadline - $(date +%s))); }
