@@ -87,7 +87,20 @@ def trimmed_spread(calibration: Mapping[str, Any]) -> float:
     return max([*runs, *([evidence.between_run_spread(pooled)] if len(pooled) >= 2 else [])], default=0.0)
 
 
-RULES = {"speedgate's": evidence.spread_of, "robust (MAD)": robust_spread, "trimmed range": trimmed_spread}
+def pooled_spread(calibration: Mapping[str, Any]) -> float:
+    """speedgate's spread with the in-process part pooled instead of the widest: the root mean square of the processes'
+    run spreads (the pooled within-process deviation, as an analysis of variance pools its groups'), beside the range
+    of every process pooled over the cards, as before. One process whose two runs differed widens it by its share."""
+    import math
+
+    runs = evidence._numbers(calibration.get("process_run_spreads"), positive=False)
+    pooled = calibration.get("process_spread")
+    inside = math.sqrt(sum(v * v for v in runs) / len(runs)) if runs else 0.0
+    return max(inside, float(pooled) if isinstance(pooled, (int, float)) else 0.0)
+
+
+RULES = {"speedgate's": evidence.spread_of, "robust (MAD)": robust_spread, "trimmed range": trimmed_spread,
+         "pooled in-process": pooled_spread}
 
 
 def rules_left_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
