@@ -52,8 +52,8 @@ def judge_measurement(
     baseline, centered = judged_against(entry, tolerance) if entry else (None, 0)
     blessed_timer = entry.get("timer") if entry else None
     other_quantity = timed_otherwise(entry, measurement.timer, graphed) if entry else ""
-    unit_changed = bool(other_quantity)
-    if unit_changed:
+    timed_apart = bool(other_quantity)
+    if timed_apart:
         baseline = None  # e.g. a speedup in SM cycles and one in milliseconds are not the same number
     first = measurement
     judgement = judge(measurement.estimate, baseline, tolerance, file_found=file_found)
@@ -66,7 +66,7 @@ def judge_measurement(
             taken.append((measurement, judge(measurement.estimate, baseline, tolerance, file_found=file_found)))
         judgement = final_judgement(taken)
     note = judgement.note
-    if unit_changed:
+    if timed_apart:
         note = f"{other_quantity}: re-bless this case"
     if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
         note += f" (the baseline is the median of {centered} cards' evidence (blessed {blessed:.3f}x on one))"
@@ -104,7 +104,7 @@ def judge_measurement(
                 note = f"{note}; {said}, {why}"
     if fields.get("judged_pick"):
         note = f"{note}; {fields['judged_pick']}".lstrip("; ")
-    if blessed_timer and blessed_timer != measurement.timer and not unit_changed and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+    if blessed_timer and blessed_timer != measurement.timer and not timed_apart and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
         note = f"{note}; timed with {measurement.timer}, blessed with {blessed_timer}: re-bless with this timer"
     config = fields.get("config")
     if entry and entry.get("config") is not None and config is not None and entry["config"] != config:
@@ -248,7 +248,6 @@ def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] |
 def clock_unit(timer: Any) -> str:
     """What a timer's samples count: 'SM cycles' (timers.cycles) or 'milliseconds' (every other timer)."""
     return "SM cycles" if timer == CYCLES_TIMER else "milliseconds"
-
 
 
 def timed_otherwise(entry: Mapping[str, Any], timer: Any, graphed: bool) -> str:
