@@ -301,6 +301,32 @@ def test_added_later(perf):
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])
+def test_the_summary_tells_an_entry_timed_otherwise_from_a_missing_one(pytester: pytest.Pytester) -> None:
+    """An entry blessed in another unit (or from an idle device, where the case now replays CUDA graphs) reads "new"
+    as a missing one does, but the file has it: the top line must not say "no entry", and must say to bless again."""
+    from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
+
+    pytester.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
+    pytester.makeini("[pytest]\naddopts = --hardware-key test-box -p no:cacheprovider\n")
+    pytester.makepyfile(test_cases=CASES + """
+def test_blessed(perf):
+    perf.compare(ref_2ms, opt_1ms)
+""")
+    pytester.runpytest("--update-baselines").assert_outcomes(passed=1)
+    [path] = (pytester.path / "baselines").glob("test-box.json")
+    doc = json.loads(path.read_text())
+    [entry] = doc["cases"].values()
+    entry["timer"] = "cuda-sm-cycles-held"  # blessed in SM cycles; the scripted timer counts milliseconds
+    path.write_text(json.dumps(doc))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    top = result.stdout.lines[result.stdout.lines.index(next(x for x in result.stdout.lines if "= speedgate =" in x)) + 1]
+    assert top.startswith("speedgate: not gated: 1 of the 1 comparisons measured on test-box have entries in "), top
+    assert "timed otherwise" in top and "have no entry" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*blessed in SM cycles (cuda-sm-cycles-held), timed in milliseconds (scripted): "
+                                 "re-bless this case*"])
+
+
 @pytest.mark.timing
 def test_compare_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) -> None:
     """`python -m speedgate compare OLD NEW | head`: head leaves after its lines; compare must not end in a

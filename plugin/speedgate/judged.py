@@ -35,7 +35,9 @@ def judged_against(run: RunEnd, done: Finish) -> None:
 
 def ungated(run: RunEnd) -> list[str]:
     """One line per hardware key whose baseline file exists but lacks entries for comparisons or metrics this run
-    measured: those read "new" and nothing gates them on this hardware."""
+    measured: those read "new" and nothing gates them on this hardware. And one line per key for comparisons whose
+    entries were timed otherwise (another unit, or from an idle device where the case now replays CUDA graphs:
+    judging.timed_otherwise), which read "new" too, though the file has them."""
     from .verdict import Verdict
 
     lines = []
@@ -46,13 +48,19 @@ def ungated(run: RunEnd) -> list[str]:
         metrics = [m for m in run.metric_records if m.hardware_key == key]
         missing = []
         for what, measured in (("comparisons", timed), ("metrics", metrics)):
-            new = [r for r in measured if r.verdict == Verdict.NEW]
+            new = [r for r in measured if r.verdict == Verdict.NEW and getattr(r, "blessed", None) is None]
             if new:
                 missing.append(f"{len(new)} of the {len(measured)} {what}")
         if missing:
             lines.append(f"{' and '.join(missing)} measured on {key} have no entry in {run.book.path_for(key)}: "
                          "nothing gates them on this hardware (bless them there with `pytest --update-baselines`, on "
                          "this kind of GPU)")
+        apart = [r for r in timed if r.verdict == Verdict.NEW and r.blessed is not None]
+        if apart:
+            lines.append(f"{len(apart)} of the {len(timed)} comparisons measured on {key} have entries in "
+                         f"{run.book.path_for(key)} timed otherwise (another unit, or from an idle device where the case "
+                         "now replays CUDA graphs): nothing gates them until they are blessed again on this kind of GPU "
+                         "(`pytest --update-baselines`)")
     return lines
 
 
