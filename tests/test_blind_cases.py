@@ -141,7 +141,7 @@ def cute_compiled(name: str, ptx: str | None = PTX, cubin: bytes | None = b"cubi
 
 def test_a_cutlass_kernels_facts_come_from_the_ptx_and_cubin_its_compile_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codegen, "_run_cuobjdump", lambda cubin: RESOURCE_USAGE)
-    codegen._USAGE.clear()
+    codegen._resource_usage_text.cache_clear()
     facts = codegen.compiled_facts(cute_compiled("kernel_cutlass_gemm_0"))
     assert facts == {"name": "kernel_cutlass_gemm_0", "ptx": codegen.ptx_mix(PTX), "registers": 168, "spills": 24}
     # Merged into the trace's kernel of that name: the profiler's launch facts first, the cubin's beside them.
@@ -149,7 +149,7 @@ def test_a_cutlass_kernels_facts_come_from_the_ptx_and_cubin_its_compile_kept(mo
     [merged] = codegen.side_facts(traced, [facts])
     assert merged["spills"] == 24 and merged["grid"] == [2, 1, 66] and merged["ptx"]["mma"] == 1
     # Compiled without keeping them: the name alone, nothing invented.
-    codegen._USAGE.clear()
+    codegen._resource_usage_text.cache_clear()
     assert codegen.compiled_facts(cute_compiled("kernel_cutlass_gemm_0", ptx=None, cubin=None)) == {
         "name": "kernel_cutlass_gemm_0"}
 

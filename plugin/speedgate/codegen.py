@@ -15,6 +15,7 @@ run or disassembly of its own. Pure: no torch, no triton at import time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections import Counter
@@ -181,9 +182,6 @@ def cute_facts(compiled: Any) -> dict[str, Any]:
     return facts
 
 
-_USAGE: dict[int, str] = {}
-
-
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
     """Each function of a cubin: registers and spills (local bytes / 4); {} when cuobjdump is missing or fails."""
     return parse_resource_usage(_resource_usage_text(cubin))
@@ -195,13 +193,11 @@ def cubin_usage(cubin: bytes) -> dict[str, dict[str, int]]:
     return resource_usage(_resource_usage_text(cubin))
 
 
+@functools.cache
 def _resource_usage_text(cubin: bytes) -> str:
     """`cuobjdump --dump-resource-usage` of a cubin (the one Triton ships, or one on PATH), once per cubin in a
-    process; "" when there is none or it fails."""
-    key = hash(cubin)
-    if key not in _USAGE:
-        _USAGE[key] = _run_cuobjdump(cubin)
-    return _USAGE[key]
+    process (keyed by the cubin's bytes); "" when there is none or it fails."""
+    return _run_cuobjdump(cubin)
 
 
 def _cuobjdump() -> str | None:
@@ -339,7 +335,7 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
     for entry in _numbered(traced):
         merged = dict(entry)
         name = str(entry["name"])
-        extra = own.pop(name, None) or (only.get(_base(name)) if name != _base(name) else None)
+        extra = own.pop(name, None) or only.get(_base(name))
         if extra:
             for key, value in extra.items():
                 merged.setdefault(key, value)
