@@ -301,9 +301,12 @@ def test_added_later(perf):
     result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])
-def test_the_summary_tells_an_entry_timed_otherwise_from_a_missing_one(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_the_summary_tells_an_entry_timed_otherwise_from_a_missing_one(pytester: pytest.Pytester,
+                                                                       xdist: tuple[str, ...]) -> None:
     """An entry blessed in another unit (or from an idle device, where the case now replays CUDA graphs) reads "new"
-    as a missing one does, but the file has it: the top line must not say "no entry", and must say to bless again."""
+    as a missing one does, but the file has it: the top line must not say "no entry", and must say to bless again,
+    under pytest-xdist too (the workers' records carry the blessed speedup that tells the two apart)."""
     from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST
 
     pytester.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES))
@@ -318,7 +321,7 @@ def test_blessed(perf):
     [entry] = doc["cases"].values()
     entry["timer"] = "cuda-sm-cycles-held"  # blessed in SM cycles; the scripted timer counts milliseconds
     path.write_text(json.dumps(doc))
-    result = pytester.runpytest()
+    result = pytester.runpytest(*xdist)
     result.assert_outcomes(passed=1)
     top = result.stdout.lines[result.stdout.lines.index(next(x for x in result.stdout.lines if "= speedgate =" in x)) + 1]
     assert top.startswith("speedgate: not gated: 1 of the 1 comparisons measured on test-box have entries in "), top
