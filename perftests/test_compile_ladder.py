@@ -39,7 +39,9 @@ from perftests.support.inputs import GRAPH_REPLAYS, fixed_inputs
 from perftests.support.tolerance import intermediate_rounding_atol
 from speedgate.precision import fp32_matmul_precision
 
-pytestmark = pytest.mark.compile
+# Rungs 3 and 4 compare compiled passes: each compile gives a pointwise kernel one config (one_pointwise_config), not
+# a process's pick among candidates that time alike alone and apart in the pass (docs/results/gate-study-h200.md).
+pytestmark = [pytest.mark.compile, pytest.mark.usefixtures("one_pointwise_config")]
 
 RUNGS = ("fp32_manual", "tf32_bf16_amp", "sdpa", "compile", "fp8_linear")
 BF16_UNIT = 2.0**-8
