@@ -100,9 +100,9 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
                          config={"pieces": P2P_PIECES[size_mb]})
 
 
-# The one-shot kernel's tile, warps and waves (perftests/kernels/oneshot_allreduce.py), chosen by lab/oneshot_sweep.py
-# (docs/results/allreduce.md).
-ONESHOT_CONFIG = dict(rows=16, warps=16, waves=4)
+# The one-shot kernel's tile, warps and waves (perftests/kernels/oneshot_allreduce.py; half its programs send), chosen
+# by lab/oneshot_forms.py (docs/results/allreduce.md).
+ONESHOT_CONFIG = dict(rows=32, warps=16, waves=16)
 
 
 def two_or_skip(device: str) -> int:
@@ -114,8 +114,9 @@ def two_or_skip(device: str) -> int:
 
 @pytest.mark.parametrize("size_mb", SIZES_MB, ids=[f"{s}MB" for s in SIZES_MB])
 def test_oneshot_quantized_allreduce(perf, device: str, size_mb: int) -> None:
-    """One persistent kernel: each rank quantizes and stores its blocks into the peer's symmetric memory, raises a
-    flag per wave, waits for the peer's, and sums both dequantized in fp32 (no requantization)."""
+    """One persistent kernel: on each rank, half the programs quantize and store its blocks into the peer's
+    symmetric memory and raise a flag per wave; the other half wait for the peer's flags and sum both dequantized
+    blocks in fp32 (no requantization)."""
     world = two_or_skip(device)
     numel = size_mb * 2**20 // 2
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
