@@ -118,6 +118,58 @@ def test_gate_runs_add_evidence_through_the_command_line(tmp_path: Path) -> None
     assert "card card-b: 1.303, 1.306" in shown and "between cards" in shown
 
 
+def evidence_cli(*args: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "speedgate", "evidence", *map(str, args)], capture_output=True,
+                          text=True, check=False)
+
+
+def test_restart_starts_an_entrys_evidence_again_from_its_newest_bless(tmp_path: Path) -> None:
+    """A case whose code changed, blessed again with calibration: the bless adds the new code's process to the old
+    code's evidence, whose spread then sets the tolerance. --restart keeps the newest bless's process alone."""
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    doc = bless_one(doc, calibrated(1.612, "card-b", spread=0.004))  # the new code, on another card
+    doc["cases"]["uncalibrated::case"] = baseline_doc({"uncalibrated::case": 2.0}, key="gpu-x")["cases"]["uncalibrated::case"]
+    wide = doc["cases"][CASE]["tolerance"]
+    assert wide > 0.2  # the old code's 1.35x beside the new code's 1.61x
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    done = evidence_cli(path, "--restart", CASE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (f"{CASE}: evidence restarted from its bless on card card-b (1.612x): tolerance "
+                                   f"{wide:.1%} -> 2.0%")
+    after = json.loads(path.read_text())
+    entry = after["cases"][CASE]
+    assert entry["calibration"]["machines"] == {"card-b": {"measured_at": "2026-11-24T00:00:00Z",
+                                                           "run_spreads": [0.004], "speedups": [1.612]}}
+    assert entry["tolerance"] == evidence.CALIBRATION_FLOOR and entry["speedup"] == 1.612 and "picks" not in entry
+    assert after["cases"]["uncalibrated::case"] == doc["cases"]["uncalibrated::case"]
+    validate(after, path)
+    # The next calibrating bless of the new code adds to the new evidence only.
+    again = bless_one(after, calibrated(1.60, "card-c"))["cases"][CASE]["calibration"]["machines"]
+    assert sorted(again) == ["card-b", "card-c"]
+
+
+def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) -> None:
+    doc = bless_one(None, calibrated(1.348, "card-a"))
+    doc["cases"]["uncalibrated::case"] = baseline_doc({"uncalibrated::case": 2.0}, key="gpu-x")["cases"]["uncalibrated::case"]
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    before = path.read_bytes()
+    for args, said in (
+            (["--restart", "no::such::case"], "no::such::case: no such entry in the file"),
+            (["--restart", CASE, "--restart", "uncalibrated::case"],
+             "uncalibrated::case: cannot restart its evidence: it has no calibrated evidence"),
+            ([report(tmp_path, "run.json", 1.3, "card-b"), "--restart", CASE], "--restart takes no reports")):
+        done = evidence_cli(path, *args)
+        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
+        assert path.read_bytes() == before  # the first, restartable entry was not written either
+    # A gate run of the blessing card after the bless: its newest evidence is no bless to start from.
+    assert evidence_cli(path, report(tmp_path, "same-card.json", 1.35, "card-a")).returncode == 0
+    done = evidence_cli(path, "--restart", CASE)
+    assert done.returncode == 2 and "a gate run's report came after it" in done.stderr, done.stderr
+    assert "--restart CASE_ID" in evidence_cli("--help").stdout
+
+
 def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:
     """The same gate run's report given again (in the same command or a later one) added its speedups a second time:
     one process counted twice, and the tolerance recomputed from it. It is left out, and said so."""

@@ -212,7 +212,8 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
 def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
     """A calibrated entry whose tolerance the spread between processes set above the floor: said at bless time,
     because the evidence merges blesses of the same software, not of the same code. If the case's code changed
-    between those processes, its tolerance is loosened by the change itself and the entry's calibration should go."""
+    between those processes, its tolerance is loosened by the change itself and its evidence should start again from
+    the bless of the new code (`python -m speedgate evidence FILE --restart CASE_ID`: speedgate.evidence.restart)."""
     calibration = (entry or {}).get("calibration")
     if entry is None or not calibration or entry["tolerance"] <= CALIBRATION_FLOOR:
         return None
@@ -223,5 +224,5 @@ def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
         return None
     where = f"processes on {card_count(calibration)} cards" if card_count(calibration) > 1 else "processes"
     return (f"tolerance {entry['tolerance']:.1%} set by the spread between {where} (speedups "
-            f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, remove the "
-            f"entry's \"calibration\" and calibrate it again")
+            f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, start its "
+            f"evidence again from this bless (python -m speedgate evidence FILE --restart CASE_ID)")

@@ -202,6 +202,30 @@ def cause_of(entry: Mapping[str, Any]) -> str:
     return f"the spread between runs in one process: {widest[0]:.2%}{card} (the widest of {where})"
 
 
+def restart(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """entry with its evidence started again from its newest calibrating bless alone (that process's speedup,
+    in-process spread and card) and its other picks dropped: for a case whose code changed, so that processes of the
+    old code no longer set its tolerance or its center. ValueError if the entry has no calibrating bless to start
+    from."""
+    calibration = entry.get("calibration")
+    if not isinstance(calibration, Mapping) or not isinstance(calibration.get("spread"), (int, float)):
+        raise ValueError("it has no calibrated evidence: bless it with --speedgate-calibrate N")
+    when, speedup = calibration.get("measured_at"), entry.get("speedup")
+    # The bless's card: the one its time and speedup were written to last (two cards may bless in one second).
+    blessed_on = [name for name, c in cards(calibration).items()
+                  if when and c.get("measured_at") == when and _numbers(c.get("speedups"), positive=True)[-1:] ==
+                  [round_value(speedup)]]
+    if len(blessed_on) != 1 or not isinstance(speedup, (int, float)):
+        raise ValueError("its newest calibrating bless's process cannot be told apart (a gate run's report came after "
+                         "it, or two cards blessed it in one second at one speedup): bless it again with "
+                         "--speedgate-calibrate N first")
+    card = None if blessed_on[0] == UNRECORDED else blessed_on[0]
+    fresh = add_process({}, card, float(entry["speedup"]), float(calibration["spread"]), str(when))
+    fresh.update(runs=calibration.get("runs"), spread=calibration["spread"], measured_at=when)
+    out = {k: v for k, v in entry.items() if k != "picks"}
+    return {**out, "tolerance": tolerance_of(fresh), "calibration": fresh}
+
+
 def card_count(calibration: Mapping[str, Any]) -> int:
     """How many recorded cards gave evidence (evidence from before cards were recorded counts as none)."""
     return sum(1 for name in cards(calibration) if name != UNRECORDED)

@@ -1,5 +1,6 @@
 """`python -m speedgate evidence BASELINE.json REPORT.json ...`: add gate runs' speedups to the evidence of a baseline
-file's calibrated entries (speedgate.evidence.add_reports), under the file's lock; or show the evidence by card."""
+file's calibrated entries (speedgate.evidence.add_reports), under the file's lock; or show the evidence by card; or,
+with --restart CASE_ID, start an entry's evidence again from its newest bless (speedgate.evidence.restart)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from .evidence import UNRECORDED, add_reports, cards
+from .evidence import UNRECORDED, add_reports, cards, restart
 
 
 def _load_report(path: Path) -> dict[str, Any]:
@@ -47,6 +48,24 @@ def _evidence_line(entry: dict[str, Any]) -> str:
     return f"tolerance {entry['tolerance']:.1%}{between}; " + "; ".join(parts)
 
 
+def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str]) -> dict[str, Any]:
+    """existing with each named entry's evidence restarted (a line each into said); BaselineError naming the first
+    case id that cannot be, so that nothing is written."""
+    cases = dict(existing["cases"])
+    for case_id in case_ids:
+        entry = cases.get(case_id)
+        if entry is None:
+            raise baseline_file.BaselineError(f"{case_id}: no such entry in the file")
+        try:
+            cases[case_id] = fresh = restart(entry)
+        except ValueError as exc:
+            raise baseline_file.BaselineError(f"{case_id}: cannot restart its evidence: {exc}") from None
+        card = next(iter(cards(fresh["calibration"])))
+        said.append(f"{case_id}: evidence restarted from its bless on card {card} ({float(fresh['speedup']):.4g}x): "
+                    f"tolerance {entry['tolerance']:.1%} -> {fresh['tolerance']:.1%}")
+    return {**existing, "cases": cases}
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m speedgate evidence",
@@ -55,28 +74,41 @@ def main(argv: Sequence[str]) -> int:
                     "card, and rewrite their tolerances; without reports, show the evidence by card")
     parser.add_argument("baseline", type=Path, help="the baseline file (baselines/<hardware_key>.json)")
     parser.add_argument("reports", type=Path, nargs="*", help="--speedgate-json reports of gate runs")
+    parser.add_argument("--restart", metavar="CASE_ID", action="append", default=[],
+                        help="start this entry's evidence again from its newest calibrating bless alone, dropping "
+                             "the processes and other picks before it (for a case whose code changed since them); "
+                             "repeat for more entries")
     args = parser.parse_args(argv)
+    if args.restart and args.reports:
+        parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
     try:
         reports = [_load_report(path) for path in args.reports]
     except ValueError as exc:
         parser.exit(2, f"speedgate evidence: {exc}\n")
     changed: list[str] = []
     notes: list[str] = []
+    writes = bool(reports or args.restart)
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
         if existing is None:
             raise baseline_file.BaselineError(f"{args.baseline}: no such baseline file")
+        if args.restart:
+            return _restarted(existing, args.restart, changed)
         doc, lines, left_out = add_reports(existing, reports)
         changed.extend(lines)
         notes.extend(left_out)
         return doc if reports else None
 
     try:
-        doc = baseline_file.update(args.baseline, change) if reports else baseline_file.read(args.baseline)
+        doc = baseline_file.update(args.baseline, change) if writes else baseline_file.read(args.baseline)
     except baseline_file.BaselineError as exc:
         parser.exit(2, f"speedgate evidence: {exc}; the file was left untouched\n")
     if doc is None:
         parser.exit(2, f"speedgate evidence: {args.baseline}: no such baseline file\n")
+    if args.restart:
+        for line in changed:
+            print(line)
+        return 0
     for line in [*changed, *notes] if reports else show(doc):
         print(line)
     if reports:
