@@ -5,7 +5,8 @@ Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_r
 Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
 '<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The algorithms are in perftests/kernels/allreduce.py;
 what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The quantization kernels themselves
-are checked on one device by test_quant_kernels, which runs on the CPU through the interpreter too.
+are checked on one device by test_quant_kernels, which runs on the CPU through the interpreter too; the one-shot
+kernel, which no interpreter runs, is compiled for sm_90 on any machine by test_oneshot_kernel_builds_for_hopper.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from perftests.kernels import quant
 from perftests.kernels.common import INTERPRETING, best_config
+from perftests.support import gluon_build
 from perftests.support.inputs import generator
 
 pytestmark = pytest.mark.nccl
@@ -140,6 +142,41 @@ def test_oneshot_quantized_allreduce_stress(device: str) -> None:
     assert result["max_error_over_bound"] <= 1.0, (
         f"an output's error is {result['max_error_over_bound']:.3f}x the one-shot bound in {result['calls']} calls")
     assert result["checksums_equal"], "the two ranks' outputs differ in some call"
+
+
+ONESHOT_BUILD = """
+import json, re
+from perftests.kernels.oneshot_allreduce import MAX_SPINS, _oneshot_kernel
+from perftests.kernels.quant import QBLOCK
+from perftests.support.gluon_build import compile_to, ptxas_report
+from perftests.test_nccl import ONESHOT_CONFIG
+signature = {"x_ptr": "*bf16", "out_ptr": "*bf16", "peer_codes_ptr": "*i8", "peer_scales_ptr": "*fp32",
+             "peer_flags_ptr": "*i32", "codes_ptr": "*i8", "scales_ptr": "*fp32", "flags_ptr": "*i32",
+             "state_ptr": "*i32", "n_blocks": "i32", "SLOT_CODES": "i32", "SLOT_SCALES": "i32", "SENDERS": "i32"}
+found = {}
+for rank in (0, 1):
+    built = compile_to(_oneshot_kernel, signature, dict(RANK=rank, QBLOCK=QBLOCK, ROWS=ONESHOT_CONFIG["rows"],
+                       WAVES=ONESHOT_CONFIG["waves"], MAX_SPINS=MAX_SPINS), ONESHOT_CONFIG["warps"], 1, "ptx",
+                       aligned=tuple(signature))
+    ptx = built["ptx"]
+    found[rank] = dict(shared=built["shared"], release=len(re.findall(r"atom[.]global[.]sys[.]release[.]", ptx)),
+                       acquire=len(re.findall(r"(?:ld|atom)[.]global[.]sys[.]acquire[.]", ptx)), **ptxas_report(ptx))
+print(json.dumps(found))
+"""
+
+
+def test_oneshot_kernel_builds_for_hopper() -> None:
+    """The one-shot kernel (it has inline PTX, so no interpreter runs it) compiles for sm_90 on any machine, for
+    both ranks, at the suite's config: no spill, and registers and shared memory that let one program sit on every
+    SM at once (the kernel's waits need every program resident); a sender's flags are released and a reducer's
+    acquired at system scope (the peer's GPU sees them)."""
+    found = gluon_build.build(ONESHOT_BUILD)
+    threads = ONESHOT_CONFIG["warps"] * 32
+    for rank, built in found.items():
+        assert built["spill_stores"] == 0, f"rank {rank}: {built['spill_stores']} bytes spilled"
+        assert built["registers"] * threads <= 65536, f"rank {rank}: {built['registers']} registers a thread"
+        assert built["shared"] <= 227 * 1024, f"rank {rank}: {built['shared']} bytes of shared memory"
+        assert built["release"] >= ONESHOT_CONFIG["waves"] and built["acquire"] >= 1, (rank, built)
 
 
 def test_backward_allreduce_overlap(perf, device: str) -> None:
