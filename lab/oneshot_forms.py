@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 import triton
 import triton.language as tl
+
+from lab.oneshot_sweep import median_ms
 
 # (label, grid as a multiple of the SM count, warps, int32 elements a program copies per step)
 COPY_CONFIGS = [("1x-16w", 1, 16, 8192)]
@@ -43,22 +44,6 @@ def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
         tl.store(dst + offs, tl.load(src + offs, mask=ok), mask=ok)
 
 
-def _median_ms(torch: Any, dist: Any, fn: Any, calls: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        dist.barrier()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _ceilings(torch: Any, dist: Any, symm_mem: Any, rank: int, wire: int, sms: int, calls: int,
               device: Any) -> list[dict[str, Any]]:
     words = wire // 4
@@ -68,14 +53,14 @@ def _ceilings(torch: Any, dist: Any, symm_mem: Any, rank: int, wire: int, sms: i
     local = torch.zeros(words, dtype=torch.int32, device=device)
     other = torch.zeros(words, dtype=torch.int32, device=device)
     rows: list[dict[str, Any]] = [
-        {"how": "ce_push", "ms": _median_ms(torch, dist, lambda p=peer, d=local: p.copy_(d), calls)},
-        {"how": "ce_pull", "ms": _median_ms(torch, dist, lambda p=peer, d=local: d.copy_(p), calls)}]
+        {"how": "ce_push", "ms": median_ms(torch, dist, lambda p=peer, d=local: p.copy_(d), calls)},
+        {"how": "ce_pull", "ms": median_ms(torch, dist, lambda p=peer, d=local: d.copy_(p), calls)}]
     for label, mult, warps, block in COPY_CONFIGS:
         grid = (mult * sms,)
         for how, src, dst in (("sm_push", local, peer), ("sm_pull", peer, local), ("hbm", local, other)):
             def run(src=src, dst=dst, grid=grid, warps=warps, block=block) -> None:
                 _copy_kernel[grid](src, dst, words, BLOCK=block, num_warps=warps)
-            rows.append({"how": how, "config": label, "ms": _median_ms(torch, dist, run, calls)})
+            rows.append({"how": how, "config": label, "ms": median_ms(torch, dist, run, calls)})
     for row in rows:
         row["gbps"] = wire / row["ms"] / 1e6
     return rows
@@ -102,7 +87,7 @@ def rank_main(sizes: list[int], calls: int, configs: list[str]) -> dict[str, Any
             out = torch.empty_like(x)
             scratch = x.clone()
             row: dict[str, Any] = {"size_mb": size_mb, "wire_bytes": wire,
-                                   "nccl_ms": _median_ms(torch, dist, lambda s=scratch: dist.all_reduce(s), calls),
+                                   "nccl_ms": median_ms(torch, dist, lambda s=scratch: dist.all_reduce(s), calls),
                                    "ceilings": _ceilings(torch, dist, symm_mem, rank, wire, sms, calls, device),
                                    "forms": []}
             for text in configs:
@@ -119,7 +104,7 @@ def rank_main(sizes: list[int], calls: int, configs: list[str]) -> dict[str, Any
                 form.state[2].zero_()
                 error = error_check(x, form(x, out), requantized=False)
                 same = _identical_on_ranks(out)
-                ms = _median_ms(torch, dist, lambda f=form, x=x, out=out: f(x, out), calls)
+                ms = median_ms(torch, dist, lambda f=form, x=x, out=out: f(x, out), calls)
                 row["forms"].append({"rows": int(rows_), "warps": int(warps), "waves": int(waves), "senders": senders,
                                      "programs": form.programs, "ms": ms, "speedup": row["nccl_ms"] / ms,
                                      "link_gbps": wire / ms / 1e6, "error_over_bound": error["max_error_over_bound"],

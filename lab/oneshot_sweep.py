@@ -22,7 +22,9 @@ from typing import Any
 CONFIGS = [dict(rows=r, warps=w, waves=v) for r, w, v in itertools.product((8, 16), (8, 16), (1, 4))]
 
 
-def _median_ms(torch: Any, dist: Any, fn: Any, calls: int) -> float:
+def median_ms(torch: Any, dist: Any, fn: Any, calls: int) -> float:
+    """fn's median time in ms over `calls` calls after 3 untimed ones, both ranks in step before each (a synchronize
+    and a barrier), each between CUDA events."""
     times = []
     for _ in range(3):
         fn()
@@ -55,20 +57,20 @@ def rank_main(sizes: list[int], calls: int) -> dict[str, Any]:
             x = inputs(numel, rank, device)
             out = torch.empty_like(x)
             scratch = x.clone()
-            nccl_ms = _median_ms(torch, dist, lambda s=scratch: dist.all_reduce(s), calls)
+            nccl_ms = median_ms(torch, dist, lambda s=scratch: dist.all_reduce(s), calls)
             wire = numel + numel // 1024 * 4  # int8 codes and fp32 scales
             sym = symm_mem.empty(wire, dtype=torch.int8, device=device)
             handle = symm_mem.rendezvous(sym, dist.group.WORLD.group_name)
             peer = handle.get_buffer(1 - rank, (wire,), torch.int8)
             local = torch.empty(wire, dtype=torch.int8, device=device)
-            copy_ms = _median_ms(torch, dist, lambda d=local, p=peer: d.copy_(p), calls)
+            copy_ms = median_ms(torch, dist, lambda d=local, p=peer: d.copy_(p), calls)
             row: dict[str, Any] = {"size_mb": size_mb, "nccl_ms": nccl_ms, "copy_ms": copy_ms,
                                    "copy_gbps": wire / copy_ms / 1e6, "configs": []}
             for config in CONFIGS:
                 allreduce = OneShotQuantizedAllReduce(numel, world, device, **config)
                 error = error_check(x, allreduce(x, out), requantized=False)
                 same = _identical_on_ranks(out)
-                ms = _median_ms(torch, dist, lambda a=allreduce, x=x, out=out: a(x, out), calls)
+                ms = median_ms(torch, dist, lambda a=allreduce, x=x, out=out: a(x, out), calls)
                 row["configs"].append({**config, "ms": ms, "speedup": nccl_ms / ms, "link_gbps": wire / ms / 1e6,
                                        "error_over_bound": error["max_error_over_bound"], "identical": same,
                                        "spun_out": allreduce.failed()})
