@@ -6,6 +6,7 @@ applies it to a file under the baseline module's inter-process lock.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,17 +204,18 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
         elif c.action != "kept":
             old = f"{c.old_speedup:.4g}{c.unit} -> " if c.old_speedup is not None else ""
             lines.append(f"  {c.action}: {c.case_id}: {old}{c.new_speedup:.4g}{c.unit}")
-            widened = widened_between_processes(doc["cases"].get(c.case_id))
+            widened = widened_between_processes(doc["cases"].get(c.case_id), restart=f"{shlex.quote(str(path))} --restart {shlex.quote(c.case_id)}")
             if widened:
                 lines.append(f"    {widened}")
     return lines
 
 
-def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
+def widened_between_processes(entry: dict[str, Any] | None, restart: str = "FILE --restart CASE_ID") -> str | None:
     """A calibrated entry whose tolerance the spread between processes set above the floor: said at bless time,
     because the evidence merges blesses of the same software, not of the same code. If the case's code changed
     between those processes, its tolerance is loosened by the change itself and its evidence should start again from
-    the bless of the new code (`python -m speedgate evidence FILE --restart CASE_ID`: speedgate.evidence.restart)."""
+    the bless of the new code (`python -m speedgate evidence FILE --restart CASE_ID`, speedgate.evidence.restart:
+    `restart` is what the line names after the command, the file and the case when the caller knows them)."""
     calibration = (entry or {}).get("calibration")
     if entry is None or not calibration or entry["tolerance"] <= CALIBRATION_FLOOR:
         return None
@@ -225,4 +227,4 @@ def widened_between_processes(entry: dict[str, Any] | None) -> str | None:
     where = f"processes on {card_count(calibration)} cards" if card_count(calibration) > 1 else "processes"
     return (f"tolerance {entry['tolerance']:.1%} set by the spread between {where} (speedups "
             f"{', '.join(f'{v:.4g}' for v in speedups)}): if the case's code changed between those blesses, start its "
-            f"evidence again from this bless (python -m speedgate evidence FILE --restart CASE_ID)")
+            f"evidence again from this bless: python -m speedgate evidence {restart}")
