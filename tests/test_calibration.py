@@ -373,7 +373,7 @@ def test_the_bless_says_when_the_spread_between_processes_set_the_tolerance() ->
     assert not any("between processes" in line for line in lines)
     doc, lines = run(doc, compare_result(0.79, calibration_runs=3, calibration_spread=0.002))
     said = [line for line in lines if "set by the spread between processes" in line]
-    assert len(said) == 1 and "0.75, 0.79" in said[0] and f"python -m speedgate evidence test-box.json --restart '{FREE}'" in said[0], lines
+    assert len(said) == 1 and "0.75, 0.79" in said[0] and f"python -m speedgate evidence test-box.json --restart {FREE}" in said[0], lines
     # Steady between processes, or widened by a run within one: nothing to say.
     doc, lines = run(None, compare_result(0.75, calibration_runs=3, calibration_spread=0.05))
     doc, lines = run(doc, compare_result(0.751, calibration_runs=3, calibration_spread=0.002))
