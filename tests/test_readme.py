@@ -185,12 +185,14 @@ def help_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def help_text(help_dir: Path) -> str:
-    """pytest --help with every installed plugin (speedgate, xdist, benchmark, timeout...), and speedgate compare's."""
+    """pytest --help with every installed plugin (speedgate, xdist, benchmark, timeout...), and the --help of speedgate's
+    commands."""
     where = help_dir
     texts = []
     for args in (["-m", "pytest", "--help", "-p", "no:cacheprovider"], ["-m", "speedgate", "compare", "--help"],
                  ["-m", "speedgate", "history", "--help"], ["-m", "speedgate", "history", "import", "--help"],
-                 ["-m", "speedgate", "history", "page", "--help"]):
+                 ["-m", "speedgate", "history", "page", "--help"], ["-m", "speedgate", "evidence", "--help"],
+                 ["-m", "speedgate", "study", "--help"]):
         proc = subprocess.run([sys.executable, *args], cwd=where, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
         assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         texts.append(proc.stdout)

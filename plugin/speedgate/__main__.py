@@ -34,7 +34,7 @@ COMMANDS: dict[str, Command] = {
     "history": Command("speedgate.history.cli:main", "the history of gate runs: record them, find where each case's "
                        "speedup shifted, draw a page"),
     "evidence": Command("speedgate.evidence_cli:main", "add gate runs' speedups to a baseline file's calibration "
-                        "evidence, or show that evidence by card"),
+                        "evidence, show that evidence by card, or restart an entry's evidence"),
     "study": Command("speedgate.study:main", "what a gate catches: clean and slowed gate runs of a selection, per "
                      "comparison"),
 }
