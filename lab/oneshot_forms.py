@@ -25,7 +25,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from lab.oneshot_sweep import median_ms
+from lab.oneshot_sweep import median_ms, rank_card
 
 # (label, grid as a multiple of the SM count, warps, int32 elements a program copies per step)
 COPY_CONFIGS = [("1x-16w", 1, 16, 8192)]
@@ -113,7 +113,7 @@ def rank_main(sizes: list[int], calls: int, configs: list[str]) -> dict[str, Any
             torch.cuda.empty_cache()
             rows.append(row)
         fp = detect(None)
-        return {"rank": rank, "card": fp.card, "key": fp.key, "sms": sms, "rows": rows}
+        return {"rank": rank, "card": rank_card(device), "key": fp.key, "sms": sms, "rows": rows}
     finally:
         teardown()
 

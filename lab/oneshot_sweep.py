@@ -22,6 +22,15 @@ from typing import Any
 CONFIGS = [dict(rows=r, warps=w, waves=v) for r, w, v in itertools.product((8, 16), (8, 16), (1, 4))]
 
 
+def rank_card(device: Any) -> str | None:
+    """The anonymized id of the card this rank runs on (speedgate.hardware.detect names the first visible one, which
+    is rank 0's for every rank here)."""
+    from speedgate.hardware import gpu_hardware, visible_gpu_tokens
+
+    tokens = visible_gpu_tokens()
+    return (gpu_hardware(tokens[device.index]) or {}).get("card") if device.index < len(tokens) else None
+
+
 def median_ms(torch: Any, dist: Any, fn: Any, calls: int) -> float:
     """fn's median time in ms over `calls` calls after 3 untimed ones, both ranks in step before each (a synchronize
     and a barrier), each between CUDA events."""
@@ -77,7 +86,7 @@ def rank_main(sizes: list[int], calls: int) -> dict[str, Any]:
                 del allreduce
             rows.append(row)
         fp = detect(None)
-        return {"rank": rank, "card": fp.card, "key": fp.key, "rows": rows}
+        return {"rank": rank, "card": rank_card(device), "key": fp.key, "rows": rows}
     finally:
         teardown()
 
