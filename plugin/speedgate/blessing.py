@@ -204,7 +204,8 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
         elif c.action != "kept":
             old = f"{c.old_speedup:.4g}{c.unit} -> " if c.old_speedup is not None else ""
             lines.append(f"  {c.action}: {c.case_id}: {old}{c.new_speedup:.4g}{c.unit}")
-            widened = widened_between_processes(doc["cases"].get(c.case_id), restart=f"{shlex.quote(str(path))} --restart {shlex.quote(c.case_id)}")
+            restart = f"{shlex.quote(str(path))} --restart {shlex.quote(c.case_id)}"
+            widened = widened_between_processes(doc["cases"].get(c.case_id), restart)
             if widened:
                 lines.append(f"    {widened}")
     return lines
@@ -214,8 +215,8 @@ def widened_between_processes(entry: dict[str, Any] | None, restart: str = "FILE
     """A calibrated entry whose tolerance the spread between processes set above the floor: said at bless time,
     because the evidence merges blesses of the same software, not of the same code. If the case's code changed
     between those processes, its tolerance is loosened by the change itself and its evidence should start again from
-    the bless of the new code (`python -m speedgate evidence FILE --restart CASE_ID`, speedgate.evidence.restart:
-    `restart` is what the line names after the command, the file and the case when the caller knows them)."""
+    the bless of the new code (speedgate.evidence.restart). `restart`: the arguments of the command the line
+    advises, with the file and the case where the caller knows them."""
     calibration = (entry or {}).get("calibration")
     if entry is None or not calibration or entry["tolerance"] <= CALIBRATION_FLOOR:
         return None
