@@ -25,7 +25,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from lab.oneshot_sweep import median_ms, rank_card
+from lab.oneshot_sweep import measure_form, median_ms, rank_card
 
 # (label, grid as a multiple of the SM count, warps, int32 elements a program copies per step)
 COPY_CONFIGS = [("1x-16w", 1, 16, 8192)]
@@ -73,7 +73,7 @@ def rank_main(sizes: list[int], calls: int, configs: list[str]) -> dict[str, Any
 
     from perftests.kernels.oneshot_allreduce import OneShotQuantizedAllReduce, programs_for
     from perftests.kernels.quant import QBLOCK
-    from perftests.support.nccl_cases import _identical_on_ranks, error_check, inputs, setup, teardown
+    from perftests.support.nccl_cases import inputs, setup, teardown
     from speedgate.hardware import detect
 
     rank, world, device = setup()
@@ -102,13 +102,9 @@ def rank_main(sizes: list[int], calls: int, configs: list[str]) -> dict[str, Any
                 torch.cuda.synchronize()
                 dist.barrier()
                 form.state[2].zero_()
-                error = error_check(x, form(x, out), requantized=False)
-                same = _identical_on_ranks(out)
-                ms = median_ms(torch, dist, lambda f=form, x=x, out=out: f(x, out), calls)
                 row["forms"].append({"rows": int(rows_), "warps": int(warps), "waves": int(waves), "senders": senders,
-                                     "programs": form.programs, "ms": ms, "speedup": row["nccl_ms"] / ms,
-                                     "link_gbps": wire / ms / 1e6, "error_over_bound": error["max_error_over_bound"],
-                                     "identical": same, "spun_out": form.failed()})
+                                     "programs": form.programs,
+                                     **measure_form(torch, dist, form, x, out, calls, row["nccl_ms"], wire)})
                 del form
             torch.cuda.empty_cache()
             rows.append(row)

@@ -49,13 +49,27 @@ def median_ms(torch: Any, dist: Any, fn: Any, calls: int) -> float:
     return statistics.median(times)
 
 
+def measure_form(torch: Any, dist: Any, allreduce: Any, x: Any, out: Any, calls: int, nccl_ms: float,
+                 wire: int) -> dict[str, Any]:
+    """One one-shot all-reduce at one size: its error against the bound and whether both ranks hold the same bits
+    (one call), then its median time (median_ms), its speedup over nccl_ms, its wire bytes' rate and whether a wait
+    of any call spun out."""
+    from perftests.support.nccl_cases import _identical_on_ranks, error_check
+
+    error = error_check(x, allreduce(x, out), requantized=False)
+    same = _identical_on_ranks(out)
+    ms = median_ms(torch, dist, lambda: allreduce(x, out), calls)
+    return {"ms": ms, "speedup": nccl_ms / ms, "link_gbps": wire / ms / 1e6,
+            "error_over_bound": error["max_error_over_bound"], "identical": same, "spun_out": allreduce.failed()}
+
+
 def rank_main(sizes: list[int], calls: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
     from perftests.kernels.oneshot_allreduce import OneShotQuantizedAllReduce
-    from perftests.support.nccl_cases import _identical_on_ranks, error_check, inputs, setup, teardown
+    from perftests.support.nccl_cases import inputs, setup, teardown
     from speedgate.hardware import detect
 
     rank, world, device = setup()
@@ -77,12 +91,7 @@ def rank_main(sizes: list[int], calls: int) -> dict[str, Any]:
                                    "copy_gbps": wire / copy_ms / 1e6, "configs": []}
             for config in CONFIGS:
                 allreduce = OneShotQuantizedAllReduce(numel, world, device, **config)
-                error = error_check(x, allreduce(x, out), requantized=False)
-                same = _identical_on_ranks(out)
-                ms = median_ms(torch, dist, lambda a=allreduce, x=x, out=out: a(x, out), calls)
-                row["configs"].append({**config, "ms": ms, "speedup": nccl_ms / ms, "link_gbps": wire / ms / 1e6,
-                                       "error_over_bound": error["max_error_over_bound"], "identical": same,
-                                       "spun_out": allreduce.failed()})
+                row["configs"].append({**config, **measure_form(torch, dist, allreduce, x, out, calls, nccl_ms, wire)})
                 del allreduce
             rows.append(row)
         fp = detect(None)
