@@ -51,8 +51,7 @@ def judge_measurement(
     blessed = entry["speedup"] if entry else None
     baseline, centered = judged_against(entry, tolerance) if entry else (None, 0)
     blessed_timer = entry.get("timer") if entry else None
-    other_quantity = timed_otherwise(entry, measurement.timer, graphed) if entry else ""
-    timed_apart = bool(other_quantity)
+    timed_apart = timed_otherwise(entry, measurement.timer, graphed) if entry else ""
     if timed_apart:
         baseline = None  # e.g. a speedup in SM cycles and one in milliseconds are not the same number
     first = measurement
@@ -67,7 +66,7 @@ def judge_measurement(
         judgement = final_judgement(taken)
     note = judgement.note
     if timed_apart:
-        note = f"{other_quantity}: re-bless this case"
+        note = f"{timed_apart}: re-bless this case"
     if centered and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
         note += f" (the baseline is the median of {centered} cards' evidence (blessed {blessed:.3f}x on one))"
     if judgement.verdict == Verdict.IMPROVED:
@@ -264,10 +263,12 @@ def timed_otherwise(entry: Mapping[str, Any], timer: Any, graphed: bool) -> str:
         return f"blessed in {clock_unit(blessed)} ({blessed}), timed in {clock_unit(timer)} ({timer})"
     was_graphed = bool(entry.get("graphed"))
     if (blessed == IdleStart.name and graphed) or (was_graphed and timer == IdleStart.name):
-        how = lambda g: ("as CUDA graph replays, the device's work alone" if g  # noqa: E731
-                         else "from an idle device, its host work included")
-        return f"blessed {how(was_graphed)} ({blessed}), timed {how(graphed)} ({timer})"
+        return f"blessed {_timed_how(was_graphed)} ({blessed}), timed {_timed_how(graphed)} ({timer})"
     return ""
+
+
+def _timed_how(graphed: bool) -> str:
+    return "as CUDA graph replays, the device's work alone" if graphed else "from an idle device, its host work included"
 
 
 def undecided(judgement: Judgement, measurement: Measurement) -> bool:
