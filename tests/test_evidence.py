@@ -168,6 +168,11 @@ def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) ->
     done = evidence_cli(path, "--restart", CASE)
     assert done.returncode == 2 and "a gate run's report came after it" in done.stderr, done.stderr
     assert "--restart CASE_ID" in evidence_cli("--help").stdout
+    # A corrupt file: said, and left as it was.
+    path.write_text('{"cases": {')
+    done = evidence_cli(path, "--restart", CASE)
+    assert done.returncode == 2 and "is not valid JSON" in done.stderr and "left untouched" in done.stderr, done.stderr
+    assert path.read_text() == '{"cases": {'
 
 
 def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:
