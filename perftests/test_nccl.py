@@ -118,11 +118,15 @@ def two_or_skip(device: str) -> int:
 def test_oneshot_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     """One persistent kernel: on each rank, half the programs quantize and store its blocks into the peer's
     symmetric memory and raise a flag per wave; the other half wait for the peer's flags and sum both dequantized
-    blocks in fp32 (no requantization)."""
+    blocks in fp32 (no requantization).
+
+    Both sides are one launch each, timed held (speedgate.distributed): the devices' work alone, without the
+    hosts' launches and the skew between the two hosts, which set this case's spread when it was timed from idle
+    (docs/results/allreduce.md)."""
     world = two_or_skip(device)
     numel = size_mb * 2**20 // 2
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
-                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG), world)
+                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG, held=True), world)
     assert_within_bound(result, "oneshot")
     assert result["ranks_identical"], "the two ranks' one-shot results differ: each must sum the same two values"
     perf.compare_samples(measure, name="oneshot_vs_nccl_bf16", world_size=world, bytes=numel * 2.0,

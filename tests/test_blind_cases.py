@@ -450,6 +450,23 @@ def test_a_side_that_starts_to_synchronize_is_still_judged() -> None:
     assert judging.timed_otherwise({**held, "graphed": True}, "cuda-events-held", graphed=False) == ""
 
 
+def test_a_multi_rank_entry_timed_from_idle_is_not_judged_against_held_samples() -> None:
+    """A two-GPU case that asked to be held (speedgate.distributed): its entry's speedup counted both hosts'
+    launches and their skew, the new one the devices' work alone: another number, re-blessed. The way back, a held
+    side that starts to synchronize and falls back to the idle start, is judged as before."""
+    from speedgate.distributed import HELD_TIMER, IDLE_TIMER
+
+    idle = {**ENTRY, "timer": IDLE_TIMER, "speedup": 1.1}
+    result, again = judged(measured(1.5, timer=HELD_TIMER), entry=idle)
+    assert result.verdict == Verdict.NEW and again == 0
+    assert result.note.startswith(f"blessed from an idle device at every call, the hosts' launches and skew included "
+                                  f"({IDLE_TIMER}), timed held, the devices' work alone ({HELD_TIMER}): re-bless")
+    held = {**ENTRY, "timer": HELD_TIMER}
+    assert judged(measured(1.5, timer=IDLE_TIMER), measured(1.5, timer=IDLE_TIMER), measured(1.5, timer=IDLE_TIMER),
+                  entry=held)[0].verdict == Verdict.REGRESSED
+    assert judging.timed_otherwise(held, IDLE_TIMER, graphed=False) == ""
+
+
 def test_a_drop_that_is_wholly_the_references_other_pick_is_pick_changed() -> None:
     """Inductor's GELU kernel at another block size: the compiled reference got faster, the optimized side ran its
     blessed kernel in its blessed time. Named, and red only under strict."""

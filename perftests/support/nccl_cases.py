@@ -13,8 +13,8 @@ block's scales. The check asserts, on every element,
 It is a worst case: E1 and E2 are sums of maxima of rounding errors, so over millions of elements the largest
 error comes within a few percent of it (on the CPU, 32k elements: 0.96 of the bound).
 
-Timing: the case functions run on every rank under speedgate.distributed.measure_across_ranks (a barrier
-before each call, the slowest rank's time per call).
+Timing: the case functions run on every rank under speedgate.distributed.measure_across_ranks (the slowest
+rank's time per call; each call started from idle after a barrier, or held where the case asks).
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ def inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
 
 
 def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
-                   policy: dict[str, Any] | None = None, config: dict[str, int] | None = None) -> dict[str, Any]:
+                   policy: dict[str, Any] | None = None, config: dict[str, int] | None = None,
+                   held: bool = False) -> dict[str, Any]:
     """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
     'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16; 'oneshot': the one-shot kernel
-    (OneShotQuantizedAllReduce, its tile and waves in config) vs NCCL bf16."""
+    (OneShotQuantizedAllReduce, its tile and waves in config) vs NCCL bf16. held: measure_across_ranks's."""
     from speedgate.distributed import measure_across_ranks
 
     rank, world, device = setup()
@@ -118,7 +119,7 @@ def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True
                 reference = lambda: dist.all_reduce(scratch)  # noqa: E731
             chosen = one if variant == "quantized" else many
             optimized: Callable[[], Any] = lambda: chosen(x, out)  # noqa: E731
-            result["samples"] = measure_across_ranks(reference, optimized, policy=policy)
+            result["samples"] = measure_across_ranks(reference, optimized, policy=policy, held=held)
         return result
     finally:
         teardown()

@@ -1,10 +1,17 @@
 """Timing inside the ranks of a multi-process case (see speedgate.launch): the gate's interleaved rounds, with
 every rank timing each call and the slowest rank's time kept per call.
 
-Call measure_across_ranks(reference, optimized) on every rank after torch.distributed is initialized. Each call is
-preceded by a barrier, so the ranks start together; each rank times it (CUDA events on the GPU, perf_counter on the
-CPU); the per-call times are reduced with MAX across ranks, so a sample is the collective's time as its slowest
-member saw it. Rank 0 decides when to stop (interval narrow enough, or the time budget spent) and broadcasts it.
+Call measure_across_ranks(reference, optimized) on every rank after torch.distributed is initialized. Each rank times
+every call (CUDA events on the GPU, perf_counter on the CPU); the per-call times are reduced with MAX across ranks, so
+a sample is the collective's time as its slowest member saw it. Two ways to start the calls together:
+- from idle (the default): a barrier of the hosts before each call, which each host leaves at its own moment. A call
+  then counts its host's launch, and a rank that starts first waits inside the collective for the later one: the
+  hosts' skew is in the sample;
+- held (held=True, on the GPU): the device held while the host queues a batch of calls (speedgate.timers.CudaTimer,
+  the in-process clock, L2 flush included), then a small all-reduce that ends on every device at once (a
+  rendezvous), then the batch back to back. A sample is the devices' work alone, with neither the launches nor the
+  hosts' skew. A side that makes its host wait for the device is timed from idle, as in process.
+Rank 0 decides when to stop (interval narrow enough, or the time budget spent) and broadcasts it.
 Returns, on every rank, the samples and first-call times that Perf.compare_samples gates, and the fraction of the
 measurement's time that NVML saw each rank's GPU held down by the power cap and by heat (the worst rank's; an
 in-process comparison reads its own GPU's the same way).
@@ -95,15 +102,23 @@ MAX_ROUNDS = 400
 _STOPS = ("", "converged", "budget")
 
 
+# The timers' names, as the samples and the baseline entries carry them.
+IDLE_TIMER = "cuda-events-slowest-rank"
+HELD_TIMER = "cuda-events-held-slowest-rank"
+HOST_TIMER = "perf-counter-slowest-rank"
+
+
 def measure_across_ranks(
     reference: Callable[[], Any],
     optimized: Callable[[], Any],
     *,
     policy: Policy | Mapping[str, Any] | None = None,
+    held: bool = False,
 ) -> dict[str, Any]:
     """The gate's interleaved rounds on every rank (the loop of speedgate.measure), each sample the slowest rank's.
 
     policy is the test's perf.policy (or its to_json(), as it arrives in a rank's payload); None: the defaults.
+    held: time the devices' work alone (the module's docstring); the default starts each call from idle.
     """
     import torch
     import torch.distributed as dist
@@ -121,13 +136,19 @@ def measure_across_ranks(
         timed_on_rank(reference)
         timed_on_rank(optimized)
 
+    timer = held_timer(reference, optimized) if held and cuda else None
+
     def take(first_round: int, count: int) -> tuple[list[float], list[float]]:
+        order = [(reference, optimized) if i % 2 == 0 else (optimized, reference)
+                 for i in range(first_round, first_round + count)]
+        if timer is not None:
+            times = timer.time_each([fn for pair in order for fn in pair], rendezvous=rendezvous)
+            timed = list(zip(times[0::2], times[1::2]))
+        else:
+            timed = [(timed_on_rank(a), timed_on_rank(b)) for a, b in order]
         local: list[float] = []
-        for i in range(first_round, first_round + count):
-            ab = i % 2 == 0
-            pair = (reference, optimized) if ab else (optimized, reference)
-            a, b = timed_on_rank(pair[0]), timed_on_rank(pair[1])
-            local.extend([a, b] if ab else [b, a])  # always (reference, optimized)
+        for i, (a, b) in zip(range(first_round, first_round + count), timed):
+            local.extend([a, b] if i % 2 == 0 else [b, a])  # always (reference, optimized)
         merged = slowest(local)
         return merged[0::2], merged[1::2]
 
@@ -151,5 +172,25 @@ def measure_across_ranks(
         "seconds": rounds.seconds,
         "stats_seconds": rounds.stats_seconds,
         "stopped_by": rounds.stopped_by,
-        "timer": "cuda-events-slowest-rank" if cuda else "perf-counter-slowest-rank",
+        "timer": HELD_TIMER if timer is not None else IDLE_TIMER if cuda else HOST_TIMER,
     }
+
+
+def held_timer(reference: Callable[[], Any], optimized: Callable[[], Any]) -> Any:
+    """The in-process CUDA clock for held batches on this rank, or None (on every rank alike) when a side makes some
+    rank's host wait for its device: no hold puts that host ahead, so those sides are timed from idle."""
+    import torch
+
+    from .timers.cuda import CudaTimer
+
+    timer = CudaTimer(torch)
+    waits = slowest([float(timer.synchronizes(reference)), float(timer.synchronizes(optimized))])
+    return None if any(waits) else timer
+
+
+def rendezvous() -> None:
+    """A one-element all-reduce: it ends on every rank's device at once, however late each rank queued it."""
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.zeros(1, device=_device()))

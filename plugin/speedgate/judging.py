@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import codegen
+from . import codegen, distributed
 from .advice import next_step, rebless_hint
 from .attribution import MOVED, which_side_moved
 from .closeness import Closeness
@@ -264,6 +264,11 @@ def timed_otherwise(entry: Mapping[str, Any], timer: Any, graphed: bool) -> str:
     was_graphed = bool(entry.get("graphed"))
     if (blessed == IdleStart.name and graphed) or (was_graphed and timer == IdleStart.name):
         return f"blessed {_timed_how(was_graphed)} ({blessed}), timed {_timed_how(graphed)} ({timer})"
+    if blessed == distributed.IDLE_TIMER and timer == distributed.HELD_TIMER:
+        # A multi-rank case that asked to be held: its entry counted the hosts' launches and skew (a held side
+        # that starts to synchronize falls back to the idle start, and is judged as before).
+        return (f"blessed from an idle device at every call, the hosts' launches and skew included ({blessed}), "
+                f"timed held, the devices' work alone ({timer})")
     return ""
 
 

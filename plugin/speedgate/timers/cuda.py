@@ -184,10 +184,15 @@ class CudaTimer(Timer):
         finally:
             cuda.set_stream(timed)
 
-    def time_each(self, fns: Sequence[Fn], hold: float | None = None, idle: bool = False) -> list[float]:
+    def time_each(self, fns: Sequence[Fn], hold: float | None = None, idle: bool = False,
+                  rendezvous: Fn | None = None) -> list[float]:
         """Each fn once, in order, between events, after an L2 flush; the device held first (hold ms, or sized from
         the last batch so that the host stays ahead). idle=True: no hold; the host waits for the device before each
-        call, so each call starts on an idle device and its events include its host work (see IdleStart)."""
+        call, so each call starts on an idle device and its events include its host work (see IdleStart).
+
+        rendezvous, when given (and not idle), is called untimed on the timed stream right after each hold: for calls
+        that must start together on several devices (speedgate.distributed), a collective that ends on every device
+        at once, whenever each one's hold ended."""
         cuda = self._torch.cuda
         learning = hold is None and not idle
         if learning and len(fns) > 1:
@@ -199,11 +204,15 @@ class CudaTimer(Timer):
                 share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
                 piece = max(1, int(len(fns) * share))
                 if piece < len(fns):
-                    return [t for i in range(0, len(fns), piece) for t in self.time_each(fns[i:i + piece])]
+                    return [t for i in range(0, len(fns), piece)
+                            for t in self.time_each(fns[i:i + piece], rendezvous=rendezvous)]
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
+        timed = cuda.current_stream()
         if not idle:
             self.hold(held)
-        timed = cuda.current_stream()
+            if rendezvous is not None:
+                timed.wait_event(self._hold_ended)
+                rendezvous()
         pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
         clock = self.clock
         marks = []
