@@ -53,13 +53,13 @@ def worst(fractions_by_rank):
     finally:
         dist.destroy_process_group()
 
-def timed(ref_ms, opt_ms):
+def timed(ref_ms, opt_ms, held=False):
     import torch.distributed as dist
     from speedgate.distributed import measure_across_ranks
     dist.init_process_group("gloo")
     try:
         return measure_across_ranks(lambda: time.sleep(ref_ms / 1e3), lambda: time.sleep(opt_ms / 1e3),
-                                    policy={"budget_s": 0.3, "target_rel_halfwidth": 0.05})
+                                    policy={"budget_s": 0.3, "target_rel_halfwidth": 0.05}, held=held)
     finally:
         dist.destroy_process_group()
 '''
@@ -222,3 +222,12 @@ def test_a_multi_gpu_cases_throttling_reaches_its_record_and_note(project: pytes
 def test_ranks_on_the_cpu_report_no_throttling(ranks_module: Path) -> None:
     results = run_ranks("ranks_mod:timed", 2, {"ref_ms": 1.0, "opt_ms": 0.5}, timeout_s=120)
     assert [r["throttled"] for r in results] == [{}, {}]
+
+
+def test_held_ranks_off_the_gpu_are_timed_by_the_host_clock_and_say_so(ranks_module: Path) -> None:
+    """held=True holds devices; over gloo there is none: the host's clock, named as such, with the samples it took."""
+    from speedgate.distributed import HOST_TIMER
+
+    results = run_ranks("ranks_mod:timed", 2, {"ref_ms": 2.0, "opt_ms": 1.0, "held": True}, timeout_s=RANKS_START_S)
+    assert [r["timer"] for r in results] == [HOST_TIMER, HOST_TIMER]
+    assert results[0]["reference_ms"] == results[1]["reference_ms"] and min(results[0]["reference_ms"]) >= 2.0
