@@ -190,12 +190,13 @@ class CudaTimer(Timer):
         the last batch so that the host stays ahead). idle=True: no hold; the host waits for the device before each
         call, so each call starts on an idle device and its events include its host work (see IdleStart).
 
-        rendezvous, when given (and not idle), is called untimed on the timed stream right after each hold: for calls
+        rendezvous, when given (and not idle), is called untimed on the timed stream right after the hold: for calls
         that must start together on several devices (speedgate.distributed), a collective that ends on every device
-        at once, whenever each one's hold ended."""
+        at once, whenever each one's hold ended. Such a batch is never cut in pieces: each device learns its own
+        hold, and every device must run the same collectives in the same order."""
         cuda = self._torch.cuda
         learning = hold is None and not idle
-        if learning and len(fns) > 1:
+        if learning and len(fns) > 1 and rendezvous is None:
             # A hold longer than the cap, or than the launch queue covers (learn_hold's limit): the batch in pieces,
             # each behind its own.
             needed = wanted_hold_ms(self._behind_per_call, len(fns))
@@ -204,8 +205,7 @@ class CudaTimer(Timer):
                 share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
                 piece = max(1, int(len(fns) * share))
                 if piece < len(fns):
-                    return [t for i in range(0, len(fns), piece)
-                            for t in self.time_each(fns[i:i + piece], rendezvous=rendezvous)]
+                    return [t for i in range(0, len(fns), piece) for t in self.time_each(fns[i:i + piece])]
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
         timed = cuda.current_stream()
         if not idle:
