@@ -157,6 +157,39 @@ def test_the_worst_ranks_throttling_is_every_ranks(ranks_module: Path) -> None:
     assert run_ranks("ranks_mod:worst", 2, {"fractions_by_rank": [{}, {}]}, timeout_s=60) == [{}, {}]
 
 
+def test_a_master_port_taken_before_rank_0_listens_starts_the_ranks_again_on_another(
+        ranks_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port the OS called free is taken before rank 0 binds it (seen on a 2 x H200 host, 2026-11-27: rank 0's
+    EADDRINUSE failed a case): the ranks start again on another port; a port taken every time fails with its cause."""
+    import socket
+
+    from speedgate import launch
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    handed: list[int] = []
+    real = launch.free_port
+
+    def first_taken() -> int:
+        handed.append(port if not handed else real())
+        return handed[-1]
+
+    monkeypatch.setattr(launch, "GRACE_S", 2.0)  # rank 1, waiting for a rank 0 that failed, is killed sooner
+    try:
+        monkeypatch.setattr(launch, "free_port", first_taken)
+        by_rank = [{"thermal": 0.1}, {"power": 0.2}]
+        assert run_ranks("ranks_mod:worst", 2, {"fractions_by_rank": by_rank}, timeout_s=RANKS_START_S) == [
+            {"power": 0.2, "thermal": 0.1}] * 2
+        assert len(handed) == 2 and handed[0] == port
+        monkeypatch.setattr(launch, "free_port", lambda: port)
+        with pytest.raises(RankError, match="rank 0: exited with code 1: .*(EADDRINUSE|address already in use)"):
+            run_ranks("ranks_mod:worst", 2, {"fractions_by_rank": by_rank}, timeout_s=RANKS_START_S)
+    finally:
+        taken.close()
+
+
 def test_bad_target_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="package.module:function"):
         run_ranks("no_colon", 2)

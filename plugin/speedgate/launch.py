@@ -97,30 +97,49 @@ def run_ranks(
     with tempfile.TemporaryDirectory(prefix="speedgate-ranks-") as tmp:
         folder = Path(tmp)
         (folder / "payload.json").write_text(json.dumps(dict(payload or {})))
-        port = free_port()
         base_env = dict(os.environ if env is None else env)
         # The children import the test's modules the way the parent does.
         base_env["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path, base_env.get("PYTHONPATH", "")]))
-        procs: list[subprocess.Popen] = []
-        try:
-            for rank in range(world_size):
-                rank_env = dict(base_env)
-                rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                                LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-                with open(folder / f"rank{rank}.err", "wb") as err:
-                    procs.append(subprocess.Popen(
-                        [*(python or [sys.executable]), "-m", "speedgate.rank", target, str(folder / "payload.json"),
-                         str(folder / f"rank{rank}.json")],
-                        env=rank_env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                    ))
-            outcomes = _wait(procs, folder, timeout_s)
-        finally:
-            for proc in procs:
-                _kill_group(proc)
-    failed = [o for o in outcomes if o.returncode != 0]
+        for attempt in range(1, PORT_TRIES + 1):
+            outcomes = _run_once(target, world_size, folder, base_env, free_port(), timeout_s, python)
+            failed = [o for o in outcomes if o.returncode != 0]
+            if not (failed and attempt < PORT_TRIES and any(_port_taken(o.stderr_tail) for o in failed)):
+                break
     if failed:
         raise RankError(_failure_message(target, world_size, failed, timeout_s))
     return [o.result for o in outcomes]
+
+
+# The master port is one the OS called free a moment before the ranks bind it: another process's connection can take
+# it in between (NCCL's and the store's own sockets use the same range), and rank 0 then fails to listen. The ranks
+# are started again on another port, this many times in all.
+PORT_TRIES = 3
+_PORT_TAKEN = ("EADDRINUSE", "Address already in use")
+
+
+def _port_taken(stderr_tail: str) -> bool:
+    return any(mark in stderr_tail for mark in _PORT_TAKEN)
+
+
+def _run_once(target: str, world_size: int, folder: Path, base_env: Mapping[str, str], port: int, timeout_s: float,
+              python: Sequence[str] | None) -> list[RankOutcome]:
+    """The ranks started once on this master port, waited for (or killed); their outcomes in rank order."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for rank in range(world_size):
+            rank_env = dict(base_env)
+            rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                            LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            with open(folder / f"rank{rank}.err", "wb") as err:
+                procs.append(subprocess.Popen(
+                    [*(python or [sys.executable]), "-m", "speedgate.rank", target, str(folder / "payload.json"),
+                     str(folder / f"rank{rank}.json")],
+                    env=rank_env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                ))
+        return _wait(procs, folder, timeout_s)
+    finally:
+        for proc in procs:
+            _kill_group(proc)
 
 
 def _wait(procs: list[subprocess.Popen], folder: Path, timeout_s: float) -> list[RankOutcome]:
