@@ -137,6 +137,10 @@ def measure_across_ranks(
         timed_on_rank(optimized)
 
     timer = held_timer(reference, optimized) if held and cuda else None
+    if timer is not None:
+        # One batch untimed, which teaches each rank's hold how far its host falls behind: the first held batch
+        # has only the margin's hold, and ranks drop no rounds (run_rounds), so its calls would stay in the samples.
+        timer.time_each([reference, optimized] * BATCH, rendezvous=rendezvous)
 
     def take(first_round: int, count: int) -> tuple[list[float], list[float]]:
         order = [(reference, optimized) if i % 2 == 0 else (optimized, reference)
