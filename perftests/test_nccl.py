@@ -3,7 +3,9 @@ NCCL's bf16 all-reduce, its pipelined form, and a bucketed gradient all-reduce o
 
 Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_ranks), for any count from 2.
 Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
-'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The algorithms are in perftests/kernels/allreduce.py;
+'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The all-reduce cases are timed held: the devices' work
+alone, without the hosts' launches and the skew between the hosts, which set their spread when every call was
+started from idle (docs/results/allreduce.md). The overlap case is still timed from idle. The algorithms are in perftests/kernels/allreduce.py;
 what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The quantization kernels themselves
 are checked on one device by test_quant_kernels, which runs on the CPU through the interpreter too; the one-shot
 kernel, which no interpreter runs, is compiled for sm_90 on any machine by test_oneshot_kernel_builds_for_hopper.
@@ -24,10 +26,6 @@ pytestmark = pytest.mark.nccl
 SIZES_MB = (64, 256, 1024)
 PIECES = 4
 RANK_TIMEOUT_S = 300.0
-# Erratic between runs (cause not found), so gated loosely: only a gross regression fails. The spread of the
-# quantized all-reduce at 64 MB, and of its pipelined form at 256 MB: docs/results/kernel-comments.md, "Test files".
-TOLERANCE = {64: 0.35}
-PIPELINED_TOLERANCE = {256: 0.35}
 
 
 def world_or_skip(device: str) -> int:
@@ -69,8 +67,7 @@ def test_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     numel = size_mb * 2**20 // 2  # bf16
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case", dict(numel=numel, variant="quantized"), world)
     assert_within_bound(result, "quantized")
-    perf.compare_samples(measure, name="vs_nccl_bf16", world_size=world, bytes=numel * 2.0,
-                         tolerance=TOLERANCE.get(size_mb))
+    perf.compare_samples(measure, name="vs_nccl_bf16", world_size=world, bytes=numel * 2.0)
 
 
 @pytest.mark.parametrize("size_mb", SIZES_MB[1:], ids=[f"{s}MB" for s in SIZES_MB[1:]])
@@ -80,8 +77,7 @@ def test_pipelined_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
                              dict(numel=numel, variant="pipelined", pieces=PIECES), world)
     assert_within_bound(result, "pipelined")
-    perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0,
-                         tolerance=PIPELINED_TOLERANCE.get(size_mb))
+    perf.compare_samples(measure, name=f"pipelined_{PIECES}_vs_one_piece", world_size=world, bytes=numel * 2.0)
 
 
 # Pieces per size: the fastest in a sweep of 1, 2, 4 and 8 (lab/allreduce_breakdown.py --pieces 1 2 4 8;
@@ -118,15 +114,11 @@ def two_or_skip(device: str) -> int:
 def test_oneshot_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     """One persistent kernel: on each rank, half the programs quantize and store its blocks into the peer's
     symmetric memory and raise a flag per wave; the other half wait for the peer's flags and sum both dequantized
-    blocks in fp32 (no requantization).
-
-    Both sides are one launch each, timed held (speedgate.distributed): the devices' work alone, without the
-    hosts' launches and the skew between the two hosts, which set this case's spread when it was timed from idle
-    (docs/results/allreduce.md)."""
+    blocks in fp32 (no requantization)."""
     world = two_or_skip(device)
     numel = size_mb * 2**20 // 2
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
-                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG, held=True), world)
+                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG), world)
     assert_within_bound(result, "oneshot")
     assert result["ranks_identical"], "the two ranks' one-shot results differ: each must sum the same two values"
     perf.compare_samples(measure, name="oneshot_vs_nccl_bf16", world_size=world, bytes=numel * 2.0,

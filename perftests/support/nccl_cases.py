@@ -14,7 +14,8 @@ It is a worst case: E1 and E2 are sums of maxima of rounding errors, so over mil
 error comes within a few percent of it (on the CPU, 32k elements: 0.96 of the bound).
 
 Timing: the case functions run on every rank under speedgate.distributed.measure_across_ranks (the slowest
-rank's time per call; each call started from idle after a barrier, or held where the case asks).
+rank's time per call): the all-reduce cases held (the devices' work alone), the overlap case from idle (a barrier of
+the hosts before every call).
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ def inputs(numel: int, rank: int, device: torch.device) -> torch.Tensor:
 
 def allreduce_case(numel: int, variant: str, pieces: int = 4, check: bool = True, timing: bool = True,
                    policy: dict[str, Any] | None = None, config: dict[str, int] | None = None,
-                   held: bool = False) -> dict[str, Any]:
+                   held: bool = True) -> dict[str, Any]:
     """variant 'quantized': quantized vs NCCL bf16; 'pipelined': pipelined quantized vs quantized (one piece);
     'p2p': the copy-engine form (P2PQuantizedAllReduce, in `pieces`) vs NCCL bf16; 'oneshot': the one-shot kernel
-    (OneShotQuantizedAllReduce, its tile and waves in config) vs NCCL bf16. held: measure_across_ranks's."""
+    (OneShotQuantizedAllReduce, its tile and waves in config) vs NCCL bf16. held: measure_across_ranks's (False: every
+    call from idle, as the lab compares)."""
     from speedgate.distributed import measure_across_ranks
 
     rank, world, device = setup()
