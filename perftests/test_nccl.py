@@ -5,10 +5,11 @@ Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_r
 Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
 '<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The all-reduce cases are timed held: the devices' work
 alone, without the hosts' launches and the skew between the hosts, which set their spread when every call was
-started from idle (docs/results/allreduce.md). The overlap case is still timed from idle. The algorithms are in perftests/kernels/allreduce.py;
-what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The quantization kernels themselves
-are checked on one device by test_quant_kernels, which runs on the CPU through the interpreter too; the one-shot
-kernel, which no interpreter runs, is compiled for sm_90 on any machine by test_oneshot_kernel_builds_for_hopper.
+started from idle (docs/results/allreduce.md). The overlap case is still timed from idle. The algorithms are in
+perftests/kernels/allreduce.py; what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The
+quantization kernels themselves are checked on one device by test_quant_kernels, which runs on the CPU through the
+interpreter too; the one-shot kernel, which no interpreter runs, is compiled for sm_90 on any machine by
+test_oneshot_kernel_builds_for_hopper.
 """
 
 from __future__ import annotations
