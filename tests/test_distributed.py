@@ -53,6 +53,34 @@ def worst(fractions_by_rank):
     finally:
         dist.destroy_process_group()
 
+def held_on_fakes(ref_ms, opt_ms):
+    # The held path over gloo, with a fake device clock: each call "takes" its side's time, and the rendezvous is a
+    # real all-reduce, so ranks that queued different collectives would hang or mismatch.
+    import torch.distributed as dist
+    from speedgate import distributed
+
+    class FakeTimer:
+        batches, met = [], 0
+
+        def time_each(self, fns, rendezvous=None):
+            rendezvous()
+            FakeTimer.met += 1
+            FakeTimer.batches.append(len(fns))
+            return [fn() for fn in fns]
+
+    distributed._on_gpu = lambda: True
+    distributed._device = lambda: "cpu"
+    distributed._violations_reader = lambda: None
+    distributed.timed_on_rank = lambda fn: fn()
+    distributed.held_timer = lambda reference, optimized: FakeTimer()
+    dist.init_process_group("gloo")
+    try:
+        out = distributed.measure_across_ranks(lambda: ref_ms, lambda: opt_ms, held=True,
+                                               policy={"budget_s": 0.3, "target_rel_halfwidth": 0.05})
+        return {**out, "batches": FakeTimer.batches, "met": FakeTimer.met}
+    finally:
+        dist.destroy_process_group()
+
 def timed(ref_ms, opt_ms, held=False):
     import torch.distributed as dist
     from speedgate.distributed import measure_across_ranks
@@ -255,6 +283,20 @@ def test_a_multi_gpu_cases_throttling_reaches_its_record_and_note(project: pytes
 def test_ranks_on_the_cpu_report_no_throttling(ranks_module: Path) -> None:
     results = run_ranks("ranks_mod:timed", 2, {"ref_ms": 1.0, "opt_ms": 0.5}, timeout_s=120)
     assert [r["throttled"] for r in results] == [{}, {}]
+
+
+def test_held_ranks_keep_each_sides_times_apart_and_meet_once_a_batch_the_first_untimed(ranks_module: Path) -> None:
+    """The held path's bookkeeping, on fakes: rounds alternate which side runs first, and each sample still lands on
+    its own side; every batch (and the untimed one that teaches the hold) starts with one rendezvous on every rank;
+    the timer is named held."""
+    from speedgate.distributed import BATCH, HELD_TIMER
+
+    results = run_ranks("ranks_mod:held_on_fakes", 2, {"ref_ms": 2.0, "opt_ms": 0.5}, timeout_s=RANKS_START_S)
+    for r in results:
+        assert r["timer"] == HELD_TIMER
+        assert set(r["reference_ms"]) == {2.0} and set(r["optimized_ms"]) == {0.5}
+        assert r["batches"][0] == 2 * BATCH and r["met"] == len(r["batches"]) == 1 + len(r["reference_ms"]) // BATCH
+    assert results[0]["batches"] == results[1]["batches"]
 
 
 def test_held_ranks_off_the_gpu_are_timed_by_the_host_clock_and_say_so(ranks_module: Path) -> None:
