@@ -14,7 +14,7 @@ import pytest
 from conftest import baseline_doc
 from speedgate import evidence
 from speedgate.baseline import validate
-from speedgate.blessing import bless
+from speedgate.blessing import bless, summary
 from speedgate.results import CompareResult
 from speedgate.stats import RatioEstimate
 from speedgate.verdict import Verdict, judge
@@ -77,6 +77,36 @@ def test_each_card_keeps_its_newest_processes_and_the_newest_cards() -> None:
     for i in range(12):
         calibration = evidence.add_process(calibration, f"card-{i}", 1.0, None, f"2026-11-25T00:{i:02d}:00Z")
     assert len(calibration["machines"]) == evidence.CARDS_KEPT and "card-11" in calibration["machines"]
+
+
+def test_a_card_whose_evidence_ages_out_is_named_by_the_evidence_command_and_by_a_bless(tmp_path: Path) -> None:
+    """A file keeps the newest CARDS_KEPT cards' evidence: the oldest card's processes leave when another card comes,
+    and with them what they set (on the H200, 2026-11-27: one process's 2.8% spread had set a tolerance of 8.4%).
+    Whoever adds the newer evidence is told which card left, never silently."""
+    fingerprint = {"hardware": {"kind": "gpu", "name": "GPU X"}, "software": {"torch": "2.11"}}
+    doc: dict[str, Any] | None = None
+    for i, card in enumerate(["card-old", *(f"card-{i}" for i in range(1, evidence.CARDS_KEPT))]):
+        doc, _ = bless(doc, hardware_key="gpu-x", fingerprint=fingerprint, metrics=[],
+                       cases=[calibrated(1.30 if i == 0 else 1.31, card, spread=0.03 if i == 0 else 0.006)],
+                       measured_at=f"2026-11-24T00:0{i}:00Z")
+    assert doc is not None
+    assert len(doc["cases"][CASE]["calibration"]["machines"]) == evidence.CARDS_KEPT
+    assert doc["cases"][CASE]["tolerance"] == pytest.approx(0.09)  # the old card's in-process spread, x3
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    done = evidence_cli(path, report(tmp_path, "run.json", 1.31, "card-new"))
+    assert done.returncode == 0, done.stderr
+    assert ("card card-old's evidence aged out of 1 entry (a file keeps the 8 cards with the newest evidence): its "
+            "processes no longer set their tolerances or centers") in done.stdout
+    assert f"{CASE}: tolerance 9.0% -> " in done.stdout
+    after = json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]
+    assert "card-old" not in after and "card-new" in after
+    # A calibrating bless on a ninth card says the same of the card it pushes out.
+    blessed, changes = bless(doc, hardware_key="gpu-x", fingerprint=fingerprint, cases=[calibrated(1.32, "card-9")],
+                             metrics=[], measured_at="2026-11-25T00:00:00Z")
+    lines = summary(path, blessed, changes, before=doc)
+    assert any("the evidence of card card-old aged out" in line for line in lines), lines
+    assert not any("aged out" in line for line in summary(path, blessed, changes)), "said without the file before"
 
 
 def report(tmp_path: Path, name: str, speedup: float, card: str, software: dict[str, str] | None = None,

@@ -20,6 +20,8 @@ from .evidence import (
     CALIBRATION_K,
     PROCESSES_KEPT,
     add_process,
+    aged_out,
+    aged_out_line,
     between_run_spread,
     calibrated_tolerance,
     card_count,
@@ -178,13 +180,14 @@ def bless_into(
     except OSError as exc:
         return Blessed(path, None, [], f"{path}: could not be written: {exc}; the previous file is unchanged")
     doc, changes = outcome["doc"], outcome["changes"]
-    return Blessed(path, doc, summary(path, doc, changes, known))
+    return Blessed(path, doc, summary(path, doc, changes, known, outcome.get("existing")))
 
 
 def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Change],
-            known: Collection[str] | None = None) -> list[str]:
+            known: Collection[str] | None = None, before: Mapping[str, Any] | None = None) -> list[str]:
     """What a bless did to one file. known: the entries the file held when this run read it (None: not known); an
-    entry it holds now but did not then was written by another run meanwhile, and is said to be that run's."""
+    entry it holds now but did not then was written by another run meanwhile, and is said to be that run's. before:
+    the file as this bless read it, to name the cards whose evidence aged out."""
     changes = list(changes)
     theirs = [c for c in changes if known is not None and c.old_speedup is not None and c.case_id not in known]
     counts = {action: sum(c.action == action and c not in theirs for c in changes) for action in ("added", "updated", "kept")}
@@ -208,6 +211,10 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
             widened = widened_between_processes(doc["cases"].get(c.case_id), restart)
             if widened:
                 lines.append(f"    {widened}")
+            old_entry = ((before or {}).get("cases") or {}).get(c.case_id) or {}
+            dropped = aged_out(old_entry.get("calibration"), (doc["cases"].get(c.case_id) or {}).get("calibration"))
+            if dropped:
+                lines.append(f"    {aged_out_line(c.case_id, dropped)}")
     return lines
 
 

@@ -109,6 +109,20 @@ def add_process(calibration: Mapping[str, Any], card: str | None, speedup: float
     return summarize({**calibration, "machines": by_card})
 
 
+def aged_out(before: Any, after: Any) -> list[str]:
+    """The cards whose evidence the calibration `before` held and `after`, a full window of CARDS_KEPT cards, no
+    longer does: the oldest, dropped to make room (add_process). [] when nothing aged out, and when the evidence
+    started again (a re-bless of another setup), which is not aging."""
+    old = set(cards(before)) if isinstance(before, Mapping) else set()
+    new = set(cards(after)) if isinstance(after, Mapping) else set()
+    return sorted(old - new) if len(new) >= CARDS_KEPT else []
+
+
+def aged_out_line(case_id: str, dropped: Sequence[str]) -> str:
+    return (f"{case_id}: the evidence of card {', '.join(dropped)} aged out (a file keeps the {CARDS_KEPT} cards with "
+            "the newest evidence); its processes no longer set the tolerance or the center")
+
+
 def summarize(calibration: Mapping[str, Any]) -> dict[str, Any]:
     """The pooled process lists and the spreads of a calibration's evidence by card."""
     by_card = cards(calibration)
@@ -263,6 +277,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     untimed_picks: list[str] = []
     other_software: dict[str, int] = {}
     other_timers: list[str] = []
+    aged: dict[str, list[str]] = {}
     for report in reports:
         identity = report_identity(report)
         records = report.get("cases", [])
@@ -327,6 +342,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
             before = float(entry["tolerance"])
             calibration = add_process(entry["calibration"], record.get("card"), float(record["speedup"]), run_spread,
                                       when, identity)
+            if dropped := aged_out(entry["calibration"], calibration):
+                aged[record["case_id"]] = sorted({*aged.get(record["case_id"], []), *dropped})
             entry = {**entry, "calibration": calibration, "tolerance": tolerance_of(calibration)}
             cases[record["case_id"]] = entry
             first = changed.get(record["case_id"], (before, before))[0]
@@ -348,6 +365,13 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     left_out += [f"left out: {count} case(s) whose entry was blessed with other software ({differs}): a re-bless with "
                  "this software starts their evidence again" for differs, count in sorted(other_software.items())]
     left_out += [f"left out: {line}" for line in sorted(other_timers)]
+    by_card: dict[str, int] = {}
+    for dropped in aged.values():
+        for card in dropped:
+            by_card[card] = by_card.get(card, 0) + 1
+    left_out += [f"card {card}'s evidence aged out of {count} {'entry' if count == 1 else 'entries'} (a file keeps "
+                 f"the {CARDS_KEPT} cards with the newest evidence): its processes no longer set their tolerances or "
+                 "centers" for card, count in sorted(by_card.items())]
     return {**doc, "cases": cases}, lines, left_out
 
 
