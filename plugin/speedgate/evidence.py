@@ -201,7 +201,8 @@ def cause_of(entry: Mapping[str, Any]) -> str:
     the spread between the processes of its cards (their speedups' range); the case's pin; or the default."""
     calibration = entry.get("calibration")
     if not isinstance(calibration, Mapping) or not calibration:
-        return "no calibration: the case's pinned tolerance (its reason is in a comment beside its compare()) or the default"
+        return ("no calibration: the tolerance the case was blessed with, its pin (the reason is in a comment beside "
+                "its compare()) or the default; a gate run takes the case's pin or the default as they are then")
     by_card = cards(calibration)
     runs = [(v, name) for name, c in by_card.items() for v in _numbers(c.get("run_spreads"), positive=False)]
     pooled = [v for c in by_card.values() for v in _numbers(c.get("speedups"), positive=True)]
