@@ -36,8 +36,8 @@ def judged_against(run: RunEnd, done: Finish) -> None:
 def ungated(run: RunEnd) -> list[str]:
     """One line per hardware key whose baseline file exists but lacks entries for comparisons or metrics this run
     measured: those read "new" and nothing gates them on this hardware. And one line per key for comparisons whose
-    entries were timed otherwise (another unit, or from an idle device where the case now replays CUDA graphs:
-    judging.timed_otherwise), which read "new" too, though the file has them."""
+    entries were timed otherwise (another unit, or from an idle device where the case now replays CUDA graphs or
+    holds its ranks: judging.timed_otherwise), which read "new" too, though the file has them."""
     from .verdict import Verdict
 
     lines = []
@@ -59,7 +59,7 @@ def ungated(run: RunEnd) -> list[str]:
         if apart:
             lines.append(f"{len(apart)} of the {len(timed)} comparisons measured on {key} have entries in "
                          f"{run.book.path_for(key)} timed otherwise (another unit, or from an idle device where the case "
-                         "now replays CUDA graphs): nothing gates them until they are blessed again on this kind of GPU "
+                         "now replays CUDA graphs or holds its ranks): nothing gates them until they are blessed again on this kind of GPU "
                          "(`pytest --update-baselines`)")
     return lines
 
