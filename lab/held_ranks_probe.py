@@ -6,8 +6,9 @@ Each case is perftests/support/nccl_cases.allreduce_case (VARIANT:MB), measured 
 pair of rank processes, speedgate.launch.run_ranks, the default policy), `processes` times timed from idle (a barrier
 of the hosts before every call: the launch and the hosts' skew counted) and as many times held (held=True: the
 devices' work alone), the two modes alternating. Prints, per case and mode, each process's speedup (the ratio of
-the sides' medians), the spread across processes ((max - min) / median, as the calibration reads it) and the
-median robust CV of each side's samples; writes every process's figures to OUT.json.
+the sides' medians), the spread across processes ((max - min) / median: the calibration's spread divides this
+further by d2(N), 1.128 for two; speedgate.evidence.between_run_spread) and the median robust CV of each side's
+samples; writes every process's figures to OUT.json.
 """
 
 from __future__ import annotations

@@ -18,14 +18,13 @@ OUT/oneshot_forms.json. The form before the split (every program sending, then r
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import triton
 import triton.language as tl
 
-from lab.oneshot_sweep import measure_form, median_ms, rank_card
+from lab.oneshot_sweep import measure_form, median_ms, on_two_ranks, rank_card
 
 # (label, grid as a multiple of the SM count, warps, int32 elements a program copies per step)
 COPY_CONFIGS = [("1x-16w", 1, 16, 8192)]
@@ -121,13 +120,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--configs", nargs="+", default=CONFIGS, help="rows:warps:waves:senders-fraction each")
     args = parser.parse_args()
-    from speedgate.launch import run_ranks
-
-    results = run_ranks("lab.oneshot_forms:rank_main", 2, {"sizes": args.sizes, "calls": args.calls,
-                                                                "configs": args.configs}, timeout_s=500)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "oneshot_forms.json").write_text(json.dumps(results))
-    cards = ", ".join(r["card"] or "?" for r in results)
+    results, cards = on_two_ranks("lab.oneshot_forms:rank_main", {"sizes": args.sizes, "calls": args.calls,
+                                                                  "configs": args.configs},
+                                  args.out, "oneshot_forms.json", timeout_s=500)
     for row in results[0]["rows"]:
         print(f"{row['size_mb']} MB on {results[0]['key']} ({cards}), wire {row['wire_bytes'] / 1e6:.1f} MB: "
               f"NCCL bf16 {row['nccl_ms']:.3f} ms")

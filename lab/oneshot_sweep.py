@@ -63,6 +63,17 @@ def measure_form(torch: Any, dist: Any, allreduce: Any, x: Any, out: Any, calls:
             "error_over_bound": error["max_error_over_bound"], "identical": same, "spun_out": allreduce.failed()}
 
 
+def on_two_ranks(target: str, payload: dict[str, Any], out: Path, name: str, timeout_s: float) -> tuple[list[Any], str]:
+    """target run on two ranks (speedgate.launch.run_ranks); their results written to OUT/name, and returned with
+    the two cards, as a line."""
+    from speedgate.launch import run_ranks
+
+    results = run_ranks(target, 2, payload, timeout_s=timeout_s)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(results))
+    return results, ", ".join(r["card"] or "?" for r in results)
+
+
 def rank_main(sizes: list[int], calls: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -106,12 +117,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--calls", type=int, default=40)
     args = parser.parse_args()
-    from speedgate.launch import run_ranks
-
-    results = run_ranks("lab.oneshot_sweep:rank_main", 2, {"sizes": args.sizes, "calls": args.calls}, timeout_s=540)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "oneshot_sweep.json").write_text(json.dumps(results))
-    cards = ", ".join(r["card"] or "?" for r in results)
+    results, cards = on_two_ranks("lab.oneshot_sweep:rank_main", {"sizes": args.sizes, "calls": args.calls}, args.out,
+                                  "oneshot_sweep.json", timeout_s=540)
     for row in results[0]["rows"]:
         print(f"{row['size_mb']} MB on {results[0]['key']} ({cards}): NCCL bf16 {row['nccl_ms']:.3f} ms; peer copy of the "
               f"wire bytes {row['copy_ms']:.3f} ms ({row['copy_gbps']:.0f} GB/s)")
