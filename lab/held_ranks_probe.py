@@ -29,12 +29,12 @@ TIMEOUT_S = 300.0
 
 def one_process(variant: str, size_mb: int, held: bool, world: int) -> dict[str, Any]:
     """One measurement of a case in a fresh pair of rank processes: its speedup, its sides' medians and CVs."""
-    from perftests.test_nccl import ONESHOT_CONFIG
+    from perftests.test_nccl import ONESHOT_CONFIGS
 
     payload: dict[str, Any] = dict(numel=size_mb * 2**20 // 2, variant=variant, pieces=PIECES, check=False,
                                    held=held)
     if variant == "oneshot":
-        payload["config"] = ONESHOT_CONFIG
+        payload["config"] = ONESHOT_CONFIGS[size_mb]
     samples = run_ranks("perftests.support.nccl_cases:allreduce_case", world, payload, timeout_s=TIMEOUT_S)[0]["samples"]
     ref, opt = samples["reference_ms"], samples["optimized_ms"]
     return {"timer": samples["timer"], "rounds": len(ref), "reference_ms": statistics.median(ref),

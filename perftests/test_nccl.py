@@ -3,9 +3,9 @@ NCCL's bf16 all-reduce, its pipelined form, and a bucketed gradient all-reduce o
 
 Each case runs on every visible GPU, one process per GPU (speedgate.launch.run_ranks), for any count from 2.
 Samples are the slowest rank's time per call (speedgate.distributed); results go to the baseline file of the key
-'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). The all-reduce cases are timed held: the devices' work
-alone, without the hosts' launches and the skew between the hosts, which set their spread when every call was
-started from idle (docs/results/allreduce.md). The overlap case is still timed from idle. The algorithms are in
+'<N>x-<gpu>' (for example baselines/2x-nvidia-h200.json). Every case is timed held: the devices' work alone,
+without the hosts' launches and the skew between the hosts, which set the all-reduce cases' spread when every call
+was started from idle (docs/results/allreduce.md). The algorithms are in
 perftests/kernels/allreduce.py; what each rank runs, and the error bound, in perftests/support/nccl_cases.py. The
 quantization kernels themselves are checked on one device by test_quant_kernels, which runs on the CPU through the
 interpreter too; the one-shot kernel, which no interpreter runs, is compiled for sm_90 on any machine by
@@ -99,9 +99,16 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
                          config={"pieces": P2P_PIECES[size_mb]})
 
 
-# The one-shot kernel's tile, warps and waves (perftests/kernels/oneshot_allreduce.py; half its programs send), chosen
-# by lab/oneshot_forms.py (docs/results/allreduce.md).
-ONESHOT_CONFIG = dict(rows=32, warps=16, waves=16)
+# The one-shot kernel's tile, warps and waves per size (perftests/kernels/oneshot_allreduce.py; half its programs
+# send): the fastest per size in lab/oneshot_forms.py's sweep (docs/results/allreduce.md, "The one-shot kernel's
+# configs"). A smaller tile wins where there are few blocks per program; more waves where there are many.
+ONESHOT_CONFIGS = {64: dict(rows=16, warps=16, waves=16), 256: dict(rows=32, warps=16, waves=32),
+                   1024: dict(rows=32, warps=16, waves=32)}
+
+
+def oneshot_configs() -> list[dict[str, int]]:
+    """Every config the suite times, once each."""
+    return [dict(c) for c in {tuple(sorted(c.items())): c for c in ONESHOT_CONFIGS.values()}.values()]
 
 
 def two_or_skip(device: str) -> int:
@@ -119,22 +126,23 @@ def test_oneshot_quantized_allreduce(perf, device: str, size_mb: int) -> None:
     world = two_or_skip(device)
     numel = size_mb * 2**20 // 2
     result, measure = launch(perf, "perftests.support.nccl_cases:allreduce_case",
-                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIG), world)
+                             dict(numel=numel, variant="oneshot", config=ONESHOT_CONFIGS[size_mb]), world)
     assert_within_bound(result, "oneshot")
     assert result["ranks_identical"], "the two ranks' one-shot results differ: each must sum the same two values"
     perf.compare_samples(measure, name="oneshot_vs_nccl_bf16", world_size=world, bytes=numel * 2.0,
-                         config=ONESHOT_CONFIG)
+                         config=ONESHOT_CONFIGS[size_mb])
 
 
-def test_oneshot_quantized_allreduce_stress(device: str) -> None:
-    """1000 calls back to back on inputs that change every call, no synchronisation between them (a rank may run a
-    call ahead, into the other slot), then 8 calls in a CUDA graph replayed 25 times: every output within the
-    one-shot bound, both ranks' outputs the same bits, no wait spun out."""
+@pytest.mark.parametrize("config", oneshot_configs(), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_oneshot_quantized_allreduce_stress(device: str, config: dict[str, int]) -> None:
+    """At each config the suite times: 1000 calls back to back on inputs that change every call, no synchronisation
+    between them (a rank may run a call ahead, into the other slot), then 8 calls in a CUDA graph replayed 25 times:
+    every output within the one-shot bound, both ranks' outputs the same bits, no wait spun out."""
     from speedgate.launch import run_ranks
 
     world = two_or_skip(device)
     result = run_ranks("perftests.support.nccl_cases:stress_case", world,
-                       dict(numel=8 * 2**20, calls=1000, config=ONESHOT_CONFIG), timeout_s=RANK_TIMEOUT_S)[0]
+                       dict(numel=8 * 2**20, calls=1000, config=config), timeout_s=RANK_TIMEOUT_S)[0]
     assert not result["spun_out"], "a wait for the peer's flag spun out: a flag was never raised"
     assert result["max_error_over_bound"] <= 1.0, (
         f"an output's error is {result['max_error_over_bound']:.3f}x the one-shot bound in {result['calls']} calls")
@@ -146,34 +154,38 @@ import json, re
 from perftests.kernels.oneshot_allreduce import MAX_SPINS, _oneshot_kernel
 from perftests.kernels.quant import QBLOCK
 from perftests.support.gluon_build import compile_to, ptxas_report
-from perftests.test_nccl import ONESHOT_CONFIG
+from perftests.test_nccl import oneshot_configs
 signature = {"x_ptr": "*bf16", "out_ptr": "*bf16", "peer_codes_ptr": "*i8", "peer_scales_ptr": "*fp32",
              "peer_flags_ptr": "*i32", "codes_ptr": "*i8", "scales_ptr": "*fp32", "flags_ptr": "*i32",
              "state_ptr": "*i32", "n_blocks": "i32", "SLOT_CODES": "i32", "SLOT_SCALES": "i32", "SENDERS": "i32"}
-found = {}
-for rank in (0, 1):
-    built = compile_to(_oneshot_kernel, signature, dict(RANK=rank, QBLOCK=QBLOCK, ROWS=ONESHOT_CONFIG["rows"],
-                       WAVES=ONESHOT_CONFIG["waves"], MAX_SPINS=MAX_SPINS), ONESHOT_CONFIG["warps"], 1, "ptx",
-                       aligned=tuple(signature))
-    ptx = built["ptx"]
-    found[rank] = dict(shared=built["shared"], release=len(re.findall(r"atom[.]global[.]sys[.]release[.]", ptx)),
-                       acquire=len(re.findall(r"(?:ld|atom)[.]global[.]sys[.]acquire[.]", ptx)), **ptxas_report(ptx))
+found = []
+for config in oneshot_configs():
+    for rank in (0, 1):
+        built = compile_to(_oneshot_kernel, signature, dict(RANK=rank, QBLOCK=QBLOCK, ROWS=config["rows"],
+                           WAVES=config["waves"], MAX_SPINS=MAX_SPINS), config["warps"], 1, "ptx",
+                           aligned=tuple(signature))
+        ptx = built["ptx"]
+        found.append(dict(config=config, rank=rank, shared=built["shared"],
+                          release=len(re.findall(r"atom[.]global[.]sys[.]release[.]", ptx)),
+                          acquire=len(re.findall(r"(?:ld|atom)[.]global[.]sys[.]acquire[.]", ptx)), **ptxas_report(ptx)))
 print(json.dumps(found))
 """
 
 
 def test_oneshot_kernel_builds_for_hopper() -> None:
     """The one-shot kernel (it has inline PTX, so no interpreter runs it) compiles for sm_90 on any machine, for
-    both ranks, at the suite's config: no spill, and registers and shared memory that let one program sit on every
+    both ranks, at every config the suite times: no spill, and registers and shared memory that let one program sit on every
     SM at once (the kernel's waits need every program resident); a sender's flags are released and a reducer's
     acquired at system scope (the peer's GPU sees them)."""
     found = gluon_build.build(ONESHOT_BUILD)
-    threads = ONESHOT_CONFIG["warps"] * 32
-    for rank, built in found.items():
-        assert built["spill_stores"] == 0, f"rank {rank}: {built['spill_stores']} bytes spilled"
-        assert built["registers"] * threads <= 65536, f"rank {rank}: {built['registers']} registers a thread"
-        assert built["shared"] <= 227 * 1024, f"rank {rank}: {built['shared']} bytes of shared memory"
-        assert built["release"] >= ONESHOT_CONFIG["waves"] and built["acquire"] >= 1, (rank, built)
+    assert len(found) == 2 * len(oneshot_configs()), found
+    for built in found:
+        config, where = built["config"], f"rank {built['rank']} at {built['config']}"
+        threads = config["warps"] * 32
+        assert built["spill_stores"] == 0, f"{where}: {built['spill_stores']} bytes spilled"
+        assert built["registers"] * threads <= 65536, f"{where}: {built['registers']} registers a thread"
+        assert built["shared"] <= 227 * 1024, f"{where}: {built['shared']} bytes of shared memory"
+        assert built["release"] >= config["waves"] and built["acquire"] >= 1, built
 
 
 def test_backward_allreduce_overlap(perf, device: str) -> None:
