@@ -191,9 +191,13 @@ class Perf:
         settings = self._session.settings
         if settings.update_baselines and settings.calibrate_runs is None:
             return None
-        entry = self._session.book.entry(self._case_id_of(name), self._session.bench.hardware_key)
-        config = (entry or {}).get("config")
+        config = (self._entry(name) or {}).get("config")
         return dict(config) if isinstance(config, Mapping) else None
+
+    def _entry(self, name: str | None) -> Mapping[str, Any] | None:
+        """The baseline entry of this test's comparison `name` on this run's hardware key, or None."""
+        entry: Mapping[str, Any] | None = self._session.book.entry(self._case_id_of(name), self._session.bench.hardware_key)
+        return entry
 
     @property
     def blessing(self) -> bool:

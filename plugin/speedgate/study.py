@@ -6,15 +6,18 @@ every optimized side, and per comparison which slowdowns it caught.
 Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's settings
 name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin (`-p
 speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
-timed stream and keeps the host busy as long, sized from that side's own event-timed median so that the call takes
-`share` longer whether the GPU or the host bounds it (GPU only). A comparison catches a slowdown when each run slowed by
+timed stream and keeps the host busy as long, sized from that side's blessed time (its own, without an entry) and
+settled on the GPU the side keeps busy, so that the call takes `share` longer whether the GPU or the host bounds it
+(GPU only). A comparison catches a slowdown when each run slowed by
 it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not
 counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
 metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
 share slower than in the clean runs, on the same card where there is one; against its reference where the timer
-counts the host's work) is said in its cell and counted apart. The table goes to OUT/study.md and the terminal, its
-last line "N of M comparisons catch a 5% regression"; --page writes it as a results page naming the date, the GPU and
-the cards. Runs whose report exists are kept, so a study cut off goes on where it stopped.
+counts the host's work) is said in its cell and counted apart; so is one that landed heavier than asked (more than
+HEAVY times the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
+and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
+any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
+so a study cut off goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -37,20 +40,26 @@ SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
 FALSE_ALARMS = ("regressed", "improved", "inconclusive")
 HOST_TIMED = IdleStart.name  # its samples hold the host's work: `delivered` takes the side against its reference
+# A slowdown that reached its optimized side at more than this many times its share landed heavier than asked: a catch
+# of it says nothing of the share (docs/results/gate-study.md, "The injection's size").
+HEAVY = 1.5
 
 
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
 
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]],
-           host_wait: Callable[[float], None] | None = None) -> Callable[..., Any]:
-    """optimized, made slower by `share` of its own time, whatever bounds it: before every call a spin kernel on the
+           host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None) -> Callable[..., Any]:
+    """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
 
-    The first call runs it plain and times it (7 more calls, events, median). The spin is then sized from its own
-    device time, measured at that moment, on the GPU the side has just warmed (`spin_cost`: cycles per ms and the
-    fixed cost of a launch). Sizes learned from calls timed from an idle device, where the host's launches land
-    too, delivered anywhere from a fraction of the share to twice it (docs/results/gate-study.md)."""
+    Its time is `basis_ms`, the side's time in its baseline entry: what the gate measured of it, held or as graph
+    replays (the first call, eager and alone, can take twice that). Without an entry, the side's own device time,
+    measured after its first call (7 calls, events, median). The first call runs it plain. The spin is then sized
+    from its cost on the GPU the side has just warmed (`spin_cost`: cycles per ms and the fixed cost of a launch),
+    and settled where it runs (settle_spin): a spin's cycles take longer at the clock the side holds the GPU at than
+    at the clock of spins alone, which sized +5% as +7-9% on H100 and H200 (docs/results/gate-study.md, "The
+    injection's size")."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -63,12 +72,54 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
             wait(delay[0][1])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
-        target = share * median_event_ms(torch, lambda: optimized(*args, **kwargs))
+        alone = lambda: optimized(*args, **kwargs)  # noqa: E731
+        target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
         cycles_per_ms, fixed_ms = spin_cost()
-        delay.append((max(1, round((target - fixed_ms) * cycles_per_ms)), target))
+        cycles = settle_spin(torch, alone, max(1, round((target - fixed_ms) * cycles_per_ms)), target)
+        delay.append((cycles, target))
         return out
 
     return run
+
+
+SETTLE_TRIES = 3
+SETTLE_BATCH_MS = 5.0  # device time of one batch of the side's calls
+SETTLED = 0.1  # the spin adds its target within this share of it
+
+
+def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: float) -> int:
+    """The spin's cycles corrected where it runs: batches of `call` alone and of spin + call back to back (about
+    SETTLE_BATCH_MS each, three of each alternating, medians), the cycles scaled by what the spin added against
+    `target_ms`, up to SETTLE_TRIES times until it adds the target within SETTLED. Where the spin adds less than a
+    tenth of its target, the host bounds the batches (the spin ends while the host still launches) and the cycles
+    stay as sized: the host's wait slows that side."""
+    from .timers import median_event_ms
+
+    per_call = median_event_ms(torch, call, calls=3)
+    count = max(3, min(64, round(SETTLE_BATCH_MS / max(per_call, 1e-3))))
+
+    def batch_ms(fn: Callable[[], Any]) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(count):
+            fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / count
+
+    for _ in range(SETTLE_TRIES):
+        spun = functools.partial(_spun, torch, cycles, call)
+        pairs = [(batch_ms(call), batch_ms(spun)) for _ in range(3)]
+        added = statistics.median(b for _, b in pairs) - statistics.median(a for a, _ in pairs)
+        if added < 0.1 * target_ms or abs(added - target_ms) <= SETTLED * target_ms:
+            break
+        cycles = max(1, round(cycles * target_ms / added))
+    return cycles
+
+
+def _spun(torch: Any, cycles: int, call: Callable[[], Any]) -> None:
+    torch.cuda._sleep(cycles)
+    call()
 
 
 def spin_cost(torch: Any) -> tuple[float, float]:
@@ -108,7 +159,9 @@ def pytest_configure(config: Any) -> None:
 
     @functools.wraps(plain)
     def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
-        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch)),
+        blessed = (self._entry(kwargs.get("name")) or {}).get("optimized_ms")
+        basis = float(blessed) if isinstance(blessed, (int, float)) and blessed > 0 else None
+        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch), basis_ms=basis),
                      **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
@@ -189,10 +242,11 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     """Per comparison its tolerance, false alarms in the clean runs and, per slowdown, the runs that caught it and
     the speedup's median change; then the totals and the catch line for `share`.
 
-    A slowdown is checked for having reached the optimized side: where that side ran less than half the share
-    slower than in the clean runs (`delivered`; another pick, the host's state or an injection that missed its
-    stream), the cell says so, and the totals count those misses apart: they say nothing of what the gate
-    catches."""
+    A slowdown is checked for having reached the optimized side as asked (`delivered`): where that side ran less
+    than half the share slower than in the clean runs (another pick, the host's state or an injection that missed
+    its stream), or more than HEAVY times the share, the cell says so, and the totals count those apart: a miss of a
+    slowdown that did not arrive, and a catch of a heavier one, say nothing of what the gate catches at the share.
+    The summary says where the slowdowns landed (the median over comparisons)."""
     cases: dict[str, dict[str, Any]] = {}
     for report in [*clean, *(r for runs in slowed_runs.values() for r in runs)]:
         for case_id, case in timed_cases(report).items():
@@ -203,6 +257,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     alarms = trials = 0
     catches = {s: 0 for s in shares}
     unreached = {s: 0 for s in shares}
+    heavy = {s: 0 for s in shares}
+    landed: dict[float, list[float]] = {s: [] for s in shares}
     for case_id, case in sorted(cases.items()):
         runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
         wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
@@ -211,18 +267,26 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         for s in shares:
             got = [c for r in slowed_runs[s] if (c := timed_cases(r).get(case_id))]
             hit = sum(c["verdict"] in CAUGHT for c in got)
+            reached = delivered(runs, got)
+            if reached is not None:
+                landed[s].append(reached)
+            short = reached is not None and reached < s / 2
+            heavier = reached is not None and reached > s * HEAVY
             if got and hit == len(got):
-                catches[s] += 1
+                if heavier:
+                    heavy[s] += 1
+                else:
+                    catches[s] += 1
+            elif short:
+                unreached[s] += 1
             changes = [c["change"] for c in got if c.get("change") is not None]
             # The verdicts beside regressed and pass, caught or not: a pick-changed passes a run without strict.
             kinds = sorted({c["verdict"] for c in got} - {"regressed", "pass"})
             said = f"{hit}/{len(got)}" + (f" ({', '.join(kinds)})" if kinds else "")
-            reached = delivered(runs, got)
-            short = reached is not None and reached < s / 2
-            if short and hit < len(got):
-                unreached[s] += 1
             against = " against its reference" if case.get("timer") == HOST_TIMED else ""
-            tail = f" (the optimized side {reached:+.1%}{against} from the clean run)" if short and reached is not None else ""
+            tail = ""
+            if (short or heavier) and reached is not None:
+                tail = f" (the optimized side {reached:+.1%}{against} from the clean run{', heavier than asked' if heavier else ''})"
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
     total = len(cases)
@@ -232,12 +296,18 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
     if metrics:
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
-    summary += [f"+{s:.0%} caught in {n} of {total} comparisons"
-                + (f" ({unreached[s]} missed where the slowdown did not reach the optimized side)" if unreached[s] else "")
-                for s, n in catches.items()]
+    for s, n in catches.items():
+        apart = ([f"{heavy[s]} more caught where the slowdown landed heavier than {s * HEAVY:.1%}"] if heavy[s] else [])
+        apart += [f"{unreached[s]} missed where the slowdown did not reach the optimized side"] if unreached[s] else []
+        where = f"; landed at a median {statistics.median(landed[s]):+.1%}" if landed[s] else ""
+        summary.append(f"+{s:.0%} caught in {n} of {total} comparisons" + (f" ({', '.join(apart)})" if apart else "")
+                       + where)
     caught = catches.get(share)
-    line = (f"{caught} of {total} comparisons catch a {share:.0%} regression" if caught is not None
+    asked = total - heavy.get(share, 0)
+    line = (f"{caught} of {asked} comparisons catch a {share:.0%} regression" if caught is not None
             else f"no run slowed by {share:.0%}")
+    if heavy.get(share):
+        line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
     named = "\n".join(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                       f"against {_number(m.get('baseline'))})" for m in cried)
     return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
