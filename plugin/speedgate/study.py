@@ -85,14 +85,16 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
 SETTLE_TRIES = 3
 SETTLE_BATCH_MS = 5.0  # device time of one batch of the side's calls
 SETTLED = 0.1  # the spin adds its target within this share of it
+TRUSTED = (0.5, 2.0)  # what a spin can add against its target at another clock; outside it, the batches mislead
 
 
 def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: float) -> int:
     """The spin's cycles corrected where it runs: batches of `call` alone and of spin + call back to back (about
     SETTLE_BATCH_MS each, three of each alternating, medians), the cycles scaled by what the spin added against
-    `target_ms`, up to SETTLE_TRIES times until it adds the target within SETTLED. Where the spin adds less than a
-    tenth of its target, the host bounds the batches (the spin ends while the host still launches) and the cycles
-    stay as sized: the host's wait slows that side."""
+    `target_ms`, up to SETTLE_TRIES times until it adds the target within SETTLED. A clock moves a spin's time by
+    tens of percent, not by factors: where the spin adds less than half its target or more than twice it, the batches
+    do not show it as the gate's rounds will (the host bounds them and hides the spin, or the host's jitter swamps
+    it), and the cycles stay as sized. The host's wait slows a side the host bounds."""
     from .timers import median_event_ms
 
     per_call = median_event_ms(torch, call, calls=3)
@@ -111,7 +113,7 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
         spun = functools.partial(_spun, torch, cycles, call)
         pairs = [(batch_ms(call), batch_ms(spun)) for _ in range(3)]
         added = statistics.median(b for _, b in pairs) - statistics.median(a for a, _ in pairs)
-        if added < 0.1 * target_ms or abs(added - target_ms) <= SETTLED * target_ms:
+        if not TRUSTED[0] * target_ms <= added <= TRUSTED[1] * target_ms or abs(added - target_ms) <= SETTLED * target_ms:
             break
         cycles = max(1, round(cycles * target_ms / added))
     return cycles
