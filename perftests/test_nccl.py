@@ -174,9 +174,9 @@ print(json.dumps(found))
 
 def test_oneshot_kernel_builds_for_hopper() -> None:
     """The one-shot kernel (it has inline PTX, so no interpreter runs it) compiles for sm_90 on any machine, for
-    both ranks, at every config the suite times: no spill, and registers and shared memory that let one program sit on every
-    SM at once (the kernel's waits need every program resident); a sender's flags are released and a reducer's
-    acquired at system scope (the peer's GPU sees them)."""
+    both ranks, at every config the suite times: no spill, and registers and shared memory that let one program sit
+    on every SM at once (the kernel's waits need every program resident); a sender's flags are released and a
+    reducer's acquired at system scope (the peer's GPU sees them)."""
     found = gluon_build.build(ONESHOT_BUILD)
     assert len(found) == 2 * len(oneshot_configs()), found
     for built in found:

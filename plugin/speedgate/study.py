@@ -58,8 +58,8 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     measured after its first call (7 calls, events, median). The first call runs it plain. The spin is then sized
     from its cost on the GPU the side has just warmed (`spin_cost`: cycles per ms and the fixed cost of a launch),
     and settled where it runs (settle_spin): a spin's cycles take longer at the clock the side holds the GPU at than
-    at the clock of spins alone, which sized +5% as +7-9% on H100 and H200 (docs/results/gate-study.md, "The
-    injection's size")."""
+    at the clock of spins alone, so a spin sized from that clock alone landed heavier than asked
+    (docs/results/gate-study.md, section 9)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
