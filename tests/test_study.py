@@ -171,6 +171,38 @@ def test_a_spin_is_not_settled_on_batches_that_cannot_show_it() -> None:
     assert study.settle_spin(capped, capped.side, sized, 0.1) < sized  # a clock's doing: settled
 
 
+def as_replays(gpu: FakeGpu) -> object:
+    """A fake capture: the graph's replays run the side with nothing of the host's between its kernels."""
+    def capture(fn: object) -> object:
+        def replay() -> None:
+            bound, gpu.bound = gpu.bound, "gpu"
+            try:
+                fn()  # type: ignore[operator]
+            finally:
+                gpu.bound = bound
+        return replay
+    return capture
+
+
+def test_a_graph_replayed_side_is_settled_on_replays() -> None:
+    """regional on H100 `9162babb0b52` (2026-11-28): timed as graph replays, its eager pass bound by the host, its
+    spin added 0.2% at +5%. Settled on graph replays of the side and of spin + side, the spin adds its target there;
+    a side that cannot be captured is settled on its eager calls, which here cannot show the spin: kept as sized."""
+    gpu = FakeGpu("host", capped=1700.0)
+    capture = as_replays(gpu)
+    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, replays=capture)
+    run()
+    replayed = capture(run)
+    assert abs(gpu.call_ms(replayed) - 2.1) <= 0.1 * 0.1  # type: ignore[arg-type]
+
+    def cannot(fn: object) -> object:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    eager = FakeGpu("host", capped=1700.0)
+    eager.side()
+    assert study.settle_spin(eager, eager.side, 1000, 0.1, replays=cannot) == 1000
+
+
 def test_a_slowdown_is_a_share_of_the_sides_blessed_time() -> None:
     """regional_vs_whole's optimized side is timed as graph replays (3.1 ms on H100); its first call, eager, takes
     twice that and more. The slowdown is a share of what the gate measured of it, its entry's optimized_ms."""

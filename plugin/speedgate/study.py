@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .timers.cuda import IdleStart
+from .timers.cuda import IdleStart, capture_graph
 
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
@@ -48,7 +48,8 @@ HEAVY = 1.5
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
 
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]],
-           host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None) -> Callable[..., Any]:
+           host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None,
+           replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
@@ -59,7 +60,8 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     from its cost on the GPU the side has just warmed (`spin_cost`: cycles per ms and the fixed cost of a launch),
     and settled where it runs (settle_spin): a spin's cycles take longer at the clock the side holds the GPU at than
     at the clock of spins alone, so a spin sized from that clock alone landed heavier than asked
-    (docs/results/gate-study.md, section 9)."""
+    (docs/results/gate-study.md, section 9). `replays`: for a side the gate times as graph replays, what captures a
+    callable into one (settle_spin times the replays: the side's eager calls can be bound by the host)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -75,7 +77,7 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
         alone = lambda: optimized(*args, **kwargs)  # noqa: E731
         target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
         cycles_per_ms, fixed_ms = spin_cost()
-        cycles = settle_spin(torch, alone, max(1, round((target - fixed_ms) * cycles_per_ms)), target)
+        cycles = settle_spin(torch, alone, max(1, round((target - fixed_ms) * cycles_per_ms)), target, replays)
         delay.append((cycles, target))
         return out
 
@@ -88,16 +90,28 @@ SETTLED = 0.1  # the spin adds its target within this share of it
 TRUSTED = (0.5, 2.0)  # what a spin can add against its target at another clock; outside it, the batches mislead
 
 
-def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: float) -> int:
+def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: float,
+                replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None) -> int:
     """The spin's cycles corrected where it runs: batches of `call` alone and of spin + call back to back (about
     SETTLE_BATCH_MS each, three of each alternating, medians), the cycles scaled by what the spin added against
     `target_ms`, up to SETTLE_TRIES times until it adds the target within SETTLED. A clock moves a spin's time by
     tens of percent, not by factors: where the spin adds less than half its target or more than twice it, the batches
     do not show it as the gate's rounds will (the host bounds them and hides the spin, or the host's jitter swamps
-    it), and the cycles stay as sized. The host's wait slows a side the host bounds."""
+    it), and the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as
+    graph replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that
+    cannot be captured here is settled on its eager calls."""
     from .timers import median_event_ms
 
-    per_call = median_event_ms(torch, call, calls=3)
+    def timed_as(fn: Callable[[], Any]) -> Callable[[], Any]:
+        if replays is None:
+            return fn
+        try:
+            return replays(fn)
+        except Exception:  # noqa: BLE001 - the gate's own capture is what judges the case; settle on eager calls
+            return fn
+
+    plain = timed_as(call)
+    per_call = median_event_ms(torch, plain, calls=3)
     count = max(3, min(64, round(SETTLE_BATCH_MS / max(per_call, 1e-3))))
 
     def batch_ms(fn: Callable[[], Any]) -> float:
@@ -110,8 +124,8 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
         return float(start.elapsed_time(end)) / count
 
     for _ in range(SETTLE_TRIES):
-        spun = functools.partial(_spun, torch, cycles, call)
-        pairs = [(batch_ms(call), batch_ms(spun)) for _ in range(3)]
+        spun = timed_as(functools.partial(_spun, torch, cycles, call))
+        pairs = [(batch_ms(plain), batch_ms(spun)) for _ in range(3)]
         added = statistics.median(b for _, b in pairs) - statistics.median(a for a, _ in pairs)
         if not TRUSTED[0] * target_ms <= added <= TRUSTED[1] * target_ms or abs(added - target_ms) <= SETTLED * target_ms:
             break
@@ -163,8 +177,9 @@ def pytest_configure(config: Any) -> None:
     def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
         blessed = (self._entry(kwargs.get("name")) or {}).get("optimized_ms")
         basis = float(blessed) if isinstance(blessed, (int, float)) and blessed > 0 else None
-        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch), basis_ms=basis),
-                     **kwargs)
+        replays = functools.partial(capture_graph, torch) if kwargs.get("graph") else None
+        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch), basis_ms=basis,
+                                             replays=replays), **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))

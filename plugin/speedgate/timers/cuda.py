@@ -279,27 +279,7 @@ class CudaTimer(Timer):
         return counting_cycles(self, self._torch)
 
     def graphed(self, fn: Fn) -> Fn:
-        """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
-
-        The outputs of the captured call stay alive in the graph's memory pool as long as the replay does.
-        """
-        torch = self._torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = fn()
-        replay = graph.replay
-
-        def run() -> Any:
-            replay()
-            return outputs
-
-        return run
+        return capture_graph(self._torch, fn)
 
     def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any]) -> tuple[list[float], Any]:
         """time_each(fns) inside context(), behind a hold long enough that the host queued every call before the
@@ -367,3 +347,26 @@ class IdleStart(Timer):
 
     def describe(self) -> str:
         return f"{self._timer.describe()}; each call started on an idle device ({self.why})"
+
+
+def capture_graph(torch: Any, fn: Fn) -> Fn:
+    """fn captured into a CUDA graph (after two calls on a side stream, as capture requires); returns replay.
+
+    The outputs of the captured call stay alive in the graph's memory pool as long as the replay does.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    replay = graph.replay
+
+    def run() -> Any:
+        replay()
+        return outputs
+
+    return run
