@@ -259,6 +259,17 @@ def test_a_slowdown_that_landed_heavier_than_asked_is_no_catch_of_the_share() ->
                                   "than 7.5%, left out)")
 
 
+def test_a_comparison_the_slowed_run_did_not_time_is_said_not_counted_as_missed_silently() -> None:
+    """A user's first study on a CPU machine (2026-11-28): the injection's spin kernel raised in every slowed call,
+    and the cell read "0/0" under a catch line that counted the comparison as missed. The cell now says the slowed
+    run did not time it, and the totals count it apart."""
+    clean = [report({"a": "pass", "b": "pass"})]
+    slowed = {0.05: [report({"a": "regressed"})]}
+    text = study.table(clean, slowed)
+    assert "| `b` | 2.0% | cuda-sm-cycles-held | 0/1 | 0/0 (not timed in the slowed run: see its log) |" in text
+    assert "+5% caught in 1 of 2 comparisons (1 not timed in the slowed run)" in text
+
+
 def test_a_host_timed_side_is_checked_against_its_reference_not_its_own_time() -> None:
     """The third H200 study (2026-11-27): timed from an idle device, mark_dynamic's two sides read 10.47 and 10.45 ms
     in the clean run and 4.77 and 4.99 ms under +5%, the host's state; the side's own time said "-52%, not reached"

@@ -8,7 +8,7 @@ name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run
 speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
 timed stream and keeps the host busy as long, sized from that side's blessed time (its own, without an entry) and
 settled on the GPU the side keeps busy, so that the call takes `share` longer whether the GPU or the host bounds it
-(GPU only). A comparison catches a slowdown when each run slowed by
+(on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each run slowed by
 it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not
 counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
 metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
@@ -34,12 +34,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .timers.base import CpuTimer
 from .timers.cuda import IdleStart, capture_graph
 
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
 FALSE_ALARMS = ("regressed", "improved", "inconclusive")
-HOST_TIMED = IdleStart.name  # its samples hold the host's work: `delivered` takes the side against its reference
+# Timers whose samples hold the host's work (from an idle device, or the CPU's own clock): the host's state moves both
+# sides alike, so `delivered` takes the side against its reference.
+HOST_TIMED = (IdleStart.name, CpuTimer.name)
 # A slowdown that reached its optimized side at more than this many times its share landed heavier than asked: a catch
 # of it says nothing of the share (docs/results/gate-study.md, "The injection's size").
 HEAVY = 1.5
@@ -47,7 +50,7 @@ HEAVY = 1.5
 
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
 
-def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]],
+def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]] | None,
            host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None,
            replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
@@ -61,7 +64,9 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     and settled where it runs (settle_spin): a spin's cycles take longer at the clock the side holds the GPU at than
     at the clock of spins alone, so a spin sized from that clock alone landed heavier than asked
     (docs/results/gate-study.md, section 9). `replays`: for a side the gate times as graph replays, what captures a
-    callable into one (settle_spin times the replays: the side's eager calls can be bound by the host)."""
+    callable into one (settle_spin times the replays: the side's eager calls can be bound by the host). Without
+    `spin_cost` (a side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an
+    entry is its own host-timed median."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -70,11 +75,15 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     @functools.wraps(optimized)
     def run(*args: Any, **kwargs: Any) -> Any:
         if delay:
-            torch.cuda._sleep(delay[0][0])
+            if delay[0][0]:
+                torch.cuda._sleep(delay[0][0])
             wait(delay[0][1])
             return optimized(*args, **kwargs)
         out = optimized(*args, **kwargs)
         alone = lambda: optimized(*args, **kwargs)  # noqa: E731
+        if spin_cost is None:
+            delay.append((0, share * (basis_ms if basis_ms else host_median_ms(alone))))
+            return out
         target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
         cycles_per_ms, fixed_ms = spin_cost()
         cycles = settle_spin(torch, alone, max(1, round((target - fixed_ms) * cycles_per_ms)), target, replays)
@@ -156,6 +165,16 @@ def spin_cost(torch: Any) -> tuple[float, float]:
     return rate, max(0.0, t_short - short / rate)
 
 
+def host_median_ms(fn: Callable[[], Any], calls: int = 7) -> float:
+    """The median of `calls` calls of fn on the host's clock."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
 def busy_wait(ms: float) -> None:
     """The host kept busy for `ms` (a sleep would hand the core to another thread and wake late)."""
     end = time.perf_counter() + ms / 1e3
@@ -178,8 +197,10 @@ def pytest_configure(config: Any) -> None:
         blessed = (self._entry(kwargs.get("name")) or {}).get("optimized_ms")
         basis = float(blessed) if isinstance(blessed, (int, float)) and blessed > 0 else None
         replays = functools.partial(capture_graph, torch) if kwargs.get("graph") else None
-        return plain(self, reference, slowed(optimized, float(share), torch, lambda: spin_cost(torch), basis_ms=basis,
-                                             replays=replays), **kwargs)
+        on_gpu = bool(getattr(self._timer or self._session.bench.timer(), "on_gpu", False))
+        costs = functools.partial(spin_cost, torch) if on_gpu else None  # on the CPU the host's wait alone
+        return plain(self, reference, slowed(optimized, float(share), torch, costs, basis_ms=basis, replays=replays),
+                     **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))
@@ -233,12 +254,12 @@ def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, 
     optimized median over the clean runs' median (those on its card, when there are any) - 1; the median of those.
     None without both.
 
-    Where the timer counts the host's work (IdleStart: each call from an idle device), the host's state moves both
-    sides' times between processes alike, by half and more (docs/results/gate-study-h200.md), so the optimized side
-    is taken against its own reference: the clean runs' speedup over the slowed run's - 1."""
+    Where the timer counts the host's work (IdleStart: each call from an idle device; the CPU's clock), the host's
+    state moves both sides' times between processes alike, by half and more (docs/results/gate-study-h200.md), so
+    the optimized side is taken against its own reference: the clean runs' speedup over the slowed run's - 1."""
     found = []
     for run in slowed:
-        host_timed = run.get("timer") == HOST_TIMED
+        host_timed = run.get("timer") in HOST_TIMED
         same = [t for c in clean if c.get("card") == run.get("card") and (t := _cost(c, host_timed))]
         base = same or [t for c in clean if (t := _cost(c, host_timed))]
         now = _cost(run, host_timed)
@@ -275,6 +296,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     catches = {s: 0 for s in shares}
     unreached = {s: 0 for s in shares}
     heavy = {s: 0 for s in shares}
+    unrecorded = {s: 0 for s in shares}
     landed: dict[float, list[float]] = {s: [] for s in shares}
     for case_id, case in sorted(cases.items()):
         runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
@@ -300,9 +322,12 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             # The verdicts beside regressed and pass, caught or not: a pick-changed passes a run without strict.
             kinds = sorted({c["verdict"] for c in got} - {"regressed", "pass"})
             said = f"{hit}/{len(got)}" + (f" ({', '.join(kinds)})" if kinds else "")
-            against = " against its reference" if case.get("timer") == HOST_TIMED else ""
+            against = " against its reference" if case.get("timer") in HOST_TIMED else ""
             tail = ""
-            if (short or heavier) and reached is not None:
+            if not got:  # the slowed run raised or skipped before the comparison was timed
+                unrecorded[s] += 1
+                tail = " (not timed in the slowed run: see its log)"
+            elif (short or heavier) and reached is not None:
                 tail = f" (the optimized side {reached:+.1%}{against} from the clean run{', heavier than asked' if heavier else ''})"
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
@@ -316,6 +341,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     for s, n in catches.items():
         apart = ([f"{heavy[s]} more caught where the slowdown landed heavier than {s * HEAVY:.1%}"] if heavy[s] else [])
         apart += [f"{unreached[s]} missed where the slowdown did not reach the optimized side"] if unreached[s] else []
+        apart += [f"{unrecorded[s]} not timed in the slowed run"] if unrecorded[s] else []
         where = f"; landed at a median {statistics.median(landed[s]):+.1%}" if landed[s] else ""
         summary.append(f"+{s:.0%} caught in {n} of {total} comparisons" + (f" ({', '.join(apart)})" if apart else "")
                        + where)
