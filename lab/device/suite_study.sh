@@ -10,10 +10,15 @@
 # cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence.
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
-# DEADLINE (s, default 570): when this call stops waiting and packs what there is.
+# DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
+# study is for; on another, nothing starts and the script exits 4 (a machine that asked for one kind can get another).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
+if [[ -n ${KIND:-} ]]; then
+  got=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))" 2>&1)
+  [[ $got == *"$KIND"* ]] || { echo "suite_study: KIND=$KIND, but GPU 0 is $got: nothing started"; exit 4; }
+fi
 start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
