@@ -123,14 +123,8 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
     per_call = median_event_ms(torch, plain, calls=3)
     count = max(3, min(64, round(SETTLE_BATCH_MS / max(per_call, 1e-3))))
 
-    def batch_ms(fn: Callable[[], Any]) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(count):
-            fn()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) / count
+    def batch_ms(fn: Callable[[], Any]) -> float:  # count calls back to back between two events, per call
+        return median_event_ms(torch, functools.partial(_repeated, fn, count), calls=1) / count
 
     for _ in range(SETTLE_TRIES):
         spun = timed_as(functools.partial(_spun, torch, cycles, call))
@@ -140,6 +134,11 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
             break
         cycles = max(1, round(cycles * target_ms / added))
     return cycles
+
+
+def _repeated(fn: Callable[[], Any], count: int) -> None:
+    for _ in range(count):
+        fn()
 
 
 def _spun(torch: Any, cycles: int, call: Callable[[], Any]) -> None:
@@ -153,9 +152,7 @@ def spin_cost(torch: Any) -> tuple[float, float]:
     from .timers import median_event_ms
 
     def per_spin(cycles: int) -> float:
-        def ten() -> None:
-            for _ in range(10):
-                torch.cuda._sleep(cycles)
+        ten = functools.partial(_repeated, functools.partial(torch.cuda._sleep, cycles), 10)
         return median_event_ms(torch, ten, calls=5) / 10
 
     short, long = 20_000, 2_000_000
