@@ -61,6 +61,25 @@ def test_the_table_counts_an_inconclusive_as_caught_and_another_pick_as_missed_a
     assert text.rstrip().endswith("2 of 4 comparisons catch a 5% regression")
 
 
+def test_ctrl_c_midway_keeps_the_runs_done_and_says_how_to_go_on(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C in a study printed KeyboardInterrupt's traceback. The run it cut is set aside by run_pytest (tested in
+    tests/test_gate_study.py); the study now says what is kept and exits 130, as a shell's Ctrl-C does."""
+    done: list[str] = []
+
+    def fake_run(out: Path, label: str, args: list[str], **kwargs: object) -> dict:
+        if label.startswith("slow"):
+            raise KeyboardInterrupt
+        done.append(label)
+        return report({"a": "pass"})
+
+    monkeypatch.setattr(study, "run_pytest", fake_run)
+    assert study.main([str(tmp_path / "out"), "--slowdowns", "0.05", "--", "test_x.py"]) == 130
+    assert done == ["clean0"]
+    err = capsys.readouterr().err
+    assert "interrupted; the runs done are kept in" in err and "the same command goes on from them" in err
+    assert not (tmp_path / "out" / "study.md").exists()
+
+
 def test_bad_slowdowns_are_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "speedgate", "study", str(tmp_path), "--slowdowns", "5%"],
                           capture_output=True, text=True, timeout=120)

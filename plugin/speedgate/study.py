@@ -391,9 +391,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--slowdowns must lie in (0, 1), --runs must be >= 0 and --repeat >= 1")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    clean = [run_pytest(out, f"clean{i}", args.pytest_args) for i in range(args.runs)]
-    slowed_runs = {s: [run_pytest(out, f"slow{s:g}-{i}", args.pytest_args, slowdown=s) for i in range(args.repeat)]
-                   for s in shares}
+    try:
+        clean = [run_pytest(out, f"clean{i}", args.pytest_args) for i in range(args.runs)]
+        slowed_runs = {s: [run_pytest(out, f"slow{s:g}-{i}", args.pytest_args, slowdown=s) for i in range(args.repeat)]
+                       for s in shares}
+    except KeyboardInterrupt:  # Ctrl-C: the run it cut was set aside (run_pytest); the ones before it are kept
+        print(f"speedgate study: interrupted; the runs done are kept in {out}: the same command goes on from them",
+              file=sys.stderr)
+        return 130
     text = table(clean, slowed_runs)
     (out / "study.md").write_text(text)
     print(text, end="")
