@@ -78,6 +78,18 @@ bless_pair() {
   (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
 }
 
+# gate_pair: the two-GPU cases gated against $state's 2x file (a pair that gave it no evidence: false alarms are what
+# it looks for), within the call's time; $state/pair.done unless the time ran out.
+gate_pair() {
+  local t0 rc
+  t0=$(date +%s)
+  env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
+    --baseline-dir "$state/baselines" --speedgate-json "$work/pair-gate.json" > "$work/pair.log" 2>&1
+  rc=$?
+  echo "== pair gate: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
+  (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
+}
+
 # list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
 # the serial's last six characters, its SM clock and temperature now.
 list_cards() {

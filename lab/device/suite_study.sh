@@ -7,7 +7,8 @@
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy,
 # rebless, compiled_refs, held_picks, steady_states) or none; left unset, heavy on H200s and none elsewhere. STUDY
 # names the selection studied (one of lib.sh's; default all: perftests). PAIR=1: once the study is done, the two-GPU
-# cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence.
+# cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence;
+# PAIR=gate: they are gated against it instead (a pair that gave it no evidence).
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
@@ -56,7 +57,7 @@ if [[ -f $state/study.rc ]]; then
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
 fi
-if [[ ${PAIR:-0} == 1 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
-  bless_pair
+if [[ ${PAIR:-0} != 0 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
+  if [[ $PAIR == gate ]]; then gate_pair; else bless_pair; fi
 fi
 close_state study.tgz
