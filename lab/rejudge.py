@@ -6,7 +6,7 @@ STUDY_DIR holds a `python -m speedgate study` folder's reports (clean*.json, slo
 comparison's recorded interval (ci_low, speedup, ci_high: the measurement its verdict was given on) is judged against
 BASELINE.json's entry as the plugin judges it now: the entry's other pick when the kernels are one
 (speedgate.picks), the entry's calibrated tolerance (or the case's pinned one), the cards' center, and the
-pick-changed rule (speedgate.judging.check_pick). Then the study's table and its catch line.
+pick-changed rules (speedgate.judging.check_pick, passed_on_another_pick). Then the study's table and its catch line.
 
 Not modelled: measuring again (the recorded interval is the last measurement's), inconclusive, and a change of
 the case itself since the run. A count from this tool is an estimate of the verdicts, never a measurement: a results
@@ -25,7 +25,7 @@ from speedgate import picks
 from speedgate import tolerance as tolerances
 from speedgate.attribution import which_side_moved
 from speedgate.evidence import judged_against
-from speedgate.judging import check_pick
+from speedgate.judging import check_pick, passed_on_another_pick
 from speedgate.stats import RatioEstimate
 from speedgate.study import table
 from speedgate.verdict import Verdict, judge
@@ -52,6 +52,8 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
                           judged.get("codegen"), record.get("codegen"))
         if pick is not None and pick.explains:
             found = Verdict.PICK_CHANGED
+    elif passed_on_another_pick(found, judged.get("codegen"), record.get("codegen")):
+        found = Verdict.PICK_CHANGED
     return found.value
 
 

@@ -586,6 +586,42 @@ def test_a_faster_run_on_another_pick_is_pick_changed() -> None:
     assert not fails(result.verdict, strict=False) and fails(result.verdict, strict=True)
 
 
+def test_a_pass_on_a_pick_the_entry_never_saw_is_pick_changed_and_a_known_pick_catches_the_slowdown() -> None:
+    """The fresh 2 x H100 study of 2026-11-28: max-autotune's compile launched kernels the entry never saw, 7% faster
+    than blessed; slowed by 5%, that side read 1.1% faster than blessed and the speedup 0.4% under the baseline: a
+    plain pass, the slowdown hidden behind the faster pick. A pass on another pick is named, and red under strict.
+    Recorded as one of the entry's picks (speedgate evidence), the same kernels are judged against that pick's own
+    numbers, and the slowdown is caught."""
+    from speedgate import picks
+
+    blessed_kernels = sides([{"name": "triton_tem_fused_addmm_1"}, {"name": "triton_red_fused_2"}])
+    other = sides([{"name": "triton_red_fused_1"}, {"name": "triton_per_fused_3"}])
+    entry = {**ENTRY, "codegen": blessed_kernels}
+    slowed = measured(1.99, reference_ms=2.0)  # the faster pick (1.0 -> 0.94 ms) slowed by 5% of its blessed time
+    result, _ = judged(slowed, entry=entry, codegen_now=other, tolerance=0.02)
+    assert result.verdict == Verdict.PICK_CHANGED, result.note
+    assert result.note.startswith("the optimized side ran other kernels than blessed, a pick this entry never saw: "
+                                  "inside the band, but a pass on another pick says nothing")
+    assert not fails(result.verdict, strict=False) and fails(result.verdict, strict=True)
+    # The same kernels, known: the entry's other pick at 2.13x (0.94 ms); judged against it, -6.6% is a regression.
+    known = {**entry, "picks": [{"codegen": other, "speedup": 2.13, "reference_ms": 2.0, "optimized_ms": 0.939,
+                                 "tolerance": 0.02, "measured_at": "2026-11-28T01:30:00Z"}]}
+    against, said = picks.judged_entry(known, other)
+    assert against is not None and against["speedup"] == 2.13 and said
+    result, _ = judged(slowed, slowed, slowed, entry=dict(against), codegen_now=other, tolerance=0.02)
+    assert result.verdict == Verdict.REGRESSED, result.note
+    # Kernels the bless saw, and the optimized kernel's own registers changed by an edit: no pick, a plain pass.
+    assert judged(measured(2.0), entry=entry, codegen_now=blessed_kernels)[0].verdict == Verdict.PASS
+    edited = sides([{"name": "triton_tem_fused_addmm_1", "registers": 90}, {"name": "triton_red_fused_2"}])
+    reg_entry = {**ENTRY, "codegen": sides([{"name": "triton_tem_fused_addmm_1", "registers": 80},
+                                             {"name": "triton_red_fused_2"}])}
+    result, _ = judged(measured(2.0), entry=reg_entry, codegen_now=edited)
+    assert result.verdict == Verdict.PASS and result.codegen_changes, result.note
+    # Another pick after a compiler upgrade is the software's change, named as drift, not a pick.
+    result, _ = judged(measured(2.0), entry=entry, codegen_now=other, software={"torch": "2.11.0", "triton": "3.7.1"})
+    assert result.verdict == Verdict.PASS and result.codegen_drift, result.note
+
+
 def test_an_edit_that_slowed_the_optimized_kernel_stays_a_regression_with_its_codegen_named() -> None:
     entry = {**ENTRY, "codegen": sides([{"name": "_k", "grid": [132, 1, 1], "registers": 168}])}
     now = sides([{"name": "_k", "grid": [132, 1, 1], "registers": 182}])

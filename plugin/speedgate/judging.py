@@ -101,6 +101,11 @@ def judge_measurement(
             else:
                 why = pick_not_explaining(judgement, pick.undone, moved, pick.repicked, pick.new_work)
                 note = f"{note}; {said}, {why}"
+        elif not drift and (repicked := passed_on_another_pick(verdict, blessed_kernels, measured_kernels)):
+            verdict = Verdict.PICK_CHANGED
+            note = (f"the {' and '.join(repicked)} side ran other kernels than blessed, a pick this entry never saw: "
+                    f"inside the band, but a pass on another pick says nothing of the blessed kernels' speed; "
+                    f"record the pick (python -m speedgate evidence FILE REPORT) or hold it. {note}")
     if fields.get("judged_pick"):
         note = f"{note}; {fields['judged_pick']}".lstrip("; ")
     if blessed_timer and blessed_timer != measurement.timer and not timed_apart and judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
@@ -153,6 +158,16 @@ def check_pick(judgement: Judgement, speedup: float, moved: Mapping[str, Any],
     undone = at_blessed_picks(speedup, moved, repicked)
     new_work = codegen.added_kernels(blessed_kernels, measured_kernels, "optimized")
     return PickCheck(repicked, undone, new_work, pick_explains(judgement, undone, moved, repicked, new_work))
+
+
+def passed_on_another_pick(verdict: Verdict, blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                           measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> list[str]:
+    """The sides of a pass that ran another pick (codegen.repicked_sides) than the kernels it was judged against (the
+    entry's, or the other pick picks.judged_entry matched): [] unless the verdict is a pass. Such a pass measured
+    kernels the entry never saw, not the blessed ones, and a slowdown of the code can hide behind a faster pick (a
+    study's +5% under max-autotune's unheld pick passed so: docs/results/gate-study.md, section 10); it is named
+    pick-changed. One rule for the gate and for re-judging recorded runs (lab/rejudge.py)."""
+    return codegen.repicked_sides(blessed_kernels, measured_kernels) if verdict == Verdict.PASS else []
 
 
 def config_change(blessed: Any, measured: Any, *, shown: int = 160) -> str:
