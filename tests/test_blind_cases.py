@@ -365,7 +365,8 @@ def measured(speedup: float, spread: float = 0.002, timer: str = "scripted", rou
 
 def judged(first: Measurement, *again: Measurement, entry: dict[str, Any] | None = None,
            codegen_now: dict[str, Any] | None = None, software: dict[str, Any] | None = None,
-           remeasure: bool = True, tolerance: float = 0.05, graphed: bool = False) -> tuple[Any, int]:
+           remeasure: bool = True, tolerance: float = 0.05, graphed: bool = False,
+           host: dict[str, Any] | None = None) -> tuple[Any, int]:
     queue = list(again)
     taken = []
 
@@ -374,7 +375,7 @@ def judged(first: Measurement, *again: Measurement, entry: dict[str, Any] | None
         return queue.pop(0)
 
     fields = {"case_id": "t.py::test", "nodeid": "t.py::test", "name": None, "hardware_key": "test-box",
-              "tolerance": tolerance, "codegen": codegen_now}
+              "tolerance": tolerance, "codegen": codegen_now, **(host or {})}
     result, _, _ = judging.judge_measurement(
         first, next_measurement, fields, entry=ENTRY if entry is None else entry, file_found=True, remeasure=remeasure,
         graphed=graphed, throttled={}, roofline=lambda m: {}, closeness=[], software=software or SOFTWARE)
@@ -465,6 +466,23 @@ def test_a_multi_rank_entry_timed_from_idle_is_not_judged_against_held_samples()
     assert judged(measured(1.5, timer=IDLE_TIMER), measured(1.5, timer=IDLE_TIMER), measured(1.5, timer=IDLE_TIMER),
                   entry=held)[0].verdict == Verdict.REGRESSED
     assert judging.timed_otherwise(held, IDLE_TIMER, graphed=False) == ""
+
+
+def test_a_verdict_that_did_not_pass_says_when_the_host_was_busy() -> None:
+    """A launch-bound pair whose sides both ran twice their blessed time in one xdist worker (the other worker busy):
+    a regression or an inconclusive verdict says the host's load beside it; a pass, or a quiet host, says nothing."""
+    busy = {"host_load": 12.0, "host_cores": 8}
+    said = "the host's load average was 12.0 on 8 cores when it was measured"
+    result, _ = judged(measured(1.5), measured(1.5), measured(1.5), host=busy)
+    assert result.verdict == Verdict.REGRESSED and said in result.note
+    straddling = [measured(1.89, spread=0.08), measured(1.89, spread=0.08), measured(1.89, spread=0.08)]
+    result, _ = judged(*straddling, host=busy)
+    assert result.verdict == Verdict.INCONCLUSIVE and said in result.note, result.note
+    assert said not in judged(measured(2.0), host=busy)[0].note
+    quiet = judged(measured(1.5), measured(1.5), measured(1.5), host={"host_load": 3.9, "host_cores": 8})[0]
+    assert quiet.verdict == Verdict.REGRESSED and "load average" not in quiet.note
+    assert "load average" not in judged(measured(1.5), measured(1.5), measured(1.5), host={"host_load": None,
+                                                                                            "host_cores": 8})[0].note
 
 
 def test_a_drop_that_is_wholly_the_references_other_pick_is_pick_changed() -> None:

@@ -124,6 +124,23 @@ def test_compare_json_reports_and_bad_input(project: pytest.Pytester, tmp_path) 
     assert proc.returncode == 2 and "must be a fraction" in proc.stderr
 
 
+def test_each_comparison_says_when_it_was_judged_and_how_busy_the_host_was(project: pytest.Pytester) -> None:
+    """A launch-bound pair read 2.2 times its blessed time on both sides in one worker of a -n 2 study, and nothing in
+    the report said what else ran then (docs/results/gate-study.md, section 10): each record carries its verdict's
+    time and the host's load average with the cores it had."""
+    import os
+    from datetime import datetime
+
+    project.makepyfile(test_cases=TESTS)
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=2)
+    cases = json.loads((project.path / "r.json").read_text())["cases"]
+    assert len(cases) == 2
+    for case in cases:
+        assert datetime.fromisoformat(case["judged_at"].replace("Z", "+00:00")).tzinfo is not None
+        assert case["host_cores"] == len(os.sched_getaffinity(0))
+        assert isinstance(case["host_load"], float) and case["host_load"] >= 0.0
+
+
 def test_artifacts_of_a_failing_case(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 

@@ -204,6 +204,25 @@ def usable_cores() -> int:
     return len(sched_getaffinity(0)) if sched_getaffinity else (os.cpu_count() or 1)
 
 
+def host_state() -> dict[str, Any]:
+    """The host's 1-minute load average now (None where the platform has none) and the cores this process may use:
+    recorded with each verdict, so that a reader can see the host was busy (another xdist worker's compile) when a
+    side bound by the host's launches moved."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"host_load": None if load is None else round(load, 2), "host_cores": usable_cores()}
+
+
+def busy_host(load: float | None, cores: int | None) -> str | None:
+    """Words for a host whose load average exceeded half its usable cores when a verdict was given, else None."""
+    if load is None or not cores or load <= BUSY_LOAD_SHARE * cores:
+        return None
+    return f"the host's load average was {load:.1f} on {cores} cores when it was measured"
+
+
+# A host whose 1-minute load average is over this share of its usable cores is said to be busy beside a verdict that
+# did not pass (busy_host): its launches, and a launch-bound side's time, wait for the CPU.
+BUSY_LOAD_SHARE = 0.5
+
 # Contention that spoils a comparison shows in its samples as a median call far above the fastest one (with torch's
 # threads, one waits for its descheduled sibling in most calls; single-threaded work keeps its median). It is tied to
 # the scheduler by the share of timed calls during which the process lost the CPU (involuntary context switches), so

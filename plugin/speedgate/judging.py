@@ -12,6 +12,7 @@ from . import codegen, distributed
 from .advice import next_step, rebless_hint
 from .attribution import MOVED, which_side_moved
 from .closeness import Closeness
+from .devices import busy_host
 from .evidence import cause_of, judged_against
 from .hardware import software_drift
 from .measure import Measurement
@@ -80,6 +81,9 @@ def judge_measurement(
         words, moved["reference_change"], moved["optimized_change"] = which_side_moved(
             measurement.reference_ms, measurement.optimized_ms, entry, software)
         note = f"{note}; {words}"
+    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE) and \
+            (busy := busy_host(fields.get("host_load"), fields.get("host_cores"))):
+        note = f"{note}; {busy}"
     measured_kernels = fields.get("codegen")
     blessed_kernels = entry.get("codegen") if entry else None
     kernel_changes = codegen.changes(blessed_kernels, measured_kernels)

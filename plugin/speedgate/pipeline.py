@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codegen, integrity, judging, picks
 from . import tolerance as tolerances
+from .baseline import now_iso
 from .blessing import between_run_spread
 from .ceilings import MATMUL_DTYPES
 from .checks import CALLER, Checker
+from .devices import host_state
 from .measure import Measurement, Policy, Timed, time_pair
 from .recompiles import RecompiledInRounds, compiled_frames, no_recompile
 from .results import CompareResult
@@ -347,7 +349,8 @@ def judge_case(services: Services, spec: CaseSpec, measurement: Measurement, aga
     # A run whose kernels are one of the entry's other picks is judged against that pick's numbers (speedgate.picks).
     entry, judged_pick = picks.judged_entry(services.book.entry(spec.case_id, spec.hardware_key), extra.get("codegen"))
     tol = tolerances.resolve(spec.hardware_key, pinned=spec.pinned_tolerance, entry=entry, configured=settings.tolerance)
-    fields = {**spec.fields(tol), **extra, "card": services.bench.card(), "judged_pick": judged_pick}
+    fields = {**spec.fields(tol), **extra, "card": services.bench.card(), "judged_pick": judged_pick,
+              "judged_at": now_iso(), **host_state()}
     if settings.calibrate_runs:
         calibrated, settled = calibration(measurement, again, settings.calibrate_runs, taken=calibrating)
         fields.update(calibrated)

@@ -104,6 +104,11 @@ class CompareResult:
     codegen_drift: bool = False
     # When the kernels were one of the entry's other picks (speedgate.picks): which, and that pick's speedup, in words.
     judged_pick: str | None = None
+    # When the verdict was given (UTC, ISO 8601), and the host's 1-minute load average then with the cores this process
+    # may use (devices.host_state): what ran beside a side bound by the host's launches, for a reader of the report.
+    judged_at: str | None = None
+    host_load: float | None = None
+    host_cores: int | None = None
 
     @property
     def unchecked(self) -> bool:
