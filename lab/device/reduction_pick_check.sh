@@ -16,4 +16,4 @@ for round in $(seq "${ROUNDS:-3}"); do
     echo "== $mode $round: exit $?, $(( $(date +%s) - t0 )) s; $(tail -1 "$work/$mode-$round.log" | cut -c1-200)" | tee -a "$work/summary.txt"
   done
 done
-tar czf "$work/probe.tgz" -C "$work" --exclude probe.tgz .
+tar czf /tmp/reduction-probe.tgz -C "$work" . && mv /tmp/reduction-probe.tgz "$work/probe.tgz"
