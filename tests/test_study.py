@@ -61,6 +61,26 @@ def test_the_table_counts_an_inconclusive_as_caught_and_another_pick_as_missed_a
     assert text.rstrip().endswith("2 of 4 comparisons catch a 5% regression")
 
 
+def test_the_table_says_what_a_false_alarm_was_and_when_a_slowdown_landed_on_another_card() -> None:
+    """The fresh 2 x H100 study (2026-11-28, docs/results/gate-study.md, section 10): an inconclusive clean run of a
+    launch-bound pair on a busy host, and every +5% run on the other card than the clean run's, which a reading of
+    where the slowdown landed has to know."""
+    def case(verdict: str, card: str, ms: float, **more: object) -> dict:
+        return {"case_id": "a", "timed": True, "verdict": verdict, "change": -0.03, "tolerance": 0.02,
+                "timer": "cuda-events-held", "card": card, "optimized_ms": ms, **more}
+
+    clean = [{"cases": [case("inconclusive", "card0", 1.0, host_load=20.5, host_cores=32)]}]
+    text = study.table(clean, {0.05: [{"cases": [case("regressed", "card1", 1.125)]}]})
+    assert ("| `a` | 2.0% | cuda-events-held | 1/1 (inconclusive; host load 20.5 on 32 cores) | 1/1, -3.0% (the optimized "
+            "side +12.5% from the clean run on another card, heavier than asked) |") in text
+    # A quiet host and the same card say neither; a regressed alarm says only its count.
+    clean = [{"cases": [case("regressed", "card0", 1.0, host_load=3.0, host_cores=32)]}]
+    text = study.table(clean, {0.05: [{"cases": [case("regressed", "card0", 1.125)]}]})
+    assert "| 1/1 | 1/1, -3.0% (the optimized side +12.5% from the clean run, heavier than asked) |" in text
+    assert not study.on_another_card([case("pass", "card0", 1.0)], [case("pass", "card0", 1.0)])
+    assert not study.on_another_card([{"card": None}], [case("pass", "card1", 1.0)])  # a CPU run has no card
+
+
 def test_ctrl_c_midway_keeps_the_runs_done_and_says_how_to_go_on(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C in a study printed KeyboardInterrupt's traceback. The run it cut is set aside by run_pytest (tested in
     tests/test_gate_study.py); the study now says what is kept and exits 130, as a shell's Ctrl-C does."""

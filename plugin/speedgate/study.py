@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .devices import BUSY_LOAD_SHARE
 from .timers.base import CpuTimer
 from .timers.cuda import IdleStart, capture_graph
 
@@ -272,6 +273,24 @@ def _cost(case: Mapping[str, Any], host_timed: bool) -> float | None:
     return (1.0 / float(value) if host_timed else float(value)) if value else None
 
 
+def alarm_words(alarmed: Sequence[Mapping[str, Any]]) -> str:
+    """What a comparison's false alarms in the clean runs were, beside their count: each verdict other than regressed,
+    and a host whose load average was over devices.BUSY_LOAD_SHARE of its cores when one was judged."""
+    said = sorted({str(c["verdict"]) for c in alarmed} - {"regressed"})
+    loads = [(c.get("host_load"), c.get("host_cores")) for c in alarmed]
+    said += sorted({f"host load {load:.1f} on {cores} cores" for load, cores in loads
+                    if isinstance(load, (int, float)) and cores and load > BUSY_LOAD_SHARE * cores})
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def on_another_card(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every slowed run of a comparison was measured on a card no clean run of it was (xdist hands a file to
+    either worker): where a slowdown "landed" then holds the difference between the cards too."""
+    was = {c.get("card") for c in clean}
+    now = {c.get("card") for c in slowed}
+    return None not in was | now and bool(now) and not was & now
+
+
 def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequence[Mapping[str, Any]]],
           share: float = 0.05) -> str:
     """Per comparison its tolerance, false alarms in the clean runs and, per slowdown, the runs that caught it and
@@ -299,7 +318,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
         wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
         alarms, trials = alarms + wrong, trials + len(runs)
-        row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")), f"{wrong}/{len(runs)}"]
+        alarmed = [c for c in runs if c["verdict"] in FALSE_ALARMS]
+        row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")),
+               f"{wrong}/{len(runs)}{alarm_words(alarmed)}"]
         for s in shares:
             got = [c for r in slowed_runs[s] if (c := timed_cases(r).get(case_id))]
             hit = sum(c["verdict"] in CAUGHT for c in got)
@@ -325,7 +346,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 unrecorded[s] += 1
                 tail = " (not timed in the slowed run: see its log)"
             elif (short or heavier) and reached is not None:
-                tail = f" (the optimized side {reached:+.1%}{against} from the clean run{', heavier than asked' if heavier else ''})"
+                card = " on another card" if on_another_card(runs, got) else ""
+                tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}"
+                        f"{', heavier than asked' if heavier else ''})")
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
     total = len(cases)
