@@ -240,6 +240,25 @@ def test_one_compiled_kernel_launched_at_several_grids_gives_each_launch_its_fac
     assert [k.get("spills") for k in codegen.side_facts(traced, two)] == [1, 2, None]
 
 
+def test_a_side_replaying_its_own_graphs_takes_its_kernels_facts_from_its_first_calls() -> None:
+    """max-autotune's and reduce-overhead's compiled model replays cudagraph trees: its profiled calls launch nothing
+    through inductor's autotuners, and 31 of the H100 file's kernels of test_compile_mode kept the trace's facts alone,
+    no spills. The first calls ran those autotuners: their facts join the side's, never a @triton.autotune kernel's
+    candidates from a first call's race, and never a second copy of a kernel the profiled calls launched."""
+    norm, gelu = autotuner("triton_per_fused_layer_norm_9"), autotuner("triton_poi_fused_gelu_2")
+    candidate = types.SimpleNamespace(name="_matmul_kernel", n_regs=90, n_spills=0, metadata=None)  # a race's loser
+    assert codegen.with_first_calls([], [norm, candidate, gelu]) == [norm, gelu]
+    traced = [{"name": "triton_per_fused_layer_norm_9", "grid": [8192, 1, 1], "registers": 64}]
+    facts = [codegen.compiled_facts(k) for k in codegen.with_first_calls([], [norm, candidate, gelu])]
+    [merged] = codegen.side_facts(traced, facts)
+    assert merged["spills"] == 0 and merged["registers"] == 64 and merged["warps"] == 4
+    # Launched in the profiled calls too (the same autotuner, or another of that name): the profiled calls' own.
+    own = autotuner("triton_per_fused_layer_norm_9")
+    assert codegen.with_first_calls([norm], [norm, gelu]) == [norm, gelu]
+    assert codegen.with_first_calls([own], [norm]) == [own]
+    assert codegen.with_first_calls([], []) == []
+
+
 def test_torch_compile_autotuners_that_ran_are_noted_once_and_their_classes_given_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """compiled_launches notes each autotuner whose run launched a kernel inside (a subclass's own run too, as

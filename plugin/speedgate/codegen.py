@@ -135,6 +135,23 @@ def _is_inductor(compiled: Any) -> bool:
     return hasattr(compiled, "launchers") and hasattr(compiled, "inductor_meta")
 
 
+def with_first_calls(launched: Sequence[Any], first: Sequence[Any]) -> list[Any]:
+    """A side's kernels for its facts: those its profiled calls launched (compiled_launches), then each autotuner of
+    torch.compile's code that its first calls ran and the profiled calls launched no kernel of that name through. A
+    side that replays its own CUDA graphs (cudagraph trees: reduce-overhead, max-autotune) launches nothing through
+    them in the profiled calls, and its kernels kept the trace's facts alone, no spills. Only inductor's autotuners
+    come from the first calls, their facts read once they have chosen; a @triton.autotune kernel's first call launches
+    every candidate, which are no kernels of the side."""
+    names = {str(compiled_facts(kernel)["name"]) for kernel in launched}
+    ids = {id(kernel) for kernel in launched}
+    extra: list[Any] = []
+    for kernel in first:
+        if _is_inductor(kernel) and id(kernel) not in ids and str(inductor_facts(kernel)["name"]) not in names:
+            ids.add(id(kernel))
+            extra.append(kernel)
+    return [*launched, *extra]
+
+
 def inductor_facts(tuner: Any) -> dict[str, Any]:
     """What a Triton kernel of torch.compile's (inductor's CachingAutotuner: its generated kernels and a user's
     kernel inside a compiled graph) says of the config it launches: the kernel's name (its JIT function's, as the
@@ -516,4 +533,4 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 __all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts",
            "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
            "parse_resource_usage", "ptx_mix", "repicked_sides", "resource_usage", "side_facts", "sides_of",
-           "trace_kernels"]
+           "trace_kernels", "with_first_calls"]

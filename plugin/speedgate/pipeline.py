@@ -164,6 +164,8 @@ class Comparison:
         # Each side's Triton and Gluon kernels as launched after any autotuning (speedgate.codegen): from the graph
         # capture with graph=True, else from the audit's profiled calls.
         self.compiled: dict[str, list[dict[str, Any]]] = {}
+        # The kernels each side's first calls ran, where the timer can profile (codegen.with_first_calls).
+        self.first_launched: dict[str, list[Any]] = {}
 
     @property
     def timer(self) -> Timer:
@@ -209,7 +211,12 @@ class Comparison:
 
         def call(side: Side) -> Callable[[], Any]:
             def once() -> Any:
-                first[side.name], out = self.timer.first_call(side)
+                if not self.timer.can_profile:
+                    first[side.name], out = self.timer.first_call(side)
+                    return out
+                with codegen.compiled_launches() as launched:
+                    first[side.name], out = self.timer.first_call(side)
+                self.first_launched.setdefault(side.name, []).extend(launched)
                 return out
             return once
 
@@ -247,7 +254,8 @@ class Comparison:
             for side, fn in (("reference", timed.reference), ("optimized", timed.optimized)):
                 with codegen.compiled_launches() as launched:
                     profiled[side] = self.timer.profile_calls(fn)
-                self.compiled.setdefault(side, [codegen.compiled_facts(k) for k in launched])
+                kernels = codegen.with_first_calls(launched, self.first_launched.get(side, []))
+                self.compiled.setdefault(side, [codegen.compiled_facts(k) for k in kernels])
         roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
         evidence = integrity.Evidence(spec.case_id, timed.measurement.real_optimized_ms, profiled, floor_ms, bound,
