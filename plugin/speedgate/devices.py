@@ -204,6 +204,10 @@ def usable_cores() -> int:
     return len(sched_getaffinity(0)) if sched_getaffinity else (os.cpu_count() or 1)
 
 
+# A host whose 1-minute load average is over this share of its usable cores is said to be busy beside a verdict that
+# did not pass (busy_host): its launches, and a launch-bound side's time, wait for the CPU.
+BUSY_LOAD_SHARE = 0.5
+
 def host_state() -> dict[str, Any]:
     """The host's 1-minute load average now (None where the platform has none) and the cores this process may use:
     recorded with each verdict, so that a reader can see the host was busy (another xdist worker's compile) when a
@@ -218,10 +222,6 @@ def busy_host(load: float | None, cores: int | None) -> str | None:
         return None
     return f"the host's load average was {load:.1f} on {cores} cores when it was measured"
 
-
-# A host whose 1-minute load average is over this share of its usable cores is said to be busy beside a verdict that
-# did not pass (busy_host): its launches, and a launch-bound side's time, wait for the CPU.
-BUSY_LOAD_SHARE = 0.5
 
 # Contention that spoils a comparison shows in its samples as a median call far above the fastest one (with torch's
 # threads, one waits for its descheduled sibling in most calls; single-threaded work keeps its median). It is tied to

@@ -288,7 +288,7 @@ def on_another_card(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping
     either worker): where a slowdown "landed" then holds the difference between the cards too."""
     was = {c.get("card") for c in clean}
     now = {c.get("card") for c in slowed}
-    return None not in was | now and bool(now) and not was & now
+    return bool(now) and None not in (was | now) and not (was & now)
 
 
 def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequence[Mapping[str, Any]]],
