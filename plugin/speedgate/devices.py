@@ -208,6 +208,7 @@ def usable_cores() -> int:
 # did not pass (busy_host): its launches, and a launch-bound side's time, wait for the CPU.
 BUSY_LOAD_SHARE = 0.5
 
+
 def host_state() -> dict[str, Any]:
     """The host's 1-minute load average now (None where the platform has none) and the cores this process may use:
     recorded with each verdict, so that a reader can see the host was busy (another xdist worker's compile) when a
