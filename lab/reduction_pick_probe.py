@@ -61,6 +61,7 @@ def main() -> None:
 
     from perftests.support.compile_time import one_pointwise_config
     from perftests.test_compile_ladder import Ladder
+    from speedgate.timers import median_event_ms
 
     available = hasattr(inductor_config.test_configs, SETTING)
     out: dict[str, Any] = {"hold": args.hold, "setting_available": available, "torch": torch.__version__,
@@ -77,14 +78,7 @@ def main() -> None:
             for _ in range(WARM):
                 run()
             torch.cuda.synchronize()
-            times = []
-            for _ in range(args.calls):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
+            ms = median_event_ms(torch, run, calls=args.calls)
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(TRACED):
                     run()
@@ -93,7 +87,7 @@ def main() -> None:
                 path = Path(folder) / "trace.json"
                 prof.export_chrome_trace(str(path))
                 trace = json.loads(path.read_text())
-            out["rungs"][rung] = {"ms": round(statistics.median(times), 4), "compile_s": ladder.first_call_s[rung],
+            out["rungs"][rung] = {"ms": round(ms, 4), "compile_s": ladder.first_call_s[rung],
                                   "reductions": reductions(trace)}
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps({rung: row["ms"] for rung, row in out["rungs"].items()}))
