@@ -217,11 +217,15 @@ def host_state() -> dict[str, Any]:
     return {"host_load": None if load is None else round(load, 2), "host_cores": usable_cores()}
 
 
+def busy(load: Any, cores: Any) -> bool:
+    """Whether a recorded load average (host_state's) is over BUSY_LOAD_SHARE of the usable cores; False where either
+    is unknown."""
+    return isinstance(load, (int, float)) and isinstance(cores, int) and cores > 0 and load > BUSY_LOAD_SHARE * cores
+
+
 def busy_host(load: float | None, cores: int | None) -> str | None:
     """Words for a host whose load average exceeded half its usable cores when a verdict was given, else None."""
-    if load is None or not cores or load <= BUSY_LOAD_SHARE * cores:
-        return None
-    return f"the host's load average was {load:.1f} on {cores} cores when it was measured"
+    return f"the host's load average was {load:.1f} on {cores} cores when it was measured" if busy(load, cores) else None
 
 
 # Contention that spoils a comparison shows in its samples as a median call far above the fastest one (with torch's

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .devices import BUSY_LOAD_SHARE
+from .devices import busy
 from .timers.base import CpuTimer
 from .timers.cuda import IdleStart, capture_graph
 
@@ -275,11 +275,10 @@ def _cost(case: Mapping[str, Any], host_timed: bool) -> float | None:
 
 def alarm_words(alarmed: Sequence[Mapping[str, Any]]) -> str:
     """What a comparison's false alarms in the clean runs were, beside their count: each verdict other than regressed,
-    and a host whose load average was over devices.BUSY_LOAD_SHARE of its cores when one was judged."""
+    and a host that was busy (devices.busy) when one was judged."""
     said = sorted({str(c["verdict"]) for c in alarmed} - {"regressed"})
-    loads = [(c.get("host_load"), c.get("host_cores")) for c in alarmed]
-    said += sorted({f"host load {load:.1f} on {cores} cores" for load, cores in loads
-                    if isinstance(load, (int, float)) and cores and load > BUSY_LOAD_SHARE * cores})
+    said += sorted({f"host load {c['host_load']:.1f} on {c['host_cores']} cores" for c in alarmed
+                    if busy(c.get("host_load"), c.get("host_cores"))})
     return f" ({'; '.join(said)})" if said else ""
 
 
