@@ -247,15 +247,16 @@ def test_a_side_replaying_its_own_graphs_takes_its_kernels_facts_from_its_first_
     candidates from a first call's race, and never a second copy of a kernel the profiled calls launched."""
     norm, gelu = autotuner("triton_per_fused_layer_norm_9"), autotuner("triton_poi_fused_gelu_2")
     candidate = types.SimpleNamespace(name="_matmul_kernel", n_regs=90, n_spills=0, metadata=None)  # a race's loser
-    assert codegen.with_first_calls([], [norm, candidate, gelu]) == [norm, gelu]
+    facts = codegen.compiled_facts
+    assert codegen.with_first_calls([], [norm, candidate, gelu, norm]) == [facts(norm), facts(gelu)]
     traced = [{"name": "triton_per_fused_layer_norm_9", "grid": [8192, 1, 1], "registers": 64}]
-    facts = [codegen.compiled_facts(k) for k in codegen.with_first_calls([], [norm, candidate, gelu])]
-    [merged] = codegen.side_facts(traced, facts)
+    [merged] = codegen.side_facts(traced, codegen.with_first_calls([], [norm, candidate, gelu]))
     assert merged["spills"] == 0 and merged["registers"] == 64 and merged["warps"] == 4
     # Launched in the profiled calls too (the same autotuner, or another of that name): the profiled calls' own.
     own = autotuner("triton_per_fused_layer_norm_9")
-    assert codegen.with_first_calls([norm], [norm, gelu]) == [norm, gelu]
-    assert codegen.with_first_calls([own], [norm]) == [own]
+    own.launchers[0].n_spills = 7
+    assert codegen.with_first_calls([facts(norm)], [norm, gelu]) == [facts(norm), facts(gelu)]
+    assert codegen.with_first_calls([facts(own)], [norm]) == [facts(own)]
     assert codegen.with_first_calls([], []) == []
 
 

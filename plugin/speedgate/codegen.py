@@ -135,21 +135,25 @@ def _is_inductor(compiled: Any) -> bool:
     return hasattr(compiled, "launchers") and hasattr(compiled, "inductor_meta")
 
 
-def with_first_calls(launched: Sequence[Any], first: Sequence[Any]) -> list[Any]:
-    """A side's kernels for its facts: those its profiled calls launched (compiled_launches), then each autotuner of
-    torch.compile's code that its first calls ran and the profiled calls launched no kernel of that name through. A
-    side that replays its own CUDA graphs (cudagraph trees: reduce-overhead, max-autotune) launches nothing through
-    them in the profiled calls, and its kernels kept the trace's facts alone, no spills. Only inductor's autotuners
-    come from the first calls, their facts read once they have chosen; a @triton.autotune kernel's first call launches
-    every candidate, which are no kernels of the side."""
-    names = {str(compiled_facts(kernel)["name"]) for kernel in launched}
-    ids = {id(kernel) for kernel in launched}
-    extra: list[Any] = []
+def with_first_calls(launched: Sequence[Mapping[str, Any]], first: Sequence[Any]) -> list[dict[str, Any]]:
+    """A side's kernels' facts: those of the kernels its profiled calls launched (`launched`, compiled_facts of
+    compiled_launches'), then inductor_facts of each autotuner of torch.compile's code that its first calls ran
+    (`first`, once each) and the profiled calls launched no kernel of that name through. A side that replays its own
+    CUDA graphs (cudagraph trees: reduce-overhead, max-autotune) launches nothing through them in the profiled calls,
+    and its kernels kept the trace's facts alone, no spills. Only inductor's autotuners come from the first calls,
+    their facts read once they have chosen; a @triton.autotune kernel's first call launches every candidate, which
+    are no kernels of the side."""
+    names = {str(facts["name"]) for facts in launched}
+    seen: set[int] = set()
+    extra = []
     for kernel in first:
-        if _is_inductor(kernel) and id(kernel) not in ids and str(inductor_facts(kernel)["name"]) not in names:
-            ids.add(id(kernel))
-            extra.append(kernel)
-    return [*launched, *extra]
+        if not _is_inductor(kernel) or id(kernel) in seen:
+            continue
+        seen.add(id(kernel))
+        facts = inductor_facts(kernel)
+        if str(facts["name"]) not in names:
+            extra.append(facts)
+    return [*(dict(facts) for facts in launched), *extra]
 
 
 def inductor_facts(tuner: Any) -> dict[str, Any]:

@@ -211,10 +211,9 @@ class Comparison:
 
         def call(side: Side) -> Callable[[], Any]:
             def once() -> Any:
-                if not self.timer.can_profile:
-                    first[side.name], out = self.timer.first_call(side)
-                    return out
-                with codegen.compiled_launches() as launched:
+                noting: contextlib.AbstractContextManager[list[Any]] = (
+                    codegen.compiled_launches() if self.timer.can_profile else contextlib.nullcontext([]))
+                with noting as launched:
                     first[side.name], out = self.timer.first_call(side)
                 self.first_launched.setdefault(side.name, []).extend(launched)
                 return out
@@ -254,8 +253,8 @@ class Comparison:
             for side, fn in (("reference", timed.reference), ("optimized", timed.optimized)):
                 with codegen.compiled_launches() as launched:
                     profiled[side] = self.timer.profile_calls(fn)
-                kernels = codegen.with_first_calls(launched, self.first_launched.get(side, []))
-                self.compiled.setdefault(side, [codegen.compiled_facts(k) for k in kernels])
+                facts = [codegen.compiled_facts(k) for k in launched]
+                self.compiled.setdefault(side, codegen.with_first_calls(facts, self.first_launched.get(side, [])))
         roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
         evidence = integrity.Evidence(spec.case_id, timed.measurement.real_optimized_ms, profiled, floor_ms, bound,
