@@ -65,30 +65,26 @@ close_state() {
 # fresh: the environment of a process with empty Triton and inductor caches, as a fresh CI runner starts.
 fresh() { echo "TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)"; }
 
-# bless_pair: the two-GPU cases (perftests/test_nccl.py) blessed with --speedgate-calibrate 2 into $state's 2x file,
-# another pair's evidence, within the call's time ($deadline); $state/pair.done unless the time ran out.
-bless_pair() {
-  local t0 rc
+# pair_run LABEL JSON [PYTEST ARGS...]: the two-GPU cases (perftests/test_nccl.py) against $state's 2x file, with
+# empty caches, within the call's time ($deadline); the report in $work/JSON, the log in $work/pair.log, a line in the
+# summary; $state/pair.done unless the time ran out.
+pair_run() {
+  local label=$1 json=$2 t0 rc
+  shift 2
   t0=$(date +%s)
   env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
-    --baseline-dir "$state/baselines" --update-baselines --speedgate-calibrate 2 --speedgate-json "$work/pair.json" \
-    > "$work/pair.log" 2>&1
+    --baseline-dir "$state/baselines" --speedgate-json "$work/$json" "$@" > "$work/pair.log" 2>&1
   rc=$?
-  echo "== pair: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
+  echo "== $label: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
   (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
 }
 
-# gate_pair: the two-GPU cases gated against $state's 2x file (a pair that gave it no evidence: false alarms are what
-# it looks for), within the call's time; $state/pair.done unless the time ran out.
-gate_pair() {
-  local t0 rc
-  t0=$(date +%s)
-  env $(fresh) timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest perftests/test_nccl.py -p no:cacheprovider -q -rs \
-    --baseline-dir "$state/baselines" --speedgate-json "$work/pair-gate.json" > "$work/pair.log" 2>&1
-  rc=$?
-  echo "== pair gate: exit $rc, $(($(date +%s) - t0)) s; $(tail -1 "$work/pair.log")" >> "$work/summary.txt"
-  (( rc == 124 || rc == 137 )) || touch "$state/pair.done"
-}
+# bless_pair: the two-GPU cases blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence.
+bless_pair() { pair_run pair pair.json --update-baselines --speedgate-calibrate 2; }
+
+# gate_pair: the two-GPU cases gated against the 2x file (a pair that gave it no evidence: false alarms are what it
+# looks for).
+gate_pair() { pair_run "pair gate" pair-gate.json; }
 
 # list_cards: one line per GPU: its name, anonymized card id (speedgate's: 12 hex digits of the serial's SHA-256),
 # the serial's last six characters, its SM clock and temperature now.
