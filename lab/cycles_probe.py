@@ -139,7 +139,7 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
         count = max(2, int(work_ms / pair_ms))
         stamps = Stamps(torch, 2 * count)
         rows: dict[str, list[Any]] = {"ref_ms": [], "opt_ms": [], "ref_cycles": [], "opt_cycles": [],
-                                      "ref_mhz": [], "opt_mhz": [], "opt_after_ref": []}
+                                      "ref_mhz": [], "opt_mhz": [], "opt_after_ref": [], "batch_at": []}
         # warm-up at the condition, as the gate's sustained warm-up does
         timer.time_each([reference, optimized] * count)
         for _ in range(batches):
@@ -149,6 +149,7 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
             for i in range(count):
                 first, second = (reference, optimized) if i % 2 == 0 else (optimized, reference)
                 order += [stamps.wrap(first, 2 * i), stamps.wrap(second, 2 * i + 1)]
+            rows["batch_at"].append(time.time())  # the batch's wall-clock start, to line it up with an NVML log
             times = timer.time_each(order)
             read = stamps.read(2 * count)
             for i in range(count):
@@ -160,7 +161,7 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
                 rows["ref_mhz"].append(read[ri][1])
                 rows["opt_mhz"].append(read[oi][1])
                 rows["opt_after_ref"].append(i % 2 == 0)  # AB rounds: the optimized call right after a reference
-        med = {k: statistics.median(v) for k, v in rows.items() if k != "opt_after_ref"}
+        med = {k: statistics.median(v) for k, v in rows.items() if k not in ("opt_after_ref", "batch_at")}
         for after, label in ((True, "opt_ms_after_ref"), (False, "opt_ms_after_opt")):
             picked = [t for t, a in zip(rows["opt_ms"], rows["opt_after_ref"]) if a is after]
             if picked:
