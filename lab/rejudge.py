@@ -8,6 +8,11 @@ BASELINE.json's entry as the plugin judges it now: the entry's other pick when t
 (speedgate.picks), the entry's calibrated tolerance (or the case's pinned one), the cards' center, and the
 pick-changed rules (speedgate.judging.check_pick, passed_on_another_pick). Then the study's table and its catch line.
 
+--rule NAME (one of lab.evidence_center.RULES) writes every calibrated entry's tolerance, and its other picks', from
+its evidence by that rule's spread before judging: what another tolerance rule would have caught and cried wolf on.
+Run it on the file the study was judged against (the study's cards had given it no evidence), not on one that has
+taken the study's clean run since.
+
 Not modelled: measuring again (the recorded interval is the last measurement's), inconclusive, and a change of
 the case itself since the run. A count from this tool is an estimate of the verdicts, never a measurement: a results
 page says which it is.
@@ -17,18 +22,35 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lab.evidence_center import RULES
 from speedgate import picks
 from speedgate import tolerance as tolerances
 from speedgate.attribution import which_side_moved
-from speedgate.evidence import judged_against
+from speedgate.evidence import calibrated_tolerance, judged_against, round_value
 from speedgate.judging import check_pick, passed_on_another_pick
 from speedgate.stats import RatioEstimate
 from speedgate.study import table
 from speedgate.verdict import Verdict, judge
+
+
+def retolerated(entry: Mapping[str, Any], rule: Callable[[Mapping[str, Any]], float]) -> dict[str, Any]:
+    """entry with its tolerance, and each of its other picks', written from its own evidence by rule (a spread of a
+    calibration, as lab.evidence_center.RULES), as speedgate writes it from evidence.spread_of."""
+
+    def written(part: Mapping[str, Any]) -> dict[str, Any]:
+        calibration = part.get("calibration")
+        if not isinstance(calibration, Mapping) or not calibration or "tolerance" not in part:
+            return dict(part)
+        return {**part, "tolerance": float(round_value(calibrated_tolerance(rule(calibration))))}
+
+    out = written(entry)
+    if isinstance(entry.get("picks"), list):
+        out["picks"] = [written(pick) if isinstance(pick, Mapping) else pick for pick in entry["picks"]]
+    return out
 
 
 def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
@@ -75,8 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("baseline", type=Path)
     parser.add_argument("study", type=Path)
     parser.add_argument("--share", type=float, default=0.05)
+    parser.add_argument("--rule", choices=sorted(RULES), help="write the tolerances by this rule first (see the module)")
     args = parser.parse_args(argv)
     cases = json.loads(args.baseline.read_text())["cases"]
+    if args.rule:
+        cases = {case_id: retolerated(entry, RULES[args.rule]) for case_id, entry in cases.items()}
     clean = [rejudged(json.loads(p.read_text()), cases) for p in sorted(args.study.glob("clean*.json"))]
     slowed: dict[float, list[dict[str, Any]]] = {}
     for path in sorted(args.study.glob("slow*.json")):
