@@ -802,6 +802,41 @@ def test_evidence_records_facts_where_an_entry_has_none_and_keeps_another_pick_a
     assert pick["tolerance"] == evidence.tolerance_of(pick["calibration"])
 
 
+def test_evidence_adds_the_facts_another_pick_lacks_from_a_run_of_that_pick_even_given_again() -> None:
+    # The H200 file's training step: its other picks were recorded before a graph-replaying side's inductor kernels
+    # carried their spills, and a gate run of one of those picks records them. They go to that pick, not the main
+    # one; and a report already in the pick's evidence (added before the facts were taken from such runs) still
+    # gives them, its speedup not added twice.
+    calibration = evidence.add_process({}, "card-a", 2.0, 0.001, "2026-11-26T00:00:00Z")
+    calibration.update(runs=2, spread=0.001, measured_at="2026-11-26T00:00:00Z")
+    main = sides([{"name": "_k", "registers": 168}], reference=[{"name": "triton_poi_fused_0", "block": [256, 1, 1]}])
+    other = sides([{"name": "_k", "registers": 168}], reference=[{"name": "triton_poi_fused_0", "block": [128, 1, 1]}])
+    doc = {"hardware_key": "test-box", "cases": {"t.py::test": {
+        **ENTRY, "codegen": main, "calibration": calibration, "tolerance": evidence.tolerance_of(calibration)}}}
+    with_pick, _, _ = evidence.add_reports(doc, [report([record(1.8, other, "card-b")])])
+    assert with_pick["cases"]["t.py::test"]["picks"][0]["codegen"] == other
+    richer = sides([{"name": "_k", "registers": 168, "spills": 0}],
+                   reference=[{"name": "triton_poi_fused_0", "block": [128, 1, 1], "spills": 0, "warps": 4}])
+    later = report([record(1.81, richer, "card-c")])
+    later["run_time"] = "2026-11-28T00:00:00Z"
+    after, _, notes = evidence.add_reports(with_pick, [later])
+    entry = after["cases"]["t.py::test"]
+    [pick] = entry["picks"]
+    assert pick["codegen"] == richer and entry["codegen"] == main
+    assert any("codegen facts recorded for 1 entries" in line for line in notes)
+    assert sorted(evidence.cards(pick["calibration"])) == ["card-b", "card-c"]
+    # The same report again, into a file whose pick lacks the facts still: the facts, not the speedup.
+    lacking = {**after, "cases": {"t.py::test": {**entry, "picks": [{**pick, "codegen": other}]}}}
+    again, _, notes = evidence.add_reports(lacking, [later])
+    assert again == after
+    assert any("already in this file's evidence" in line for line in notes)
+    # A run whose facts differ from the pick's (other registers on its reference kernel) adds nothing.
+    differs = sides([{"name": "_k", "registers": 168}],
+                    reference=[{"name": "triton_poi_fused_0", "block": [128, 1, 1], "registers": 40}])
+    assert evidence.with_facts({**entry, "picks": [{**pick, "codegen": {**other, "reference": [
+        {"name": "triton_poi_fused_0", "block": [128, 1, 1], "registers": 32}]}}]}, differs) is None
+
+
 def test_evidence_records_facts_from_a_run_of_the_same_compilers_under_another_speedgate() -> None:
     # The H200 file's entries blessed with speedgate 0.1.0 had no facts; a gate run of 0.2.0 on the same torch, triton
     # and driver makes the same kernels, so it records them, while its speedups stay out of 0.1.0's evidence.

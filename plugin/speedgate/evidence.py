@@ -301,9 +301,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 # the facts its kernels lack (read since the bless), where every fact both hold is the same. A test
                 # failed by this comparison's own regression ran the same kernels (its speedup joins the evidence
                 # too); one that failed for another reason (a wrong result, a raise) gives nothing.
-                facts = record["codegen"] if "codegen" not in entry else codegen.completed(entry["codegen"], record["codegen"])
-                if facts is not None:
-                    entry = cases[record["case_id"]] = {**entry, "codegen": facts}
+                if (filled := with_facts(entry, record["codegen"])) is not None:
+                    entry = cases[record["case_id"]] = filled
                     recorded.append(record["case_id"])
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
@@ -374,6 +373,24 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                  f"the {CARDS_KEPT} cards with the newest evidence): its processes no longer set their tolerances or "
                  "centers" for card, count in sorted(by_card.items())]
     return {**doc, "cases": cases}, lines, left_out
+
+
+def with_facts(entry: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, Any] | None:
+    """entry with the kernel facts a run recorded where the pick it ran lacks them (codegen.completed: every fact
+    both hold the same): the main pick's, or the other pick's whose kernels these are (picks.matching); an entry
+    without facts takes the run's. None when nothing is added."""
+    if "codegen" not in entry:
+        return {**entry, "codegen": dict(measured)}
+    if (facts := codegen.completed(entry["codegen"], measured)) is not None:
+        return {**entry, "codegen": facts}
+    if (found := picks.matching(entry, measured)) is None:
+        return None
+    index, pick = found
+    if (facts := codegen.completed(pick.get("codegen"), measured)) is None:
+        return None
+    others = list(entry["picks"])
+    others[index] = {**pick, "codegen": facts}
+    return {**entry, "picks": others}
 
 
 def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] | None, record: Mapping[str, Any],
