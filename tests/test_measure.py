@@ -160,6 +160,33 @@ def test_the_rounds_use_the_timer_the_sides_call_for() -> None:
     assert timer.asked == [False, True]
 
 
+class _Outrun(ScriptedTimer):
+    """A held clock whose host falls behind its hold in every third batch of rounds (Timer.outrun)."""
+
+    def __init__(self) -> None:
+        super().__init__({"ref": 3.0, "opt": 1.5})
+        self.batch = 0
+
+    def time_each(self, fns):  # type: ignore[no-untyped-def]
+        self.batch += 1
+        return super().time_each(fns)
+
+    def outrun(self) -> bool:
+        return self.batch % 3 == 0
+
+
+def test_the_measurement_counts_the_held_batches_the_host_outran() -> None:
+    timer = _Outrun()
+    m = measure_pair(ref, opt, timer, Policy(warmup_s=0, min_rounds=200, max_rounds=200, target_rel_halfwidth=0.0))
+    assert m.held_batches is not None and m.held_batches >= 4
+    rounds_from = timer.batch - m.held_batches  # the batches before the rounds: first calls and warm-up
+    assert m.outrun_batches == sum((rounds_from + i) % 3 == 0 for i in range(1, m.held_batches + 1))
+    assert 0 < m.outrun_batches < m.held_batches
+    # A clock that holds nothing counts nothing.
+    plain = measure_pair(ref, opt, ScriptedTimer({"ref": 3.0, "opt": 1.5}), Policy(warmup_s=0))
+    assert plain.held_batches is None and plain.outrun_batches is None
+
+
 def test_a_side_that_slows_to_its_steady_speed_is_timed_at_that_speed() -> None:
     """A power-capped GPU after an idle spell: the first rounds at the full clock, then the capped one. The median
     of all the rounds would land in whichever cluster held more; the rounds before the device settled are dropped."""

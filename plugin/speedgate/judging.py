@@ -370,6 +370,7 @@ def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
         stopped_by=m.stopped_by, reference_first_ms=m.reference_first_ms, optimized_first_ms=m.optimized_first_ms,
         reference_stats=sample_stats(m.reference_samples), optimized_stats=sample_stats(m.optimized_samples),
         baseline=j.baseline, change=j.change, budget=m.budget(), dropped_rounds=m.dropped_rounds, settled=m.settled,
+        held_batches=m.held_batches, outrun_batches=m.outrun_batches,
         reference_event_ms=m.event_ms[0] if m.event_ms else None, optimized_event_ms=m.event_ms[1] if m.event_ms else None,
         reference_mhz=m.clock_mhz[0] if m.clock_mhz else None, optimized_mhz=m.clock_mhz[1] if m.clock_mhz else None,
     )

@@ -86,6 +86,10 @@ class Measurement:
     # Rounds dropped while the device's speed drifted (run_rounds' settling), and whether it had settled.
     dropped_rounds: int = 0
     settled: bool = True
+    # Held batches of rounds taken (settling's dropped ones too) and how many of them the host outran: its hold
+    # ended before it had queued the batch (Timer.outrun); None where the clock holds nothing.
+    held_batches: int | None = None
+    outrun_batches: int | None = None
     # Rounds counted in SM cycles (timers.cycles): the samples are ms at the full clock; these are the events' own
     # medians (reference, optimized), what the audits hold against the roofline, and each side's median SM clock.
     event_ms: tuple[float, float] | None = None
@@ -307,14 +311,26 @@ def time_pair(
     if prepare is not None:
         reference, optimized = prepare(reference), prepare(optimized)
         warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
+    held = {"batches": 0, "outrun": 0}
+    take = paired_take(reference, optimized, rounds_timer)
+
+    def counted(first: int, count: int) -> tuple[list[float], list[float]]:
+        taken = take(first, count)
+        if (outrun := rounds_timer.outrun()) is not None:
+            held["batches"] += 1
+            held["outrun"] += bool(outrun)
+        return taken
+
     with guard() if guard is not None else contextlib.nullcontext():
-        rounds = run_rounds(paired_take(reference, optimized, rounds_timer), policy, batch_size=_batch_size,
-                            per_pair_ms=sum(warm[-2:]), between=between, clock=clock)
+        rounds = run_rounds(counted, policy, batch_size=_batch_size, per_pair_ms=sum(warm[-2:]), between=between,
+                            clock=clock)
     measurement = measurement_from_samples(
         rounds.reference, rounds.optimized, reference_first_ms=first_ms[0], optimized_first_ms=first_ms[1],
         seconds=rounds.seconds, stopped_by=rounds.stopped_by, timer=rounds_timer.name, confidence=policy.confidence,
         stats_seconds=rounds.stats_seconds, dropped_rounds=rounds.dropped, settled=rounds.settled,
     )
+    if held["batches"]:
+        measurement = dataclasses.replace(measurement, held_batches=held["batches"], outrun_batches=held["outrun"])
     if isinstance(counter, SmCycles):
         (ref_ms, ref_mhz), (opt_ms, opt_mhz) = counter.side(reference), counter.side(optimized)
         if ref_ms and opt_ms:

@@ -46,6 +46,9 @@ class CompareResult:
     # Rounds dropped while the device's speed still drifted (speedgate.measure's settling), and whether it settled.
     dropped_rounds: int = 0
     settled: bool = True
+    # Held batches of rounds, and how many the host outran (speedgate.measure.Measurement); None where nothing held.
+    held_batches: int | None = None
+    outrun_batches: int | None = None
     flops: float | None = None
     bytes: float | None = None
     max_abs_error: float | None = None

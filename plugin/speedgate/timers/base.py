@@ -81,6 +81,12 @@ class Timer(abc.ABC):
         count them (every clock but the held CUDA one)."""
         return None
 
+    def outrun(self) -> bool | None:
+        """Whether the device's hold ended before the host had queued the last batch: its later calls may then have
+        started on a device that waited for the host, and their times hold that wait. None where the clock holds
+        nothing (a plain clock, a call started on an idle device)."""
+        return None
+
 
 class _Wrapped(Timer):
     """A clock that offers only the required members, as a Timer."""

@@ -145,6 +145,7 @@ class CudaTimer(Timer):
         # the queueing took (ms).
         self.last_ahead = True
         self.last_queued_ms = 0.0
+        self._last_held = False  # whether the last batch was held (not started on an idle device)
         # The sides of the comparison being measured that synchronize inside (for_sides): no hold puts the host
         # ahead of them, so their profiled calls are not traced again behind a longer one.
         self._waiting: set[int] = set()
@@ -225,6 +226,7 @@ class CudaTimer(Timer):
             fn()
             end.record()
             marks.append(clock())
+        self._last_held = not idle
         if not idle:
             self.last_ahead = not self._hold_ended.query()
             self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
@@ -238,6 +240,9 @@ class CudaTimer(Timer):
             if limit is not None:
                 self._hold_limit = limit
         return times
+
+    def outrun(self) -> bool | None:
+        return not self.last_ahead if self._last_held else None
 
     def synchronizes(self, fn: Fn) -> bool:
         """Whether a call of fn makes the host wait for the device (an .item(), a .cpu(), a synchronize inside).

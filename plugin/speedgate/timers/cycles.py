@@ -124,6 +124,10 @@ class SmCycles(Timer):
             self.clocks.setdefault(id(fn), []).append(f)
         return [c / (self.full_clock_mhz * 1e3) for c in cycles]
 
+    def outrun(self) -> bool | None:
+        found: bool | None = self._timer.outrun()
+        return found
+
     def side(self, fn: Fn) -> tuple[float | None, float | None]:
         """(events' median ms, median SM clock in MHz) of fn's timed calls so far."""
         events, clocks = self.events.get(id(fn)), [f for f in self.clocks.get(id(fn), []) if f == f]
