@@ -25,7 +25,7 @@ from perftests.models.transformer import (
     token_ids,
     workload,
 )
-from perftests.support.autotune_picks import read_picks, summary, timed_afresh
+from perftests.support.autotune_picks import as_held, read_picks, summary, timed_afresh
 from perftests.support.compile_time import (
     COMPILE_TIME_TOLERANCE,
     cold_and_warm,
@@ -121,6 +121,7 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
         # hold missed, said here. A held best config searched again (autotune_picks.searched_again) is inductor's
         # doing on a kernel or two (the page above), which the codegen facts show.
         missed = timed_afresh(held, picks)
+        picks = as_held(held, picks)  # the held picks where the compile took them, not inductor's rewrite of them
         if blessed and missed:
             warnings.warn(f"{mode}: the compile timed {len(missed)} candidates afresh instead of taking the held picks "
                           f"({summary(held)}), so the model runs other kernels than blessed: the picks were made "
@@ -232,7 +233,7 @@ def test_held_autotuner_picks_go_from_one_cache_folder_to_another(tmp_path: Path
         pytest.skip("checked where the suite runs on the CPU (CI): file plumbing, the same on every device")
     import json
 
-    from perftests.support.autotune_picks import read_picks, searched_again, summary, timed_afresh, write_picks
+    from perftests.support.autotune_picks import as_held, read_picks, searched_again, summary, timed_afresh, write_picks
 
     source = tmp_path / "compiled"
     # choice-f failed to compile: inductor times it at infinity, which a baseline file cannot hold as a number
@@ -267,10 +268,20 @@ def test_held_autotuner_picks_go_from_one_cache_folder_to_another(tmp_path: Path
     assert timed_afresh(picks, read_picks(seeded)) == ["systemhash/mm/[[512, 512]]/highest/choice-c",
                                                        "best config cd/other.best_config"]
     assert searched_again(picks, read_picks(seeded)) == ["ab/kernelkey.best_config"]
+    assert as_held(picks, read_picks(seeded))["best_configs"]["ab/kernelkey.best_config"] == {"XBLOCK": 128,
+                                                                                            "num_warps": 4}
     # the same config found again, in another time: held
     (seeded / "ab" / "kernelkey.best_config").write_text(json.dumps({"XBLOCK": 256, "num_warps": 4, "time_taken_ms": 9}))
     assert searched_again(picks, read_picks(seeded)) == []
     assert timed_afresh(picks, read_picks(seeded))[-1] == "best config cd/other.best_config"
+    # the held config loaded and written back with inductor's bookkeeping (the load's time, its cache hash, not
+    # found by a search here): recorded as held, so that a gate run that took every pick records the bless's config;
+    # what it timed afresh stays
+    (seeded / "ab" / "kernelkey.best_config").write_text(json.dumps(
+        {"XBLOCK": 256, "num_warps": 4, "time_taken_ms": 24, "triton_cache_hash": "Y2WR", "found_by_coordesc": False}))
+    recorded = as_held(picks, read_picks(seeded))
+    assert recorded["best_configs"]["ab/kernelkey.best_config"] == {"XBLOCK": 256, "num_warps": 4}
+    assert recorded["best_configs"]["cd/other.best_config"] == {} and recorded["local"] == read_picks(seeded)["local"]
 
     with pytest.raises(ValueError, match="leaves the cache folder"):
         write_picks(tmp_path / "third", {"local": {}, "best_configs": {"../escaped.best_config": {}}})

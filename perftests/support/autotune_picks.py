@@ -71,8 +71,25 @@ def searched_again(held: Mapping[str, Any], after: Mapping[str, Any]) -> list[st
     return sorted(path for path in set(now) & set(before) if _config(now[path]) != _config(before[path]))
 
 
+def as_held(held: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The picks a compile seeded with `held` used (read_picks of its folder afterwards, `after`), with every best
+    config whose settings are the held one's given as held: inductor rewrites a best config it loaded with its own
+    bookkeeping (the time the load took, its Triton cache hash, whether a search found it), which is no other
+    config, so a compile that took every held pick records the held picks themselves. What it timed afresh or
+    searched again stays as it found it."""
+    before = held.get("best_configs", {})
+    best = {path: before[path] if path in before and _config(config) == _config(before[path]) else config
+            for path, config in after.get("best_configs", {}).items()}
+    return {**after, "best_configs": best}
+
+
+# A best config's bookkeeping, not its settings: inductor's loader pops these before it matches a config (torch
+# 2.11's and 2.13's _load_cached_autotuning alike; found_by_coordesc only picks how it rebuilds the same settings).
+BOOKKEEPING = frozenset({"time_taken_ms", "triton_cache_hash", "found_by_coordesc"})
+
+
 def _config(best: Any) -> Any:
-    return {key: value for key, value in best.items() if key != "time_taken_ms"} if isinstance(best, Mapping) else best
+    return {key: value for key, value in best.items() if key not in BOOKKEEPING} if isinstance(best, Mapping) else best
 
 
 def summary(picks: Mapping[str, Any]) -> str:
