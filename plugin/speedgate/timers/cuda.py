@@ -206,7 +206,12 @@ class CudaTimer(Timer):
                 share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
                 piece = max(1, int(len(fns) * share))
                 if piece < len(fns):
-                    return [t for i in range(0, len(fns), piece) for t in self.time_each(fns[i:i + piece])]
+                    times, ahead = [], True
+                    for i in range(0, len(fns), piece):
+                        times += self.time_each(fns[i:i + piece])
+                        ahead = ahead and self.last_ahead
+                    self.last_ahead = ahead  # the batch was ahead only if every piece was (outrun)
+                    return times
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
         timed = cuda.current_stream()
         if not idle:
