@@ -164,6 +164,19 @@ def test_a_side_that_launches_slower_than_it_runs_is_timed_at_its_device_time():
     assert len(cuda.spins) >= 4 and cuda.spins[-1] > HOLD_MARGIN_MS * 1000
 
 
+def test_the_timer_says_when_the_host_outran_a_batchs_hold():
+    # The first batch is held by the margin alone and its host falls behind: outrun, and its calls read their
+    # launches; behind the learned hold the host stays ahead. A batch started on an idle device held nothing.
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    side = lambda: cuda.run("side")  # noqa: E731
+    assert timer.outrun() is None  # no batch yet
+    assert max(timer.time_each([side] * 100)) > 0.25 and timer.outrun() is True
+    timer.time_each([side] * 100)
+    assert timer.outrun() is False
+    timer.time_each([side] * 10, idle=True)
+    assert timer.outrun() is None
+
+
 def test_a_side_whose_kernel_outlasts_its_launch_is_held_only_by_the_margin():
     timer, cuda = sim_timer(kernel_ms=0.5, launch_ms=0.05)
     side = lambda: cuda.run("side")  # noqa: E731

@@ -86,8 +86,8 @@ class Measurement:
     # Rounds dropped while the device's speed drifted (run_rounds' settling), and whether it had settled.
     dropped_rounds: int = 0
     settled: bool = True
-    # Held batches of rounds taken (settling's dropped ones too) and how many of them the host outran: its hold
-    # ended before it had queued the batch (Timer.outrun); None where the clock holds nothing.
+    # Held batches of rounds taken (settling's dropped ones too), and in how many the device outran the host: it
+    # caught up with the host's queueing and waited for it (Timer.outrun); None where the clock holds nothing.
     held_batches: int | None = None
     outrun_batches: int | None = None
     # Rounds counted in SM cycles (timers.cycles): the samples are ms at the full clock; these are the events' own

@@ -46,7 +46,8 @@ class CompareResult:
     # Rounds dropped while the device's speed still drifted (speedgate.measure's settling), and whether it settled.
     dropped_rounds: int = 0
     settled: bool = True
-    # Held batches of rounds, and how many the host outran (speedgate.measure.Measurement); None where nothing held.
+    # Held batches of rounds, and in how many the device outran the host (speedgate.measure.Measurement); None where
+    # nothing held.
     held_batches: int | None = None
     outrun_batches: int | None = None
     flops: float | None = None

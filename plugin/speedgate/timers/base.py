@@ -82,9 +82,9 @@ class Timer(abc.ABC):
         return None
 
     def outrun(self) -> bool | None:
-        """Whether the device's hold ended before the host had queued the last batch: its later calls may then have
-        started on a device that waited for the host, and their times hold that wait. None where the clock holds
-        nothing (a plain clock, a call started on an idle device)."""
+        """Whether the device outran the host in the last batch: it caught up with the host's queueing (the hold too
+        short for the host's pace then), so its later calls started on a device that waited for the host, and their
+        times hold that wait. None where the clock holds nothing (a plain clock, a call started on an idle device)."""
         return None
 
 

@@ -145,7 +145,8 @@ class CudaTimer(Timer):
         # the queueing took (ms).
         self.last_ahead = True
         self.last_queued_ms = 0.0
-        self._last_held = False  # whether the last batch was held (not started on an idle device)
+        # Whether the device caught up with the host in the last held batch (outrun); None after an idle-start one.
+        self._last_outrun: bool | None = None
         # The sides of the comparison being measured that synchronize inside (for_sides): no hold puts the host
         # ahead of them, so their profiled calls are not traced again behind a longer one.
         self._waiting: set[int] = set()
@@ -206,11 +207,11 @@ class CudaTimer(Timer):
                 share = (allowed - HOLD_MARGIN_MS) / max(needed - HOLD_MARGIN_MS, 1e-9)
                 piece = max(1, int(len(fns) * share))
                 if piece < len(fns):
-                    times, ahead = [], True
+                    times, outrun = [], False
                     for i in range(0, len(fns), piece):
                         times += self.time_each(fns[i:i + piece])
-                        ahead = ahead and self.last_ahead
-                    self.last_ahead = ahead  # the batch was ahead only if every piece was (outrun)
+                        outrun = outrun or bool(self._last_outrun)
+                    self._last_outrun = outrun  # the batch was outrun if any piece was
                     return times
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
         timed = cuda.current_stream()
@@ -231,7 +232,10 @@ class CudaTimer(Timer):
             fn()
             end.record()
             marks.append(clock())
-        self._last_held = not idle
+        # Outrun: the next-to-last call had already ended when the host had queued the last one, so the device had
+        # caught up with the host and waited for it (a hold ends before the host is done by design: sized so that the
+        # device, which starts then, still finishes after the host).
+        self._last_outrun = None if idle else len(pairs) > 1 and bool(pairs[-2][1].query())
         if not idle:
             self.last_ahead = not self._hold_ended.query()
             self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
@@ -247,7 +251,7 @@ class CudaTimer(Timer):
         return times
 
     def outrun(self) -> bool | None:
-        return not self.last_ahead if self._last_held else None
+        return self._last_outrun
 
     def synchronizes(self, fn: Fn) -> bool:
         """Whether a call of fn makes the host wait for the device (an .item(), a .cpu(), a synchronize inside).
