@@ -505,6 +505,24 @@ def test_a_verdict_that_did_not_pass_says_when_the_host_was_busy() -> None:
                                                                                             "host_cores": 8})[0].note
 
 
+def test_a_verdict_that_did_not_pass_says_when_the_device_caught_up_with_the_host() -> None:
+    """Held batches in which the device caught up with the host's queueing (Timer.outrun): said beside a regression
+    or an inconclusive verdict, whose times then hold the host's pace; a pass, or no such batch, says nothing."""
+    import dataclasses
+
+    def outran(m: Measurement, batches: int = 3) -> Measurement:
+        return dataclasses.replace(m, held_batches=12, outrun_batches=batches)
+
+    said = "the device caught up with the host in 3 of 12 held batches of rounds"
+    result, _ = judged(outran(measured(1.5)), outran(measured(1.5)), outran(measured(1.5)))
+    assert result.verdict == Verdict.REGRESSED and said in result.note
+    assert said not in judged(outran(measured(2.0)))[0].note
+    quiet = judged(outran(measured(1.5), 0), outran(measured(1.5), 0), outran(measured(1.5), 0))[0]
+    assert quiet.verdict == Verdict.REGRESSED and "caught up" not in quiet.note
+    assert "caught up" not in judged(measured(1.5), measured(1.5), measured(1.5))[0].note  # a clock that holds nothing
+    assert quiet.held_batches == 12 and quiet.outrun_batches == 0
+
+
 def test_a_drop_that_is_wholly_the_references_other_pick_is_pick_changed() -> None:
     """Inductor's GELU kernel at another block size: the compiled reference got faster, the optimized side ran its
     blessed kernel in its blessed time. Named, and red only under strict."""

@@ -84,6 +84,8 @@ def judge_measurement(
     if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE) and \
             (busy := busy_host(fields.get("host_load"), fields.get("host_cores"))):
         note = f"{note}; {busy}"
+    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE) and (outran := outrun_words(measurement)):
+        note = f"{note}; {outran}"
     measured_kernels = fields.get("codegen")
     blessed_kernels = entry.get("codegen") if entry else None
     kernel_changes = codegen.changes(blessed_kernels, measured_kernels)
@@ -360,6 +362,15 @@ def failure_text(
     step = next_step(result.verdict, nodeid=result.nodeid, baseline_path=baseline_path,
                      hardware_key=result.hardware_key, artifacts_dir=artifacts_dir, metric=metric)
     return f"{ident}: {result.note or result.verdict.value}\n  {step}"
+
+
+def outrun_words(m: Measurement) -> str | None:
+    """Words for a measurement in whose held batches the device caught up with the host (Timer.outrun), else None:
+    said beside a verdict that did not pass, whose times then hold the host's pace."""
+    if not m.held_batches or not m.outrun_batches:
+        return None
+    return (f"the device caught up with the host in {m.outrun_batches} of {m.held_batches} held batches of rounds: "
+            "their later calls hold a wait for the host")
 
 
 def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
