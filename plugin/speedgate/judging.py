@@ -81,11 +81,10 @@ def judge_measurement(
         words, moved["reference_change"], moved["optimized_change"] = which_side_moved(
             measurement.reference_ms, measurement.optimized_ms, entry, software)
         note = f"{note}; {words}"
-    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE) and \
-            (busy := busy_host(fields.get("host_load"), fields.get("host_cores"))):
-        note = f"{note}; {busy}"
-    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE) and (outran := outrun_words(measurement)):
-        note = f"{note}; {outran}"
+    if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE):  # what else the times hold: a busy host, its pace
+        for also in (busy_host(fields.get("host_load"), fields.get("host_cores")), outrun_words(measurement)):
+            if also:
+                note = f"{note}; {also}"
     measured_kernels = fields.get("codegen")
     blessed_kernels = entry.get("codegen") if entry else None
     kernel_changes = codegen.changes(blessed_kernels, measured_kernels)
