@@ -13,7 +13,8 @@ it failed it without --speedgate-strict: regressed or inconclusive (a pick-chang
 counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
 metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
 share slower than in the clean runs, on the same card where there is one; against its reference where the timer
-counts the host's work) is said in its cell and counted apart; so is one that landed heavier than asked (more than
+counts the host's work) is said in its cell and counted apart, as a miss even where the run failed (something else
+failed it); so is one that landed heavier than asked (more than
 HEAVY times the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
 and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
 any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
@@ -298,7 +299,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     A slowdown is checked for having reached the optimized side as asked (`delivered`): where that side ran less
     than half the share slower than in the clean runs (another pick, the host's state or an injection that missed
     its stream), or more than HEAVY times the share, the cell says so, and the totals count those apart: a miss of a
-    slowdown that did not arrive, and a catch of a heavier one, say nothing of what the gate catches at the share.
+    slowdown that did not arrive, and a catch of a heavier one, say nothing of what the gate catches at the share. A
+    slowed run that failed where its slowdown did not arrive failed for something else (another pick, as in a clean
+    run's false alarm): no catch, counted with the misses it did not reach.
     The summary says where the slowdowns landed (the median over comparisons)."""
     cases: dict[str, dict[str, Any]] = {}
     for report in [*clean, *(r for runs in slowed_runs.values() for r in runs)]:
@@ -310,6 +313,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     alarms = trials = 0
     catches = {s: 0 for s in shares}
     unreached = {s: 0 for s in shares}
+    unreached_failed = {s: 0 for s in shares}
     heavy = {s: 0 for s in shares}
     unrecorded = {s: 0 for s in shares}
     landed: dict[float, list[float]] = {s: [] for s in shares}
@@ -328,13 +332,14 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 landed[s].append(reached)
             short = reached is not None and reached < s / 2
             heavier = reached is not None and reached > s * HEAVY
-            if got and hit == len(got):
+            if short:  # a run failed by something else (another pick, a false alarm) caught no slowdown
+                unreached[s] += 1
+                unreached_failed[s] += bool(got) and hit == len(got)
+            elif got and hit == len(got):
                 if heavier:
                     heavy[s] += 1
                 else:
                     catches[s] += 1
-            elif short:
-                unreached[s] += 1
             changes = [c["change"] for c in got if c.get("change") is not None]
             # The verdicts beside regressed and pass, caught or not: a pick-changed passes a run without strict.
             kinds = sorted({c["verdict"] for c in got} - {"regressed", "pass"})
@@ -359,7 +364,10 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
     for s, n in catches.items():
         apart = ([f"{heavy[s]} more caught where the slowdown landed heavier than {s * HEAVY:.1%}"] if heavy[s] else [])
-        apart += [f"{unreached[s]} missed where the slowdown did not reach the optimized side"] if unreached[s] else []
+        if unreached[s]:
+            failed = unreached_failed[s]
+            apart.append(f"{unreached[s]} missed where the slowdown did not reach the optimized side"
+                         + (f", {failed} of them failed by something else" if failed else ""))
         apart += [f"{unrecorded[s]} not timed in the slowed run"] if unrecorded[s] else []
         where = f"; landed at a median {statistics.median(landed[s]):+.1%}" if landed[s] else ""
         summary.append(f"+{s:.0%} caught in {n} of {total} comparisons" + (f" ({', '.join(apart)})" if apart else "")
