@@ -13,8 +13,8 @@ it failed it without --speedgate-strict: regressed or inconclusive (a pick-chang
 counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
 metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
 share slower than in the clean runs, on the same card where there is one; against its reference where the timer
-counts the host's work) is said in its cell and counted apart, as a miss even where the run failed (something else
-failed it); so is one that landed heavier than asked (more than
+counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if its clean runs
+failed too (what failed those failed it); so is one that landed heavier than asked (more than
 HEAVY times the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
 and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
 any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
@@ -300,8 +300,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     than half the share slower than in the clean runs (another pick, the host's state or an injection that missed
     its stream), or more than HEAVY times the share, the cell says so, and the totals count those apart: a miss of a
     slowdown that did not arrive, and a catch of a heavier one, say nothing of what the gate catches at the share. A
-    slowed run that failed where its slowdown did not arrive failed for something else (another pick, as in a clean
-    run's false alarm): no catch, counted with the misses it did not reach.
+    slowed run that failed where its slowdown did not arrive, of a comparison whose clean runs failed too, failed for
+    what failed those (another pick): no catch, counted with the misses the slowdown did not reach.
     The summary says where the slowdowns landed (the median over comparisons)."""
     cases: dict[str, dict[str, Any]] = {}
     for report in [*clean, *(r for runs in slowed_runs.values() for r in runs)]:
@@ -332,14 +332,18 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 landed[s].append(reached)
             short = reached is not None and reached < s / 2
             heavier = reached is not None and reached > s * HEAVY
-            if short:  # a run failed by something else (another pick, a false alarm) caught no slowdown
-                unreached[s] += 1
-                unreached_failed[s] += bool(got) and hit == len(got)
-            elif got and hit == len(got):
+            # Failed where the slowdown did not reach, as its clean runs failed: what failed those (another pick, the
+            # host) failed it, not the slowdown. A short reach beside clean runs that passed stays a catch: read on
+            # another card, the clean run's time is that card's.
+            otherwise = short and wrong > 0 and bool(got) and hit == len(got)
+            if got and hit == len(got) and not otherwise:
                 if heavier:
                     heavy[s] += 1
                 else:
                     catches[s] += 1
+            elif short:
+                unreached[s] += 1
+                unreached_failed[s] += otherwise
             changes = [c["change"] for c in got if c.get("change") is not None]
             # The verdicts beside regressed and pass, caught or not: a pick-changed passes a run without strict.
             kinds = sorted({c["verdict"] for c in got} - {"regressed", "pass"})
