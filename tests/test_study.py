@@ -259,12 +259,17 @@ def test_a_slowdown_slows_a_launch_bound_side_and_a_mixed_one_by_its_share() -> 
         assert round(gpu.call_ms(run), 6) == 2.2, bound
 
 
+def held_record(case: str, verdict: str, optimized_ms: float, *, change: float = -0.05, tolerance: float = 0.02,
+                card: str = "c1") -> dict:
+    """A comparison's record in a study's report, timed held: what the table reads of it."""
+    return {"case_id": case, "timed": True, "verdict": verdict, "change": change, "tolerance": tolerance,
+            "timer": "cuda-events-held", "optimized_ms": optimized_ms, "card": card}
+
+
 def test_a_slowdown_that_did_not_reach_the_optimized_side_is_said_and_counted_apart() -> None:
     """The H200 study of 2026-11-27: slowed by 5%, reduce-overhead's optimized side ran 0.1% slower than in the clean
     run on the same card, and its miss said nothing about the gate. The cell says so; the totals count it apart."""
-    def record(case: str, verdict: str, optimized_ms: float, card: str = "c1") -> dict:
-        return {"case_id": case, "timed": True, "verdict": verdict, "change": -0.03, "tolerance": 0.05,
-                "timer": "cuda-events-held", "optimized_ms": optimized_ms, "card": card}
+    record = functools.partial(held_record, change=-0.03, tolerance=0.05)
 
     clean = [{"cases": [record("graphed", "pass", 2.297), record("plain", "pass", 1.0)]},
              {"cases": [record("plain", "pass", 1.2, card="c2")]}]  # a clean run on another, slower card
@@ -283,13 +288,9 @@ def test_a_run_failed_where_its_slowdown_did_not_reach_is_no_catch() -> None:
     It is a miss the slowdown did not reach, said so; a run that failed where the slowdown did reach is a catch, and
     so is one that read short against a clean run that passed (the eighth H200 study's sliding-window pair, read
     against a clean run on the other card)."""
-    def record(case: str, verdict: str, optimized_ms: float) -> dict:
-        return {"case_id": case, "timed": True, "verdict": verdict, "change": -0.05, "tolerance": 0.02,
-                "timer": "cuda-events-held", "optimized_ms": optimized_ms, "card": "c1"}
-
-    clean = [{"cases": [record("picked", "regressed", 2.397), record("slowed", "pass", 1.0), record("short", "pass", 1.0)]}]
-    slowed = {0.05: [{"cases": [record("picked", "regressed", 2.412), record("slowed", "regressed", 1.05),
-                                record("short", "regressed", 1.02)]}]}
+    clean = [{"cases": [held_record("picked", "regressed", 2.397), held_record("slowed", "pass", 1.0), held_record("short", "pass", 1.0)]}]
+    slowed = {0.05: [{"cases": [held_record("picked", "regressed", 2.412), held_record("slowed", "regressed", 1.05),
+                                held_record("short", "regressed", 1.02)]}]}
     text = study.table(clean, slowed)
     assert "| `picked` | 2.0% | cuda-events-held | 1/1 | 1/1, -5.0% (the optimized side +0.6% from the clean run) |" in text
     assert ("+5% caught in 2 of 3 comparisons (1 missed where the slowdown did not reach the optimized side, 1 of "
@@ -302,13 +303,9 @@ def test_a_slowdown_that_landed_heavier_than_asked_is_no_catch_of_the_share() ->
     0.2261 ms (+32%) and was caught; the same kernel's `vs_sdpa` side ran +11.2% at +5%. A catch of a +32% slowdown
     says nothing of 5%: the cell says where it landed, the totals count it apart, and the catch line leaves it out of
     the comparisons it counts. One that landed at +6% is a catch of the share."""
-    def record(case: str, verdict: str, optimized_ms: float) -> dict:
-        return {"case_id": case, "timed": True, "verdict": verdict, "change": -0.05, "tolerance": 0.02,
-                "timer": "cuda-events-held", "optimized_ms": optimized_ms, "card": "c1"}
-
-    clean = [{"cases": [record("eager", "pass", 0.1709), record("sdpa", "pass", 0.1698), record("near", "pass", 1.0)]}]
-    slowed = {0.05: [{"cases": [record("eager", "regressed", 0.2261), record("sdpa", "pass", 0.1889),
-                                record("near", "regressed", 1.06)]}]}
+    clean = [{"cases": [held_record("eager", "pass", 0.1709), held_record("sdpa", "pass", 0.1698), held_record("near", "pass", 1.0)]}]
+    slowed = {0.05: [{"cases": [held_record("eager", "regressed", 0.2261), held_record("sdpa", "pass", 0.1889),
+                                held_record("near", "regressed", 1.06)]}]}
     text = study.table(clean, slowed)
     assert ("| `eager` | 2.0% | cuda-events-held | 0/1 | 1/1, -5.0% (the optimized side +32.3% from the clean run, "
             "heavier than asked) |") in text
