@@ -914,6 +914,24 @@ def test_a_wide_tolerance_names_what_set_it() -> None:
     assert evidence.cause_of({}).startswith("no calibration")
 
 
+def test_a_wide_tolerance_names_the_side_whose_rounds_vary_most() -> None:
+    """The H100 fp8 tiled-4096 `vs_scaled_mm` entry (6.6%): its bless's reference rounds varied by 1.08% (CV), the
+    Triton kernel's by 0.48%, and in the gate study's reports the cuBLAS reference was the side that moved between
+    processes. What set the band names that side; two quiet sides, or two alike, name none or both."""
+    calibration = evidence.add_process({}, "card-a", 0.75, 0.0221, "2026-11-27T18:02:32Z")
+    entry = {"calibration": calibration, "reference_cv": 0.01079, "optimized_cv": 0.004794}
+    assert evidence.cause_of(entry) == (
+        "the spread between runs in one process: 2.21% on card card-a (the widest of 1 process); within a run, the "
+        "reference's rounds vary most (CV 1.08% against the optimized side's 0.48%)")
+    flex = {"reference_cv": 0.0005, "optimized_cv": 0.0114}
+    assert evidence.noisier_side(flex) == \
+        "within a run, the optimized side's rounds vary most (CV 1.14% against the reference's 0.05%)"
+    assert evidence.noisier_side({"reference_cv": 0.0846, "optimized_cv": 0.079}) == \
+        "both sides' rounds vary within a run (CV 8.46% and 7.90%)"
+    assert evidence.noisier_side({"reference_cv": 0.004, "optimized_cv": 0.001}) is None  # both quiet
+    assert evidence.noisier_side({"reference_cv": None, "optimized_cv": 0.02}) is None  # not recorded
+
+
 def test_a_stamped_call_launches_one_stamp_before_and_one_after_it_one_program_per_sm() -> None:
     from speedgate.timers.cycles import stamped
 

@@ -196,9 +196,40 @@ def judged_against(entry: Mapping[str, Any], tolerance: float) -> tuple[float, i
     return center, count
 
 
+# A side whose rounds vary by this much (coefficient of variation) in its bless, and by at least NOISIER_BY times the
+# other side's, is named as the one that moves.
+NOISY_CV = 0.005
+NOISIER_BY = 2.0
+
+
+def noisier_side(entry: Mapping[str, Any]) -> str | None:
+    """Which side's rounds varied most within the bless's run, in words, where one did (its coefficient of variation at
+    least NOISY_CV and NOISIER_BY times the other's), or both did alike; None otherwise. Within a run, not between
+    processes: which side the spread lives in, as far as the entry itself tells (the fp8 4096 pair on H100: the cuBLAS
+    reference, docs/results/gate-study.md, section 12)."""
+    ref, opt = entry.get("reference_cv"), entry.get("optimized_cv")
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (ref, opt)):
+        return None
+    ref, opt = float(ref), float(opt)
+    high, low = max(ref, opt), min(ref, opt)
+    if high < NOISY_CV:
+        return None
+    if high < NOISIER_BY * low:
+        return f"both sides' rounds vary within a run (CV {ref:.2%} and {opt:.2%})"
+    side, other = ("the reference", "the optimized side") if ref > opt else ("the optimized side", "the reference")
+    return f"within a run, {side}'s rounds vary most (CV {high:.2%} against {other}'s {low:.2%})"
+
+
 def cause_of(entry: Mapping[str, Any]) -> str:
     """What set an entry's tolerance, in words, from its own evidence: the widest in-process spread (and its card), or
-    the spread between the processes of its cards (their speedups' range); the case's pin; or the default."""
+    the spread between the processes of its cards (their speedups' range); the case's pin; or the default. Then the
+    side whose rounds vary most within a run, where one does (noisier_side)."""
+    said = _set_by(entry)
+    side = noisier_side(entry)
+    return f"{said}; {side}" if side else said
+
+
+def _set_by(entry: Mapping[str, Any]) -> str:
     calibration = entry.get("calibration")
     if not isinstance(calibration, Mapping) or not calibration:
         return ("no calibration: the tolerance the case was blessed with, its pin (the reason is in a comment beside "
@@ -209,7 +240,8 @@ def cause_of(entry: Mapping[str, Any]) -> str:
     between = calibration.get("process_spread")
     widest = max(runs, default=(0.0, ""))
     recorded = card_count(calibration)
-    where = f"{len(pooled)} processes on {recorded} cards" if recorded > 1 else f"{len(pooled)} processes"
+    processes = f"{len(pooled)} process" + ("es" if len(pooled) != 1 else "")
+    where = f"{processes} on {recorded} cards" if recorded > 1 else processes
     if isinstance(between, (int, float)) and between >= widest[0] and len(pooled) >= 2:
         return (f"the spread between {where}: {between:.2%} (speedups {min(pooled):.4g}-{max(pooled):.4g}x, "
                 f"between cards {calibration.get('machine_spread', 0.0):.2%})")
