@@ -207,10 +207,11 @@ def noisier_side(entry: Mapping[str, Any]) -> str | None:
     least NOISY_CV and NOISIER_BY times the other's), or both did alike; None otherwise. Within a run, not between
     processes: which side the spread lives in, as far as the entry itself tells (the fp8 4096 pair on H100: the cuBLAS
     reference, docs/results/gate-study.md, section 12)."""
-    found = [entry.get("reference_cv"), entry.get("optimized_cv")]
-    if not all(isinstance(v, (int, float)) and v > 0 for v in found):
+    found = [float(v) for v in (entry.get("reference_cv"), entry.get("optimized_cv"))
+             if isinstance(v, (int, float)) and v > 0]
+    if len(found) < 2:
         return None
-    ref, opt = (float(v) for v in found)
+    ref, opt = found
     high, low = max(ref, opt), min(ref, opt)
     if high < NOISY_CV:
         return None
