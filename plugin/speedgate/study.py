@@ -14,8 +14,8 @@ counted). Clean runs count false alarms (regressed, improved, inconclusive), of 
 metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
 share slower than in the clean runs, on the same card where there is one; against its reference where the timer
 counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if its clean runs
-failed too (what failed those failed it); so is one that landed heavier than asked (more than
-HEAVY times the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
+failed too (what failed those failed it); so is one that landed heavier than asked (more than HEAVY times the share):
+its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
 and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
 any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
 so a study cut off goes on where it stopped.
@@ -356,7 +356,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             elif (short or heavier) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
                 tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}"
-                        f"{', heavier than asked' if heavier else ''})")
+                        f"{', heavier than asked' if heavier else ''}{', failed as its clean run did: no catch' if otherwise else ''})")
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
     total = len(cases)
