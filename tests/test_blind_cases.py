@@ -916,8 +916,8 @@ def test_a_wide_tolerance_names_what_set_it() -> None:
 
 def test_a_wide_tolerance_names_the_side_whose_rounds_vary_most() -> None:
     """The H100 fp8 tiled-4096 `vs_scaled_mm` entry (6.6%): its bless's reference rounds varied by 1.08% (CV), the
-    Triton kernel's by 0.48%, and in the gate study's reports the cuBLAS reference was the side that moved between
-    processes. What set the band names that side; two quiet sides, or two alike, name none or both."""
+    Triton kernel's by 0.48%, and in the gate study's clean runs the cuBLAS reference moved most between cards. What
+    set the band names that side; two quiet sides, or two alike, name none or both."""
     calibration = evidence.add_process({}, "card-a", 0.75, 0.0221, "2026-11-27T18:02:32Z")
     entry = {"calibration": calibration, "reference_cv": 0.01079, "optimized_cv": 0.004794}
     assert evidence.cause_of(entry) == (
