@@ -100,6 +100,35 @@ def test_calibration_writes_a_measured_tolerance_with_its_evidence(pytester: pyt
     assert report[PINNED]["calibration_spread"] == pytest.approx(spread, rel=1e-3)
 
 
+def test_a_bless_report_given_as_evidence_does_not_count_the_blessing_process_twice(pytester: pytest.Pytester) -> None:
+    """The H100 max-autotune bless of 2026-11-28: a calibrating bless wrote its process into the file, and its
+    --speedgate-json report, given to `speedgate evidence` afterwards, added the same process again (1.151, 1.151).
+    The bless writes at the time its report says it ran, and evidence knows that process as the file's own."""
+    import subprocess
+    import sys
+
+    setup(pytester, [1.0, 1.02, 0.98] * 2)
+    result = pytester.runpytest("--update-baselines", "--speedgate-calibrate", "3", "--speedgate-json", "run.json")
+    result.assert_outcomes(passed=2)
+    run = json.loads((pytester.path / "run.json").read_text())
+    blessed = entries(pytester)[FREE]
+    assert run["run_time"] == blessed["measured_at"] == blessed["calibration"]["measured_at"]
+    path = pytester.path / "baselines" / "test-box.json"
+    done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), "run.json"], cwd=pytester.path,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "the bless that wrote them" in done.stdout and "0 tolerance(s) changed" in done.stdout, done.stdout
+    after = entries(pytester)[FREE]
+    assert after["calibration"]["process_speedups"] == blessed["calibration"]["process_speedups"] == [2.0]
+    # A bless's report from a file that was not kept (another checkout) still joins the evidence of this one.
+    other = {**run, "run_time": "2026-11-20T00:00:00Z"}
+    (pytester.path / "other.json").write_text(json.dumps(other))
+    joined = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), "other.json"],
+                            cwd=pytester.path, capture_output=True, text=True, check=False)
+    assert joined.returncode == 0, joined.stderr
+    assert entries(pytester)[FREE]["calibration"]["process_speedups"] == [2.0, 2.0]
+
+
 ORDER_CONFTEST = """
 import os
 import pytest

@@ -288,7 +288,8 @@ def test_a_run_failed_where_its_slowdown_did_not_reach_is_no_catch() -> None:
     It is a miss the slowdown did not reach, said so; a run that failed where the slowdown did reach is a catch, and
     so is one that read short against a clean run that passed (the eighth H200 study's sliding-window pair, read
     against a clean run on the other card)."""
-    clean = [{"cases": [held_record("picked", "regressed", 2.397), held_record("slowed", "pass", 1.0), held_record("short", "pass", 1.0)]}]
+    clean = [{"cases": [held_record("picked", "regressed", 2.397), held_record("slowed", "pass", 1.0),
+                        held_record("short", "pass", 1.0)]}]
     slowed = {0.05: [{"cases": [held_record("picked", "regressed", 2.412), held_record("slowed", "regressed", 1.05),
                                 held_record("short", "regressed", 1.02)]}]}
     text = study.table(clean, slowed)
@@ -304,7 +305,8 @@ def test_a_slowdown_that_landed_heavier_than_asked_is_no_catch_of_the_share() ->
     0.2261 ms (+32%) and was caught; the same kernel's `vs_sdpa` side ran +11.2% at +5%. A catch of a +32% slowdown
     says nothing of 5%: the cell says where it landed, the totals count it apart, and the catch line leaves it out of
     the comparisons it counts. One that landed at +6% is a catch of the share."""
-    clean = [{"cases": [held_record("eager", "pass", 0.1709), held_record("sdpa", "pass", 0.1698), held_record("near", "pass", 1.0)]}]
+    clean = [{"cases": [held_record("eager", "pass", 0.1709), held_record("sdpa", "pass", 0.1698),
+                        held_record("near", "pass", 1.0)]}]
     slowed = {0.05: [{"cases": [held_record("eager", "regressed", 0.2261), held_record("sdpa", "pass", 0.1889),
                                 held_record("near", "regressed", 1.06)]}]}
     text = study.table(clean, slowed)

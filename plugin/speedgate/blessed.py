@@ -47,9 +47,10 @@ def not_blessed(run: RunEnd) -> list[str]:
     return lines
 
 
-def bless_run(run: RunEnd, done: Finish) -> None:
-    """Bless each hardware key's passing results into its file; say what was written and what was not. The book then
-    holds what was written, for the checks after this stage."""
+def bless_run(run: RunEnd, done: Finish, now: str) -> None:
+    """Bless each hardware key's passing results into its file, measured at `now` (the run's end, as its reports
+    say); say what was written and what was not. The book then holds what was written, for the checks after this
+    stage."""
     if not (run.settings.update_baselines and (run.records or run.metric_records)):
         return
     cases, metrics = blessable(run)
@@ -57,7 +58,8 @@ def bless_run(run: RunEnd, done: Finish) -> None:
     book = run.book
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(book.path_for(key), hardware_key=key, fingerprint=run.fingerprint_for(key),
-                             cases=cases.get(key, []), metrics=metrics.get(key, []), known=book.entries_read.get(key))
+                             cases=cases.get(key, []), metrics=metrics.get(key, []), known=book.entries_read.get(key),
+                             measured_at=now)
         if blessed.error:
             done.errors.append(blessed.error)
             continue

@@ -314,6 +314,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     aged: dict[str, list[str]] = {}
     for report in reports:
         identity = report_identity(report)
+        # A bless's report: the entries it wrote hold its processes already (_holds_report).
+        blessed_at = str(report.get("run_time")) if (report.get("settings") or {}).get("update_baselines") else None
         records = report.get("cases", [])
         other_kernel = set()
         for record in records:
@@ -362,14 +364,15 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                     untimed_picks.append(record["case_id"])  # no times to judge that pick's sides by
                     continue
                 found = picks.matching(entry, record.get("codegen"))
-                if _holds_report((found[1].get("calibration") or {}) if found else {}, record.get("card"), identity):
+                if _holds_report((found[1].get("calibration") or {}) if found else {}, record.get("card"), identity,
+                                 blessed_at):
                     again[identity] = again.get(identity, 0) + 1
                     continue
                 entry, new = add_other_pick(entry, found, record, run_spread, when, identity)
                 cases[record["case_id"]] = entry
                 other_picks.append((record["case_id"], new))
                 continue
-            if _holds_report(entry["calibration"], record.get("card"), identity):
+            if _holds_report(entry["calibration"], record.get("card"), identity, blessed_at):
                 again[identity] = again.get(identity, 0) + 1
                 continue
             before = float(entry["tolerance"])
@@ -394,7 +397,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     left_out += [f"left out: {case_id}: its measurement never settled (the device's speed still drifted when its "
                  "rounds ended)" for case_id in sorted(unsettled)]
     left_out += [f"left out: {count} case(s) of report {identity}: already in this file's evidence (the same report "
-                 f"given again)" for identity, count in sorted(again.items())]
+                 f"given again, or the bless that wrote them)" for identity, count in sorted(again.items())]
     left_out += [f"left out: {count} case(s) whose entry was blessed with other software ({differs}): a re-bless with "
                  "this software starts their evidence again" for differs, count in sorted(other_software.items())]
     left_out += [f"left out: {line}" for line in sorted(other_timers)]
@@ -452,9 +455,14 @@ def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] |
     return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new
 
 
-def _holds_report(calibration: Mapping[str, Any], card: str | None, identity: str) -> bool:
-    """Whether a calibration's evidence from this card already holds the report `identity` (given again)."""
-    return identity in cards(calibration).get(card or UNRECORDED, {}).get("reports", [])
+def _holds_report(calibration: Mapping[str, Any], card: str | None, identity: str, blessed_at: str | None) -> bool:
+    """Whether a calibration's evidence from this card already holds the report `identity` (given again), or, for a
+    bless's report (blessed_at: its run's time), the process that bless wrote into this file itself: a calibrating
+    bless records its card's evidence at its run's time and no report identity, so that giving its report as well
+    would count the one process twice."""
+    mine = cards(calibration).get(card or UNRECORDED, {})
+    written = blessed_at is not None and str(mine.get("measured_at", "")) == blessed_at
+    return identity in mine.get("reports", []) or written
 
 
 def _software_difference(software: Mapping[str, Any], report: Mapping[str, Any], key: Any,

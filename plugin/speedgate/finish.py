@@ -21,12 +21,15 @@ if TYPE_CHECKING:
 def finish_run(run: RunEnd, reports: Reports) -> Finish:
     """The stages in order, each adding to what the end did."""
     done = Finish(run)
+    # One time for the run's end: what a bless writes is measured at the time its reports say they ran, so that a
+    # bless's report given to `speedgate evidence` is known as the process the file already holds.
+    now = now_iso()
     judged_against(run, done)  # the files as this run judged against them, before blessing rewrites them
-    bless_run(run, done)
+    bless_run(run, done, now)
     check_entries(run, done)
     if run.contention:
         done.warnings.append(run.contention)
-    done.errors.extend(reports.write_all(done.view(now_iso())))  # a report that cannot be made is an error
+    done.errors.extend(reports.write_all(done.view(now)))  # a report that cannot be made is an error
     if run.settings.history_path is not None:  # --speedgate-history
         from .history.recording import record_run
 
