@@ -43,6 +43,16 @@ def test_a_study_of_a_selection_catches_what_it_injects_and_leaves_the_files_alo
     assert "false alarms: 0 of 1 comparison-runs" in done.stdout
     assert (project / "baselines" / "fake-gpu.json").read_text() == blessed
     assert "# The gate study on fake-gpu" in (tmp_path / "page.md").read_text()
+    # Each slowed run says how it sized each comparison's slowdown: a share of the side's blessed time, and on the
+    # CPU's clock no spin (the host's wait alone); a clean run sizes none.
+    entry = json.loads(blessed)["cases"]["test_case.py::test_double"]
+    for label, share in (("slow0.05-0", 0.05), ("slow0.3-0", 0.3)):
+        sized = study.spins_of(tmp_path / "out", label)
+        assert set(sized) == {"test_case.py::test_double"}, sized
+        line = sized["test_case.py::test_double"]
+        assert line["basis_ms"] == entry["optimized_ms"] and line["cycles"] == 0
+        assert abs(line["target_ms"] - share * entry["optimized_ms"]) < 1e-9
+    assert study.spins_of(tmp_path / "out", "clean0") == {}
 
 
 def report(verdicts: dict[str, str]) -> dict:
@@ -240,6 +250,22 @@ def test_a_graph_replayed_side_is_settled_on_replays() -> None:
     eager = FakeGpu("host", capped=1700.0)
     eager.side()
     assert study.settle_spin(eager, eager.side, 1000, 0.1, replays=cannot) == 1000
+
+
+def test_a_slowdown_says_how_it_was_sized_once() -> None:
+    """The H100 study of 2026-11-28: the llm GEMMs' `vs_compile` sides took a lighter spin than their `vs_cublas` in
+    the same test, and nothing recorded how either was sized. `noted` is told the target, its basis, and the spin's
+    cycles as sized from the rate and as settled, on the first call only."""
+    gpu = FakeGpu("gpu")
+    seen: list[dict] = []
+    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, basis_ms=1.6,
+                       noted=seen.append)
+    run()
+    run()
+    assert len(seen) == 1, seen
+    sized = seen[0]
+    assert sized["share"] == 0.05 and sized["basis_ms"] == 1.6 and abs(sized["target_ms"] - 0.08) < 1e-12
+    assert sized["sized_cycles"] >= 1 and sized["cycles"] >= 1 and sized["cycles_per_ms"] > 0
 
 
 def test_a_slowdown_is_a_share_of_the_sides_blessed_time() -> None:

@@ -18,7 +18,9 @@ failed too (what failed those failed it); so is one that landed heavier than ask
 its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
 and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
 any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
-so a study cut off goes on where it stopped.
+so a study cut off goes on where it stopped. Each slowed run also writes OUT/<run>.spins.jsonl, one line per
+comparison saying how its slowdown was sized (the target, its basis, the spin's cycles as sized and as settled), to
+tell why one did not land as asked (spins_of reads it).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from .timers.base import CpuTimer
 from .timers.cuda import IdleStart, capture_graph
 
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
+# Where a slowed run writes, one JSON line per comparison, how its slowdown was sized (spins_of reads them back).
+SPINS_ENV = "SPEEDGATE_STUDY_SPINS"
 CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
 FALSE_ALARMS = ("regressed", "improved", "inconclusive")
 # Timers whose samples hold the host's work (from an idle device, or the CPU's own clock): the host's state moves both
@@ -54,7 +58,8 @@ HEAVY = 1.5
 
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]] | None,
            host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None,
-           replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None) -> Callable[..., Any]:
+           replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+           noted: Callable[[dict[str, Any]], None] | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
@@ -68,7 +73,8 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     (docs/results/gate-study.md, section 9). `replays`: for a side the gate times as graph replays, what captures a
     callable into one (settle_spin times the replays: the side's eager calls can be bound by the host). Without
     `spin_cost` (a side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an
-    entry is its own host-timed median."""
+    entry is its own host-timed median. `noted` is told how the slowdown was sized, once: the target, its basis, the
+    spin's cycles as sized from the rate and as settled (0 without a spin)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -85,11 +91,17 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
         alone = lambda: optimized(*args, **kwargs)  # noqa: E731
         if spin_cost is None:
             delay.append((0, share * (basis_ms if basis_ms else host_median_ms(alone))))
+            if noted:
+                noted({"share": share, "basis_ms": basis_ms, "target_ms": delay[0][1], "sized_cycles": 0, "cycles": 0})
             return out
         target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
         cycles_per_ms, fixed_ms = spin_cost()
-        cycles = settle_spin(torch, alone, max(1, round((target - fixed_ms) * cycles_per_ms)), target, replays)
+        sized = max(1, round((target - fixed_ms) * cycles_per_ms))
+        cycles = settle_spin(torch, alone, sized, target, replays)
         delay.append((cycles, target))
+        if noted:
+            noted({"share": share, "basis_ms": basis_ms, "target_ms": target, "cycles_per_ms": cycles_per_ms,
+                   "fixed_ms": fixed_ms, "sized_cycles": sized, "cycles": cycles})
         return out
 
     return run
@@ -174,6 +186,31 @@ def host_median_ms(fn: Callable[[], Any], calls: int = 7) -> float:
     return statistics.median(times)
 
 
+def note_spin(path: str, case_id: str, sized: Mapping[str, Any]) -> None:
+    """One line of a slowed run's spins file: how one comparison's slowdown was sized. Appended in one write, so that
+    xdist workers writing the same file do not interleave their lines."""
+    line = json.dumps({"case_id": case_id, **sized}) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
+def spins_of(out: Path, label: str) -> dict[str, dict[str, Any]]:
+    """How each comparison's slowdown was sized in the run `label` of a study in `out`, by case id ({} before any);
+    a line cut off by a killed run is skipped."""
+    path = out / f"{label}.spins.jsonl"
+    found: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return found
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            sized = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(sized, dict) and "case_id" in sized:
+            found[str(sized["case_id"])] = sized
+    return found
+
+
 def busy_wait(ms: float) -> None:
     """The host kept busy for `ms` (a sleep would hand the core to another thread and wake late)."""
     end = time.perf_counter() + ms / 1e3
@@ -185,6 +222,7 @@ def pytest_configure(config: Any) -> None:
     share = os.environ.get(SLOWDOWN_ENV)
     if not share:
         return
+    spins = os.environ.get(SPINS_ENV)
     import torch
 
     from .fixture import Perf
@@ -198,8 +236,9 @@ def pytest_configure(config: Any) -> None:
         replays = functools.partial(capture_graph, torch) if kwargs.get("graph") else None
         on_gpu = bool(getattr(self._timer or self._session.bench.timer(), "on_gpu", False))
         costs = functools.partial(spin_cost, torch) if on_gpu else None  # on the CPU the host's wait alone
-        return plain(self, reference, slowed(optimized, float(share), torch, costs, basis_ms=basis, replays=replays),
-                     **kwargs)
+        noted = functools.partial(note_spin, spins, self._case_id_of(kwargs.get("name"))) if spins else None
+        return plain(self, reference, slowed(optimized, float(share), torch, costs, basis_ms=basis, replays=replays,
+                                             noted=noted), **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))
@@ -217,9 +256,11 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
         print(f"{label}: kept from an earlier run", flush=True)
         loaded: dict[str, Any] = json.loads(report.read_text())
         return loaded
-    run_env = {k: v for k, v in (os.environ if env is None else env).items() if k != SLOWDOWN_ENV}
+    run_env = {k: v for k, v in (os.environ if env is None else env).items() if k not in (SLOWDOWN_ENV, SPINS_ENV)}
     if slowdown:
         run_env[SLOWDOWN_ENV] = str(slowdown)
+        run_env[SPINS_ENV] = str((out / f"{label}.spins.jsonl").resolve())
+        (out / f"{label}.spins.jsonl").unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
     cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.study",
            "--speedgate-json", str(report)]
     try:
