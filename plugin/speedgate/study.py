@@ -90,18 +90,17 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
         out = optimized(*args, **kwargs)
         alone = lambda: optimized(*args, **kwargs)  # noqa: E731
         if spin_cost is None:
-            delay.append((0, share * (basis_ms if basis_ms else host_median_ms(alone))))
-            if noted:
-                noted({"share": share, "basis_ms": basis_ms, "target_ms": delay[0][1], "sized_cycles": 0, "cycles": 0})
-            return out
-        target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
-        cycles_per_ms, fixed_ms = spin_cost()
-        sized = max(1, round((target - fixed_ms) * cycles_per_ms))
-        cycles = settle_spin(torch, alone, sized, target, replays)
+            target, sized, cycles, rate = share * (basis_ms if basis_ms else host_median_ms(alone)), 0, 0, {}
+        else:
+            target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
+            cycles_per_ms, fixed_ms = spin_cost()
+            sized = max(1, round((target - fixed_ms) * cycles_per_ms))
+            cycles = settle_spin(torch, alone, sized, target, replays)
+            rate = {"cycles_per_ms": cycles_per_ms, "fixed_ms": fixed_ms}
         delay.append((cycles, target))
         if noted:
-            noted({"share": share, "basis_ms": basis_ms, "target_ms": target, "cycles_per_ms": cycles_per_ms,
-                   "fixed_ms": fixed_ms, "sized_cycles": sized, "cycles": cycles})
+            noted({"share": share, "basis_ms": basis_ms, "target_ms": target, **rate, "sized_cycles": sized,
+                   "cycles": cycles})
         return out
 
     return run
