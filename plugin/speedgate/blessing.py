@@ -160,15 +160,15 @@ class Blessed:
 
 def bless_into(
     path: Path, *, hardware_key: str, fingerprint: dict[str, Any], cases: Sequence[CompareResult],
-    metrics: Sequence[MetricResult], known: Collection[str] | None = None, measured_at: str | None = None,
+    metrics: Sequence[MetricResult], measured_at: str, known: Collection[str] | None = None,
 ) -> Blessed:
-    """Read, bless and write path under its lock; another process blessing the same file waits its turn. known: the
-    entries the file held when this run read it (see summary); measured_at: the run's time (now when not given)."""
+    """Read, bless and write path under its lock; another process blessing the same file waits its turn. measured_at:
+    the run's time, as its reports give it; known: the entries the file held when this run read it (see summary)."""
     outcome: dict[str, Any] = {}
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
         doc, changes = bless(existing, hardware_key=hardware_key, fingerprint=fingerprint, cases=cases,
-                             metrics=metrics, measured_at=measured_at or baseline_file.now_iso())
+                             metrics=metrics, measured_at=measured_at)
         outcome.update(doc=doc, changes=changes, existing=existing)
         touched = any(c.action != "kept" for c in changes)
         return doc if touched or existing is None else None
