@@ -81,6 +81,35 @@ def held_on_fakes(ref_ms, opt_ms):
     finally:
         dist.destroy_process_group()
 
+def with_a_triton_kernel(ref_ms, opt_ms):
+    # The optimized side launches a "Triton kernel" through a stand-in of triton.runtime.jit (a CPU has no GPU to
+    # compile for): what measure_across_ranks notes of the first calls is the compiled kernel's own facts.
+    import sys, types
+    import torch.distributed as dist
+    from speedgate.distributed import measure_across_ranks
+
+    compiled = types.SimpleNamespace(
+        name="quantize_kernel", n_regs=40, n_spills=0, asm={"ptx": "ld.global.v4.u32 %r1, [%rd1];\\nst.global.u8 [%rd2], %rs1;"},
+        metadata=types.SimpleNamespace(shared=128, num_warps=4, num_stages=2))
+
+    class JITFunction:
+        def run(self, *args, **kwargs):
+            return compiled
+
+    sys.modules["triton.runtime.jit"] = types.SimpleNamespace(JITFunction=JITFunction)
+    kernel = JITFunction()
+
+    def optimized():
+        kernel.run(grid=(1,))
+        time.sleep(opt_ms / 1e3)
+
+    dist.init_process_group("gloo")
+    try:
+        return measure_across_ranks(lambda: time.sleep(ref_ms / 1e3), optimized,
+                                    policy={"budget_s": 0.3, "target_rel_halfwidth": 0.05})
+    finally:
+        dist.destroy_process_group()
+
 def timed(ref_ms, opt_ms, held=False):
     import torch.distributed as dist
     from speedgate.distributed import measure_across_ranks
@@ -283,6 +312,55 @@ def test_a_multi_gpu_cases_throttling_reaches_its_record_and_note(project: pytes
 def test_ranks_on_the_cpu_report_no_throttling(ranks_module: Path) -> None:
     results = run_ranks("ranks_mod:timed", 2, {"ref_ms": 1.0, "opt_ms": 0.5}, timeout_s=120)
     assert [r["throttled"] for r in results] == [{}, {}]
+
+
+def test_ranks_note_the_kernels_each_sides_first_call_compiled(ranks_module: Path) -> None:
+    """measure_across_ranks notes the compiled kernels each side's first call launched, on every rank, as codegen
+    facts; a side that launched none (here the reference, as NCCL's all-reduce) has no entry; a plain pair none."""
+    results = run_ranks("ranks_mod:with_a_triton_kernel", 2, {"ref_ms": 1.0, "opt_ms": 0.5}, timeout_s=RANKS_START_S)
+    for r in results:
+        assert r["codegen"] == {"optimized": [{"name": "quantize_kernel", "registers": 40, "spills": 0,
+                                               "shared_bytes": 128, "warps": 4, "stages": 2,
+                                               "ptx": {"ld_global": 1, "st_global": 1, "total": 2}}]}
+    assert all("codegen" not in r for r in run_ranks("ranks_mod:timed", 2, {"ref_ms": 1.0, "opt_ms": 0.5},
+                                                       timeout_s=RANKS_START_S))
+
+
+CODEGEN_TEST = '''
+import os
+
+def test_ranks(perf):
+    spills = int(os.environ.get("SPILLS", "0"))
+    kernels = os.environ.get("KERNELS")
+    codegen = {"optimized": [{"name": "oneshot_kernel", "registers": 96, "spills": spills, "warps": 16}]}
+    samples = {"reference_ms": [2.0, 2.01, 1.99] * 10, "optimized_ms": [1.0, 1.01, 0.99] * 10, "seconds": 0.1,
+               "stopped_by": "converged", "timer": "cuda-events-held-slowest-rank",
+               "codegen": eval(kernels) if kernels else codegen}
+    perf.compare_samples(lambda: samples, name="ranks", world_size=2)
+'''
+
+
+def test_a_multi_gpu_cases_kernels_are_blessed_and_a_change_named(project: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels a compare_samples measurement names (measure_across_ranks's "codegen") are the case's, as an
+    in-process case's are: blessed into its entry, compared with it in a gate run (a change named beside the
+    verdict), and a malformed one refused naming the case."""
+    project.makepyfile(test_ranks=CODEGEN_TEST)
+    project.runpytest("--update-baselines").assert_outcomes(passed=1)
+    entry = json.loads((project.path / "baselines" / "2x-test-box.json").read_text())["cases"]["test_ranks.py::test_ranks::ranks"]
+    assert entry["codegen"] == {"optimized": [{"name": "oneshot_kernel", "registers": 96, "spills": 0, "warps": 16}]}
+
+    monkeypatch.setenv("SPILLS", "24")
+    project.runpytest("--speedgate-json", "r.json").assert_outcomes(passed=1)
+    record = json.loads((project.path / "r.json").read_text())["cases"][0]
+    assert record["codegen_changes"] == ["optimized oneshot_kernel: spills 0 -> 24"]
+    assert "codegen changed since the bless: optimized oneshot_kernel: spills 0 -> 24" in record["note"]
+
+    monkeypatch.setenv("KERNELS", "{'optimized': 'oneshot_kernel'}")
+    bad = project.runpytest()
+    bad.assert_outcomes(failed=1)
+    bad.stdout.fnmatch_lines(["*test_ranks.py::test_ranks::ranks: measure() returned unusable samples: its codegen's "
+                              "'optimized' must be a list of kernels*"])
 
 
 def test_held_ranks_keep_each_sides_times_apart_and_meet_once_a_batch_the_first_untimed(ranks_module: Path) -> None:

@@ -395,6 +395,36 @@ def sides_of(profiled: Mapping[str, Mapping[str, Any]] | None,
     return found or None
 
 
+def first_calls_facts(reference: Callable[[], Any], optimized: Callable[[], Any]) -> tuple[Any, Any, dict[str, list[dict[str, Any]]] | None]:
+    """Each side called once, in that order (their first calls, where Triton compiles), noting the compiled kernels
+    each launched: (the reference's return, the optimized side's, each side's kernels as facts or None). For sides
+    timed in other processes (speedgate.distributed), which no profiler traces: the compiled kernels' own facts."""
+    with compiled_launches() as launched_reference:
+        first_reference = reference()
+    with compiled_launches() as launched_optimized:
+        first_optimized = optimized()
+    kernels = sides_of(None, {"reference": [compiled_facts(k) for k in launched_reference],
+                              "optimized": [compiled_facts(k) for k in launched_optimized]})
+    return first_reference, first_optimized, kernels
+
+
+def from_samples(value: Any) -> dict[str, list[dict[str, Any]]] | None:
+    """The kernels a compare_samples measurement says its sides ran ({"reference": [...], "optimized": [...]}, each
+    kernel a mapping naming it), or None where it says none; ValueError naming what is wrong with any other value."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not set(value) <= {"reference", "optimized"}:
+        raise ValueError(f"its codegen must map 'reference' and 'optimized' to lists of kernels, got {value!r}")
+    found = {}
+    for side, kernels in value.items():
+        if not isinstance(kernels, Sequence) or isinstance(kernels, str) or not all(
+                isinstance(k, Mapping) and isinstance(k.get("name"), str) for k in kernels):
+            raise ValueError(f"its codegen's {side!r} must be a list of kernels, each naming itself, got {kernels!r}")
+        if kernels:
+            found[str(side)] = [dict(k) for k in kernels]
+    return found or None
+
+
 def _numbered(kernels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Kernels in launch order, a second variant of one name (another grid, other constexprs) named 'name#2', a
     third 'name#3': one source launched twice in a call (an MLP's two matmuls) stays two kernels."""

@@ -12,9 +12,11 @@ a sample is the collective's time as its slowest member saw it. Two ways to star
   rendezvous), then the batch back to back. A sample is the devices' work alone, with neither the launches nor the
   hosts' skew. A side that makes its host wait for the device is timed from idle, as in process.
 Rank 0 decides when to stop (interval narrow enough, or the time budget spent) and broadcasts it.
-Returns, on every rank, the samples and first-call times that Perf.compare_samples gates, and the fraction of the
+Returns, on every rank, the samples and first-call times that Perf.compare_samples gates, the fraction of the
 measurement's time that NVML saw each rank's GPU held down by the power cap and by heat (the worst rank's; an
-in-process comparison reads its own GPU's the same way).
+in-process comparison reads its own GPU's the same way), and the Triton, Gluon and CUTLASS kernels each side's first
+call launched on this rank, as codegen facts (speedgate.codegen: registers, spills, shared memory, warps, stages, the
+PTX's mix; no launch shape, which only a profiler sees).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import codegen
 from .measure import Policy, run_rounds
 
 
@@ -131,7 +134,10 @@ def measure_across_ranks(
     cuda = _on_gpu()
     violations = _violations_reader()
     before, started = (violations() if violations else {}), time.monotonic()
-    first = slowest([timed_on_rank(reference), timed_on_rank(optimized)])
+    # The first calls, where Triton compiles: each side's compiled kernels noted as they launch (no profiler runs here).
+    first_reference, first_optimized, kernels = codegen.first_calls_facts(lambda: timed_on_rank(reference),
+                                                                          lambda: timed_on_rank(optimized))
+    first = slowest([first_reference, first_optimized])
     for _ in range(policy.warmup_calls):
         timed_on_rank(reference)
         timed_on_rank(optimized)
@@ -177,6 +183,7 @@ def measure_across_ranks(
         "stats_seconds": rounds.stats_seconds,
         "stopped_by": rounds.stopped_by,
         "timer": HELD_TIMER if timer is not None else IDLE_TIMER if cuda else HOST_TIMER,
+        **({"codegen": kernels} if kernels else {}),
     }
 
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import judging
+from . import codegen, judging
 from .checks import FIXED_INPUTS
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measurement_from_samples
@@ -132,7 +132,9 @@ class Perf:
 
         measure() returns paired rounds, {"reference_ms": [...], "optimized_ms": [...], "reference_first_ms",
         "optimized_first_ms", "seconds", "stopped_by", "timer", optionally "throttled": {"power": fraction,
-        "thermal": fraction}} (what measure_across_ranks returns); it is called
+        "thermal": fraction} and "codegen": {"reference": [kernel facts], "optimized": [...]}} (what
+        measure_across_ranks returns; the first measurement's codegen is the case's, compared with its entry's as
+        compare()'s is); it is called
         once, and once more to re-measure before a regression fails. The statistics, verdict, baselines and
         reports are compare()'s. world_size > 1 files the result under the hardware key '<N>x-<key>' (its own
         baseline file, for example baselines/2x-nvidia-h200.json). Correctness is the caller's to check (the
@@ -153,12 +155,14 @@ class Perf:
             return result
 
         throttled: list[dict[str, float]] = []  # the first measurement's, as compare() reports its own
+        kernels: list[dict[str, Any] | None] = []  # the first measurement's too
 
         def take() -> Measurement:
             raw = measure()
             try:
                 if not throttled:
                     throttled.append({str(k): float(v) for k, v in dict(raw.get("throttled") or {}).items()})
+                    kernels.append(codegen.from_samples(raw.get("codegen")))
                 m = measurement_from_samples(
                     list(raw["reference_ms"]), list(raw["optimized_ms"]),
                     reference_first_ms=_optional_ms(raw.get("reference_first_ms")),
@@ -175,8 +179,9 @@ class Perf:
             return m
 
         first = take()
-        result, samples = judge_case(self._session, spec, first, take, {"established": CALLER}, graphed=False,
-                                     throttled=throttled[0], closeness=[])
+        extra = {"established": CALLER, **({"codegen": kernels[0]} if kernels[0] else {})}
+        result, samples = judge_case(self._session, spec, first, take, extra, graphed=False, throttled=throttled[0],
+                                     closeness=[])
         self.samples[result.case_id] = samples
         self._record(result)
         return result
