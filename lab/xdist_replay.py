@@ -41,9 +41,6 @@ class _Worker:
     def send_runtest_some(self, indices: Sequence[int]) -> None:
         self.queue.extend(indices)
 
-    def send_runtest_all(self) -> None:  # pragma: no cover - only --dist each uses it
-        raise NotImplementedError
-
     def shutdown(self) -> None:
         self.shutting_down = True
 
@@ -82,11 +79,11 @@ def replay(collection: Sequence[str], seconds: Mapping[str, float], workers: int
     finish = 0.0
     while events:
         now, i = heapq.heappop(events)
+        finish = now  # events leave in time order: the last is the run's end
         index = running.pop(i)
         name = nodes[i].gateway.id
         busy[name] += took[index]
         count[name] += 1
-        finish = max(finish, now)
         scheduler.mark_test_complete(nodes[i], index, took[index])  # type: ignore[arg-type]
         start(i, now)
     if sum(count.values()) != len(collection):
