@@ -327,7 +327,7 @@ def test_ranks_note_the_kernels_each_sides_first_call_compiled(ranks_module: Pat
 
 
 CODEGEN_TEST = '''
-import os
+import json, os
 
 def test_ranks(perf):
     spills = int(os.environ.get("SPILLS", "0"))
@@ -335,7 +335,7 @@ def test_ranks(perf):
     codegen = {"optimized": [{"name": "oneshot_kernel", "registers": 96, "spills": spills, "warps": 16}]}
     samples = {"reference_ms": [2.0, 2.01, 1.99] * 10, "optimized_ms": [1.0, 1.01, 0.99] * 10, "seconds": 0.1,
                "stopped_by": "converged", "timer": "cuda-events-held-slowest-rank",
-               "codegen": eval(kernels) if kernels else codegen}
+               "codegen": json.loads(kernels) if kernels else codegen}
     perf.compare_samples(lambda: samples, name="ranks", world_size=2)
 '''
 
@@ -356,7 +356,7 @@ def test_a_multi_gpu_cases_kernels_are_blessed_and_a_change_named(project: pytes
     assert record["codegen_changes"] == ["optimized oneshot_kernel: spills 0 -> 24"]
     assert "codegen changed since the bless: optimized oneshot_kernel: spills 0 -> 24" in record["note"]
 
-    monkeypatch.setenv("KERNELS", "{'optimized': 'oneshot_kernel'}")
+    monkeypatch.setenv("KERNELS", '{"optimized": "oneshot_kernel"}')
     bad = project.runpytest()
     bad.assert_outcomes(failed=1)
     bad.stdout.fnmatch_lines(["*test_ranks.py::test_ranks::ranks: measure() returned unusable samples: its codegen's "

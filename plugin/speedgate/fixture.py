@@ -154,15 +154,14 @@ class Perf:
             self._record(result)
             return result
 
-        throttled: list[dict[str, float]] = []  # the first measurement's, as compare() reports its own
-        kernels: list[dict[str, Any] | None] = []  # the first measurement's too
+        said: dict[str, Any] = {}  # the first measurement's throttling and kernels, as compare() reports its own
 
         def take() -> Measurement:
             raw = measure()
             try:
-                if not throttled:
-                    throttled.append({str(k): float(v) for k, v in dict(raw.get("throttled") or {}).items()})
-                    kernels.append(codegen.from_samples(raw.get("codegen")))
+                if not said:
+                    said["throttled"] = {str(k): float(v) for k, v in dict(raw.get("throttled") or {}).items()}
+                    said["codegen"] = codegen.from_samples(raw.get("codegen"))
                 m = measurement_from_samples(
                     list(raw["reference_ms"]), list(raw["optimized_ms"]),
                     reference_first_ms=_optional_ms(raw.get("reference_first_ms")),
@@ -179,9 +178,9 @@ class Perf:
             return m
 
         first = take()
-        extra = {"established": CALLER, **({"codegen": kernels[0]} if kernels[0] else {})}
-        result, samples = judge_case(self._session, spec, first, take, extra, graphed=False, throttled=throttled[0],
-                                     closeness=[])
+        extra = {"established": CALLER, **({"codegen": said["codegen"]} if said["codegen"] else {})}
+        result, samples = judge_case(self._session, spec, first, take, extra, graphed=False,
+                                     throttled=said["throttled"], closeness=[])
         self.samples[result.case_id] = samples
         self._record(result)
         return result
