@@ -28,12 +28,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Under -n (xdist's --dist load) the controller sends the tests one at a time (--maxschedchunk 1, unless given).
-    # By default it first sends each worker a run of consecutive tests, a quarter of its share: the compile tests
-    # stand together in the collection, so one worker got them all and was the whole run's critical path while the
-    # other ran every other test (docs/results/suite-time.md, "the schedule").
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
-        config.option.maxschedchunk = 1
+    # Under -n the suite keeps xdist's own schedule: sent one at a time, the compiled cases ran slower and read more
+    # inductor picks of their own (docs/results/suite-time.md, "the schedule, measured").
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
         # xdist workers on a 2-core runner: one torch thread each, not two each.
         import torch

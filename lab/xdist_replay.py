@@ -11,8 +11,10 @@ recorded seconds, and prints, for each `--maxschedchunk` (none: xdist's default)
 and the last to finish.
 
 What it leaves out: each worker's start (imports, collection, the run's first device setup), the same for both
-workers, and that a test's time on a worker may depend on what ran before it there (caches, the GPU's heat). A
-replayed time is an estimate of the schedule's share of a run, never a measurement: a results page says which it is.
+workers, and that a test's time on a worker may depend on what ran before it there (caches, the GPU's heat) and
+beside it on the other (the compiled cases took longer, sent one at a time, on one 2 x H200 host: measured by
+lab/device/schedule_check.sh, docs/results/suite-time.md). A replayed time is an estimate of the schedule's share of
+a run, never a measurement: a results page says which it is.
 """
 
 from __future__ import annotations
