@@ -392,3 +392,20 @@ def test_quick(perf):
     assert found, line
     total, compared, own, slowest = map(float, found.groups())
     assert own >= 0.5 and slowest >= 0.5 and abs(total - compared - own) < 0.15, line
+
+
+def test_the_json_report_lists_a_failed_test_that_left_no_record(project: pytest.Pytester) -> None:
+    """The 2 x H200 gate study of 2026-11-28: a clean run's test raised in its audit before its comparison was
+    judged, so no case carried test_failed and the study's count of false alarms missed it. The report lists every
+    failed test that used perf."""
+    project.makepyfile(test_cases=CASES + """
+def test_fine(perf):
+    perf.compare(ref_2ms, opt_1ms, name="pair")
+
+def test_raises(perf):
+    perf.compare(ref_2ms, lambda: 1 / 0, name="pair")
+""")
+    project.runpytest("--speedgate-json", "run.json").assert_outcomes(passed=1, failed=1)
+    doc = json.loads((project.path / "run.json").read_text())
+    assert doc["failed_tests"] == ["test_cases.py::test_raises"]
+    assert [c["case_id"] for c in doc["cases"]] == ["test_cases.py::test_fine::pair"]

@@ -386,3 +386,21 @@ def test_a_metric_that_fails_a_clean_run_is_a_false_alarm_named_under_the_table(
     text = study.table(clean, {0.05: [{"cases": [{**case, "verdict": "regressed"}]}]})
     assert "- a clean run's metric `t.py::test::compile_s_in_process`: regressed (8.732 against 3.551)" in text
     assert "false alarms: 0 of 1 comparison-runs and 1 of 2 metric-runs; +5% caught in 1 of 1 comparisons" in text
+
+
+def test_a_clean_test_that_failed_before_its_comparison_was_judged_is_counted_and_named() -> None:
+    """The 2 x H200 gate study of 2026-11-28: the clean run failed a test whose audit raised before its comparison
+    was judged, and the summary read one false alarm where pytest had failed two tests. A test failed on a verdict
+    of its own (the regressed one here) is counted once, as that verdict."""
+    judged = held_record("t.py::test_a::x", "regressed", 1.0)
+    lost = held_record("t.py::test_b::y", "pass", 1.0)
+    for record, nodeid in ((judged, "t.py::test_a"), (lost, "t.py::test_b")):
+        record["nodeid"] = nodeid
+    clean = [{"cases": [judged], "failed_tests": ["t.py::test_a", "t.py::test_b"]}]
+    slowed = {0.1: [{"cases": [{**judged, "optimized_ms": 1.1}, {**lost, "verdict": "regressed", "optimized_ms": 1.1}]}]}
+    text = study.table(clean, slowed, share=0.1)
+    assert ("false alarms: 1 of 1 comparison-runs, and 1 test(s) of the clean runs failed before a comparison of "
+            "theirs was judged;") in text
+    assert "- a clean run's test `t.py::test_b`: failed before a comparison of it was judged (see clean0.log)" in text
+    assert "| `t.py::test_b::y` | 2.0% | cuda-events-held | 0/0, and its test failed before it was judged in 1 clean run(s) |" in text
+    assert "t.py::test_a`: failed before" not in text

@@ -158,6 +158,9 @@ class JsonReport:
             doc["unmatched_baseline_entries"] = dict(run.unmatched)
         doc["run_time"] = run.now
         doc["test_seconds"] = {nodeid: round(seconds, 3) for nodeid, seconds in sorted(run.test_seconds.items())}
+        # Every failed test that used perf, with or without a record: one that raised before a comparison was judged
+        # (an audit's accusation, an exception) has no case to carry test_failed.
+        doc["failed_tests"] = sorted(run.failed_nodeids)
         write_text(path, dump_json(doc))
 
 

@@ -11,7 +11,8 @@ settled on the GPU the side keeps busy, so that the call takes `share` longer wh
 (on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each run slowed by
 it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not
 counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
-metrics (each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
+metrics (each named under the table), and, apart, the tests that failed before a comparison of theirs was judged
+(an audit's accusation, an exception: the report's failed_tests; each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
 share slower than in the clean runs, on the same card where there is one; against its reference where the timer
 counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if its clean runs
 failed too (what failed those failed it); so is one that landed heavier than asked (more than HEAVY times the share):
@@ -288,6 +289,14 @@ def timed_cases(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["case_id"]: c for c in report.get("cases", []) if c.get("timed")}
 
 
+def unjudged_failures(report: Mapping[str, Any]) -> set[str]:
+    """The tests a run failed that none of its own verdicts explains: in the report's failed_tests, with no comparison
+    or metric of that test judged other than pass there. Such a test raised before its comparison was judged (an
+    audit's accusation, an exception, a failed check): in a clean run, a false alarm the verdicts do not count."""
+    said = {r.get("nodeid") for r in [*report.get("cases", []), *report.get("metrics", [])] if r.get("verdict") != "pass"}
+    return set(report.get("failed_tests", [])) - said
+
+
 def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> float | None:
     """How much slower one comparison's optimized side ran in slowed runs than in clean ones: per slowed run, its
     optimized median over the clean runs' median (those on its card, when there are any) - 1; the median of those.
@@ -362,8 +371,10 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
         alarms, trials = alarms + wrong, trials + len(runs)
         alarmed = [c for c in runs if c["verdict"] in FALSE_ALARMS]
+        unjudged = sum(case.get("nodeid") in unjudged_failures(r) and case_id not in timed_cases(r) for r in clean)
         row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")),
-               f"{wrong}/{len(runs)}{alarm_words(alarmed)}"]
+               f"{wrong}/{len(runs)}{alarm_words(alarmed)}"
+               + (f", and its test failed before it was judged in {unjudged} clean run(s)" if unjudged else "")]
         for s in shares:
             got = [c for r in slowed_runs[s] if (c := timed_cases(r).get(case_id))]
             hit = sum(c["verdict"] in CAUGHT for c in got)
@@ -403,9 +414,13 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     # A metric (compile seconds, peak memory, a count) that fails a clean run turns it red as a comparison does.
     metrics = [m for r in clean for m in r.get("metrics", [])]
     cried = [m for m in metrics if m.get("verdict") in FALSE_ALARMS]
+    failed_unjudged = sorted((nodeid, i) for i, r in enumerate(clean) for nodeid in unjudged_failures(r))
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
     if metrics:
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
+    if failed_unjudged:
+        summary[0] += (f", and {len(failed_unjudged)} test(s) of the clean runs failed before a comparison of theirs "
+                       "was judged")
     for s, n in catches.items():
         apart = ([f"{heavy[s]} more caught where the slowdown landed heavier than {s * HEAVY:.1%}"] if heavy[s] else [])
         if unreached[s]:
@@ -422,8 +437,10 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             else f"no run slowed by {share:.0%}")
     if heavy.get(share):
         line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
-    named = "\n".join(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
-                      f"against {_number(m.get('baseline'))})" for m in cried)
+    named = "\n".join([*(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
+                          f"against {_number(m.get('baseline'))})" for m in cried),
+                        *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged (see clean{i}.log)"
+                          for nodeid, i in failed_unjudged)])
     return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
 
 
