@@ -15,6 +15,7 @@ import pytest
 
 from speedgate import timers
 from speedgate.timers import HOLD_MARGIN_MS, HOLD_SLACK, CudaTimer, device_floor_ms, hold_ms, learn_hold
+from speedgate.timers.cuda import LOST_TRACE_SETTLE_S, LOST_TRACE_TRIES, LostTrace
 
 
 def test_no_hold_beyond_the_margin_when_the_host_kept_ahead():
@@ -428,3 +429,65 @@ def test_the_audit_asks_kineto_to_tear_cupti_down_unless_a_value_was_set(monkeyp
         assert seen[-1] == wanted
     env: dict[str, str] = {}
     assert cuda_timers.ask_cupti_teardown(env) == "1" and env == {"TEARDOWN_CUPTI": "1"}
+
+
+def lost_trace_timer(monkeypatch, traces: list[list[SimpleNamespace]]):  # type: ignore[no-untyped-def]
+    """A CudaTimer whose profiled sessions return `traces` in turn (each a list of raw device events), with the
+    device's synchronizations and the settling sleeps counted."""
+    from speedgate.timers import cuda as cuda_timers
+
+    pytest.importorskip("torch.profiler")
+    timer, _ = sim_timer(kernel_ms=1.0, launch_ms=0.1)
+    happened: list[str] = []
+    monkeypatch.setattr(timer, "_torch", SimpleNamespace(
+        cuda=SimpleNamespace(synchronize=lambda: happened.append("sync")),
+        autograd=SimpleNamespace(DeviceType=SimpleNamespace(CUDA="cuda"))))
+    monkeypatch.setattr(cuda_timers.time, "sleep", lambda s: happened.append(f"sleep {s}"))
+    monkeypatch.setattr(cuda_timers, "traced_kernels", lambda prof: [])
+    sessions = iter(traces)
+
+    def queued_ahead(fns, trace):  # type: ignore[no-untyped-def]
+        happened.append("session")
+        events = next(sessions)
+        return [1.0] * len(fns), SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+
+    monkeypatch.setattr(timer, "queued_ahead", queued_ahead)
+    return timer, happened
+
+
+def device_event(start_us: float, end_us: float, stream: int) -> SimpleNamespace:
+    return SimpleNamespace(device_type=lambda: "cuda", start_ns=lambda: int(start_us * 1e3),
+                           end_ns=lambda: int(end_us * 1e3), device_resource_id=lambda: stream)
+
+
+# The hold's spin on the flush stream (9), then per call its flush there and its work on the timed stream (7).
+WORKED = [device_event(0, 100, 9)] + [e for i in range(10) for e in (
+    device_event(100 + 1000 * i, 130 + 1000 * i, 9), device_event(130 + 1000 * i, 1030 + 1000 * i, 7))]
+
+
+def test_a_trace_the_profiler_lost_is_taken_again_after_the_teardown_lands_never_read_as_no_work(monkeypatch):
+    """2 x H200, 2026-11-28: twice an eager bf16 model's profiled calls came back with no device activity at all, and
+    the audit said it "launched no device work" (busy 0 ms against its 2.49 ms events). An empty trace lacks even the
+    hold's spin kernel that every session records first: CUPTI lost the session (a teardown of the session before
+    landing inside it, pytorch/kineto#1554). It is taken again after the device synchronized and settled."""
+    timer, happened = lost_trace_timer(monkeypatch, [[], WORKED])
+    profiled = timer.profile_calls(lambda: None)
+    assert profiled["busy_ms"] == pytest.approx(0.9)
+    assert happened.count("session") == 2
+    sleep = f"sleep {LOST_TRACE_SETTLE_S}"
+    assert happened[happened.index("session") + 1:happened.index(sleep) + 2] == ["sync", sleep, "sync"]
+
+
+def test_a_side_that_launched_nothing_is_traced_once_and_reads_no_work(monkeypatch):
+    """The spin and the flushes but no work of the side's own: the trace is whole, and says the side did nothing
+    (the audit's no-device-work accusation reads it); no second session."""
+    timer, happened = lost_trace_timer(monkeypatch, [[e for e in WORKED if e.device_resource_id() == 9], WORKED])
+    assert timer.profile_calls(lambda: None)["busy_ms"] == 0.0
+    assert happened.count("session") == 1
+
+
+def test_a_trace_lost_every_time_stops_the_audit_with_its_cause(monkeypatch):
+    timer, happened = lost_trace_timer(monkeypatch, [[]] * LOST_TRACE_TRIES)
+    with pytest.raises(LostTrace, match=f"no device activity in {LOST_TRACE_TRIES} traces.*TEARDOWN_CUPTI=0"):
+        timer.profile_calls(lambda: None)
+    assert happened.count("session") == LOST_TRACE_TRIES

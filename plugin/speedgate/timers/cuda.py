@@ -28,6 +28,19 @@ PROFILE_HOLD_MS = 30.0
 PROFILE_HOLD_CAP_MS = 2000.0
 PROFILE_TRIES = 3
 
+# Every trace of profiled calls holds at least the hold's spin kernel. One that holds no device activity at all was
+# lost by the profiler, not skipped by the side: with TEARDOWN_CUPTI=1, an earlier session's CUPTI teardown, which
+# runs on a later CUDA call, can land inside the next session and leave it empty (pytorch/kineto#1554). Such a trace
+# is taken again, LOST_TRACE_TRIES in all, each after the device synchronized, LOST_TRACE_SETTLE_S passed and it
+# synchronized again (the pending teardown's call); still empty, the audit stops with LostTrace, never reading it as
+# a side that launched nothing (docs/results/gate-study-h200.md, the ninth study).
+LOST_TRACE_TRIES = 3
+LOST_TRACE_SETTLE_S = 0.2
+
+
+class LostTrace(RuntimeError):
+    """The profiler recorded no device activity, not even its own hold's spin kernel, in every try."""
+
 # Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), which can cost a
 # process's later launches host time: the audit asks for the teardown, so that its trace leaves the process as it
 # found it (what launch-bound passes did around the audit: docs/results/gate-study.md, section 5). A value already
@@ -325,13 +338,25 @@ class CudaTimer(Timer):
         torch = self._torch
         ask_cupti_teardown()
         torch.cuda.synchronize()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
-            # The profiler slows the host's launches: a hold of its own (the spin runs on the flush stream, which
-            # the trace leaves out), not one sized from the rounds' batches.
-            times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]))
+        for _ in range(LOST_TRACE_TRIES):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
+                # The profiler slows the host's launches: a hold of its own (the spin runs on the flush stream,
+                # which the trace leaves out), not one sized from the rounds' batches.
+                times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]))
+            traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
+            if traced:
+                break
+            torch.cuda.synchronize()  # lost: let the pending teardown land before the next session starts
+            time.sleep(LOST_TRACE_SETTLE_S)
+            torch.cuda.synchronize()
+        else:
+            raise LostTrace(f"speedgate: the profiler recorded no device activity in {LOST_TRACE_TRIES} traces of "
+                            f"this side, not even the spin kernel each one starts with: CUPTI lost them (with "
+                            f"TEARDOWN_CUPTI=1, an earlier trace's teardown can land inside the next one), so the "
+                            f"audit cannot say what the side launched. Run the test again; if it persists, set "
+                            f"TEARDOWN_CUPTI=0")
         events = statistics.median(times)
-        traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
         return {"events_ms": events, **profiled_busy(traced, calls), "kernels": traced_kernels(prof)}
 
     def describe(self) -> str:
