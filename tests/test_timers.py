@@ -480,7 +480,7 @@ def test_a_trace_the_profiler_lost_is_taken_again_after_the_teardown_lands_never
 
 def test_a_side_that_launched_nothing_is_traced_once_and_reads_no_work(monkeypatch):
     """The spin and the flushes but no work of the side's own: the trace is whole, and says the side did nothing
-    (the audit's no-device-work accusation reads it); no second session."""
+    (the audit's no-device-work accusation reads it); traced once."""
     timer, happened = lost_trace_timer(monkeypatch, [[e for e in WORKED if e.device_resource_id() == 9], WORKED])
     assert timer.profile_calls(lambda: None)["busy_ms"] == 0.0
     assert happened.count("session") == 1
