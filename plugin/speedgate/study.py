@@ -8,20 +8,20 @@ name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run
 speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
 timed stream and keeps the host busy as long, sized from that side's blessed time (its own, without an entry) and
 settled on the GPU the side keeps busy, so that the call takes `share` longer whether the GPU or the host bounds it
-(on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each run slowed by
-it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not
-counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the
-metrics (each named under the table), and, apart, the tests that failed before a comparison of theirs was judged
-(an audit's accusation, an exception: the report's failed_tests; each named under the table). A slowdown that did not reach the optimized side (it ran less than half the
-share slower than in the clean runs, on the same card where there is one; against its reference where the timer
-counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if its clean runs
-failed too (what failed those failed it); so is one that landed heavier than asked (more than HEAVY times the share):
-its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md
-and the terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are
-any); --page writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept,
-so a study cut off goes on where it stopped. Each slowed run also writes OUT/<run>.spins.jsonl, one line per
-comparison saying how its slowdown was sized (the target, its basis, the spin's cycles as sized and as settled), to
-tell why one did not land as asked (spins_of reads it).
+(on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each run slowed by it failed it
+without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not counted). Clean
+runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the metrics (each named
+under the table), and, apart, the tests that failed before a comparison of theirs was judged (an audit's accusation, an
+exception: the report's failed_tests; each named under the table). A slowdown that did not reach the optimized side (it
+ran less than half the share slower than in the clean runs, on the same card where there is one; against its reference
+where the timer counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if
+its clean runs failed too (what failed those failed it); so is one that landed heavier than asked (more than HEAVY times
+the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md and the
+terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are any); --page
+writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept, so a study cut
+off goes on where it stopped. Each slowed run also writes OUT/<run>.spins.jsonl, one line per comparison saying how its
+slowdown was sized (the target, its basis, the spin's cycles as sized and as settled), to tell why one did not land as
+asked (spins_of reads it).
 """
 
 from __future__ import annotations

@@ -37,10 +37,6 @@ PROFILE_TRIES = 3
 LOST_TRACE_TRIES = 3
 LOST_TRACE_SETTLE_S = 0.2
 
-
-class LostTrace(RuntimeError):
-    """The profiler recorded no device activity, not even its own hold's spin kernel, in every try."""
-
 # Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), which can cost a
 # process's later launches host time: the audit asks for the teardown, so that its trace leaves the process as it
 # found it (what launch-bound passes did around the audit: docs/results/gate-study.md, section 5). A value already
@@ -54,6 +50,10 @@ def ask_cupti_teardown(environ: Any = None) -> str:
 
     env = os.environ if environ is None else environ
     return str(env.setdefault(CUPTI_TEARDOWN_ENV, "1"))
+
+
+class LostTrace(RuntimeError):
+    """The profiler recorded no device activity, not even its own hold's spin kernel, in every try."""
 
 
 def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, Any]]:
