@@ -366,12 +366,13 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     heavy = {s: 0 for s in shares}
     unrecorded = {s: 0 for s in shares}
     landed: dict[float, list[float]] = {s: [] for s in shares}
+    unjudged_in = [(unjudged_failures(r), timed_cases(r)) for r in clean]  # each clean run's, once
     for case_id, case in sorted(cases.items()):
         runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
         wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
         alarms, trials = alarms + wrong, trials + len(runs)
         alarmed = [c for c in runs if c["verdict"] in FALSE_ALARMS]
-        unjudged = sum(case.get("nodeid") in unjudged_failures(r) and case_id not in timed_cases(r) for r in clean)
+        unjudged = sum(case.get("nodeid") in failed and case_id not in timed for failed, timed in unjudged_in)
         row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")),
                f"{wrong}/{len(runs)}{alarm_words(alarmed)}"
                + (f", and its test failed before it was judged in {unjudged} clean run(s)" if unjudged else "")]
@@ -414,7 +415,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     # A metric (compile seconds, peak memory, a count) that fails a clean run turns it red as a comparison does.
     metrics = [m for r in clean for m in r.get("metrics", [])]
     cried = [m for m in metrics if m.get("verdict") in FALSE_ALARMS]
-    failed_unjudged = sorted((nodeid, i) for i, r in enumerate(clean) for nodeid in unjudged_failures(r))
+    failed_unjudged = sorted((nodeid, i) for i, (failed, _) in enumerate(unjudged_in) for nodeid in failed)
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
     if metrics:
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
