@@ -366,6 +366,13 @@ def side_facts(traced: Sequence[Mapping[str, Any]], compiled: Iterable[Mapping[s
     return kernels
 
 
+def call_noting(fn: Callable[[], Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """fn() with the compiled kernels it launched (compiled_launches): (its return, their facts)."""
+    with compiled_launches() as launched:
+        out = fn()
+    return out, [compiled_facts(k) for k in launched]
+
+
 def noting(prepare: Callable[[Any], Any] | None, into: dict[str, list[dict[str, Any]]]) -> Callable[[Any], Any] | None:
     """prepare (a graph capture of one side, the reference first) noting the Triton kernels each side's captured calls
     launched into into[side]: with graph=True the profiled calls replay a graph and launch nothing through Triton."""
@@ -374,9 +381,8 @@ def noting(prepare: Callable[[Any], Any] | None, into: dict[str, list[dict[str, 
     sides = iter(("reference", "optimized"))
 
     def noted(fn: Any) -> Any:
-        with compiled_launches() as launched:
-            prepared = prepare(fn)
-        into.setdefault(next(sides, "optimized"), [compiled_facts(k) for k in launched])
+        prepared, facts = call_noting(lambda: prepare(fn))
+        into.setdefault(next(sides, "optimized"), facts)
         return prepared
 
     return noted
@@ -399,12 +405,9 @@ def first_calls_facts(reference: Callable[[], Any], optimized: Callable[[], Any]
     """Each side called once, in that order (their first calls, where Triton compiles), noting the compiled kernels
     each launched: (the reference's return, the optimized side's, each side's kernels as facts or None). For sides
     timed in other processes (speedgate.distributed), which no profiler traces: the compiled kernels' own facts."""
-    with compiled_launches() as launched_reference:
-        first_reference = reference()
-    with compiled_launches() as launched_optimized:
-        first_optimized = optimized()
-    kernels = sides_of(None, {"reference": [compiled_facts(k) for k in launched_reference],
-                              "optimized": [compiled_facts(k) for k in launched_optimized]})
+    first_reference, reference_facts = call_noting(reference)
+    first_optimized, optimized_facts = call_noting(optimized)
+    kernels = sides_of(None, {"reference": reference_facts, "optimized": optimized_facts})
     return first_reference, first_optimized, kernels
 
 
@@ -564,7 +567,7 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return [] if gone else added
 
 
-__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "changes", "compiled_facts",
-           "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
+__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting", "changes",
+           "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
            "parse_resource_usage", "ptx_mix", "repicked_sides", "resource_usage", "side_facts", "sides_of",
            "trace_kernels", "with_first_calls"]

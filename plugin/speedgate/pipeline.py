@@ -6,6 +6,7 @@ re-measure before a regression stands) and record (the caller's)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -251,9 +252,7 @@ class Comparison:
         if self.timer.can_profile:
             profiled = {}
             for side, fn in (("reference", timed.reference), ("optimized", timed.optimized)):
-                with codegen.compiled_launches() as launched:
-                    profiled[side] = self.timer.profile_calls(fn)
-                facts = [codegen.compiled_facts(k) for k in launched]
+                profiled[side], facts = codegen.call_noting(functools.partial(self.timer.profile_calls, fn))
                 self.compiled.setdefault(side, codegen.with_first_calls(facts, self.first_launched.get(side, [])))
         roofline = self.services.bench.roofline(self.timer, spec.flops, spec.bytes, spec.flops_dtype)
         floor_ms, bound, ceiling = roofline if roofline is not None else (None, None, "")
