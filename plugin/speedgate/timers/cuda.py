@@ -56,6 +56,10 @@ class LostTrace(RuntimeError):
     """The profiler recorded no device activity, not even its own hold's spin kernel, in every try."""
 
 
+class LostTraceWarning(UserWarning):
+    """The profiler lost a trace of a side, and a later try recorded it: said, so that a run shows how often."""
+
+
 def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, Any]]:
     """(start us, end us, stream) of each activity of device_type in a finished torch.profiler trace.
 
@@ -338,6 +342,7 @@ class CudaTimer(Timer):
         torch = self._torch
         ask_cupti_teardown()
         torch.cuda.synchronize()
+        lost = 0
         for _ in range(LOST_TRACE_TRIES):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
@@ -347,6 +352,7 @@ class CudaTimer(Timer):
             traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
             if traced:
                 break
+            lost += 1
             torch.cuda.synchronize()  # lost: let the pending teardown land before the next session starts
             time.sleep(LOST_TRACE_SETTLE_S)
             torch.cuda.synchronize()
@@ -356,6 +362,9 @@ class CudaTimer(Timer):
                             f"TEARDOWN_CUPTI=1, an earlier trace's teardown can land inside the next one), so the "
                             f"audit cannot say what the side launched. Run the test again; if it persists, set "
                             f"TEARDOWN_CUPTI=0")
+        if lost:
+            warnings.warn(LostTraceWarning(f"speedgate: the profiler lost {lost} trace(s) of this side (no device "
+                                           f"activity at all); try {lost + 1} recorded it"), stacklevel=2)
         events = statistics.median(times)
         return {"events_ms": events, **profiled_busy(traced, calls), "kernels": traced_kernels(prof)}
 
