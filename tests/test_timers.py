@@ -16,7 +16,7 @@ import pytest
 
 from speedgate import timers
 from speedgate.timers import HOLD_MARGIN_MS, HOLD_SLACK, CudaTimer, device_floor_ms, hold_ms, learn_hold
-from speedgate.timers.cuda import LOST_TRACE_SETTLE_S, LOST_TRACE_TRIES, LostTrace, LostTraceWarning
+from speedgate.timers.cuda import LOST_TRACE_TRIES, TEARDOWN_SETTLE_S, LostTrace, LostTraceWarning
 
 
 def test_no_hold_beyond_the_margin_when_the_host_kept_ahead():
@@ -258,8 +258,10 @@ def test_the_profiled_calls_are_queued_again_behind_a_longer_hold_until_the_host
         entered.append(len(entered))
         return contextlib.nullcontext(entered[-1])
 
-    times, last = timer.queued_ahead([side] * 10, trace)
+    settled: list[int] = []
+    times, last = timer.queued_ahead([side] * 10, trace, between=lambda: settled.append(len(entered)))
     assert entered == [0, 1] and last == 1  # traced twice; the second trace is the one returned
+    assert settled == [1]  # between the two traces, not before the first
     assert timer.last_ahead and cuda.spins[-1] == pytest.approx(2 * timer.last_queued_ms * 1000, rel=0.01)
     assert all(t == pytest.approx(1.0, abs=0.002) for t in times)
 
@@ -414,7 +416,7 @@ def test_the_audit_asks_kineto_to_tear_cupti_down_unless_a_value_was_set(monkeyp
     class Traced(Exception):
         pass
 
-    def queued_ahead(fns, trace):
+    def queued_ahead(fns, trace, between=None):
         seen.append(os.environ.get("TEARDOWN_CUPTI"))
         raise Traced
 
@@ -447,8 +449,11 @@ def lost_trace_timer(monkeypatch, traces: list[list[SimpleNamespace]]):  # type:
     monkeypatch.setattr(cuda_timers, "traced_kernels", lambda prof: [])
     sessions = iter(traces)
 
-    def queued_ahead(fns, trace):  # type: ignore[no-untyped-def]
+    def queued_ahead(fns, trace, between=None):  # type: ignore[no-untyped-def]
         happened.append("session")
+        if between is not None:  # the settle queued_ahead runs between its own tries of one side
+            happened.append("between:")
+            between()
         events = next(sessions)
         return [1.0] * len(fns), SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
 
@@ -476,8 +481,13 @@ def test_a_trace_the_profiler_lost_is_taken_again_after_the_teardown_lands_never
         profiled = timer.profile_calls(lambda: None)
     assert profiled["busy_ms"] == pytest.approx(0.9)
     assert happened.count("session") == 2
-    sleep = f"sleep {LOST_TRACE_SETTLE_S}"
-    assert happened[happened.index("session") + 1:happened.index(sleep) + 2] == ["sync", sleep, "sync"]
+    sleep = f"sleep {TEARDOWN_SETTLE_S}"
+    after_loss = happened.index("session", happened.index("session") + 1)
+    assert happened[after_loss - 3:after_loss] == ["sync", sleep, "sync"]
+    # queued_ahead's tries of one side are settled the same way (the tenth H200 study: a side traced twice back to
+    # back lost the second trace, three times over)
+    between = happened.index("between:")
+    assert happened[between + 1:between + 4] == ["sync", sleep, "sync"]
 
 
 def test_a_side_that_launched_nothing_is_traced_once_and_reads_no_work(monkeypatch):

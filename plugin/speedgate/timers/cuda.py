@@ -30,12 +30,13 @@ PROFILE_TRIES = 3
 
 # Every trace of profiled calls holds at least the hold's spin kernel. One that holds no device activity at all was
 # lost by the profiler, not skipped by the side: with TEARDOWN_CUPTI=1, an earlier session's CUPTI teardown, which
-# runs on a later CUDA call, can land inside the next session and leave it empty (pytorch/kineto#1554). Such a trace
-# is taken again, LOST_TRACE_TRIES in all, each after the device synchronized, LOST_TRACE_SETTLE_S passed and it
-# synchronized again (the pending teardown's call); still empty, the audit stops with LostTrace, never reading it as
-# a side that launched nothing (docs/results/gate-study-h200.md, the ninth study).
+# runs on a later CUDA call, can land inside the next session and leave it empty (pytorch/kineto#1554). Sessions
+# opened back to back are where it lands: queued_ahead's tries of one side, and a trace after a lost one. Before
+# each such session the device synchronizes, TEARDOWN_SETTLE_S passes and it synchronizes again (the pending
+# teardown's call). A trace still empty is taken again, LOST_TRACE_TRIES in all, then the audit stops with LostTrace,
+# never reading it as a side that launched nothing (docs/results/gate-study-h200.md, the ninth and tenth studies).
 LOST_TRACE_TRIES = 3
-LOST_TRACE_SETTLE_S = 0.2
+TEARDOWN_SETTLE_S = 0.2
 
 # Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1 (pytorch/pytorch#144455), which can cost a
 # process's later launches host time: the audit asks for the teardown, so that its trace leaves the process as it
@@ -312,12 +313,16 @@ class CudaTimer(Timer):
     def graphed(self, fn: Fn) -> Fn:
         return capture_graph(self._torch, fn)
 
-    def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any]) -> tuple[list[float], Any]:
+    def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any],
+                     between: Callable[[], None] | None = None) -> tuple[list[float], Any]:
         """time_each(fns) inside context(), behind a hold long enough that the host queued every call before the
-        device started the first: PROFILE_HOLD_MS, then (up to PROFILE_TRIES times) twice the host's queueing time.
-        Returns the times and the last context entered (the profiler, whose trace is of the last try)."""
+        device started the first: PROFILE_HOLD_MS, then (up to PROFILE_TRIES times) twice the host's queueing time,
+        with between() called before each try but the first. Returns the times and the last context entered (the
+        profiler, whose trace is of the last try)."""
         hold = PROFILE_HOLD_MS
-        for _ in range(PROFILE_TRIES):
+        for tries in range(PROFILE_TRIES):
+            if tries and between is not None:
+                between()
             with context() as entered:
                 times = self.time_each(fns, hold=hold)
             if self.last_ahead or hold >= PROFILE_HOLD_CAP_MS or any(id(fn) in self._waiting for fn in fns):
@@ -341,6 +346,12 @@ class CudaTimer(Timer):
 
         torch = self._torch
         ask_cupti_teardown()
+
+        def settle() -> None:  # the last trace's pending teardown lands here, not inside the next trace
+            torch.cuda.synchronize()
+            time.sleep(TEARDOWN_SETTLE_S)
+            torch.cuda.synchronize()
+
         torch.cuda.synchronize()
         lost = 0
         for _ in range(LOST_TRACE_TRIES):
@@ -348,14 +359,13 @@ class CudaTimer(Timer):
                 warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
                 # The profiler slows the host's launches: a hold of its own (the spin runs on the flush stream,
                 # which the trace leaves out), not one sized from the rounds' batches.
-                times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]))
+                times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]),
+                                                between=settle)
             traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
             if traced:
                 break
             lost += 1
-            torch.cuda.synchronize()  # lost: let the pending teardown land before the next session starts
-            time.sleep(LOST_TRACE_SETTLE_S)
-            torch.cuda.synchronize()
+            settle()
         else:
             raise LostTrace(f"speedgate: the profiler recorded no device activity in {LOST_TRACE_TRIES} traces of "
                             f"this side, not even the spin kernel each one starts with: CUPTI lost them (with "
