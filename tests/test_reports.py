@@ -394,10 +394,12 @@ def test_quick(perf):
     assert own >= 0.5 and slowest >= 0.5 and abs(total - compared - own) < 0.15, line
 
 
-def test_the_json_report_lists_a_failed_test_that_left_no_record(project: pytest.Pytester) -> None:
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_the_json_report_lists_a_failed_test_that_left_no_record(project: pytest.Pytester,
+                                                                 xdist: tuple[str, ...]) -> None:
     """The 2 x H200 gate study of 2026-11-28: a clean run's test raised in its audit before its comparison was
     judged, so no case carried test_failed and the study's count of false alarms missed it. The report lists every
-    failed test that used perf."""
+    failed test that used perf, and what failed it (under -n, from the worker that ran it)."""
     project.makepyfile(test_cases=CASES + """
 def test_fine(perf):
     perf.compare(ref_2ms, opt_1ms, name="pair")
@@ -405,7 +407,30 @@ def test_fine(perf):
 def test_raises(perf):
     perf.compare(ref_2ms, lambda: 1 / 0, name="pair")
 """)
-    project.runpytest("--speedgate-json", "run.json").assert_outcomes(passed=1, failed=1)
+    run = project.runpytest_subprocess if xdist else project.runpytest
+    run("--speedgate-json", "run.json", *xdist).assert_outcomes(passed=1, failed=1)
     doc = json.loads((project.path / "run.json").read_text())
     assert doc["failed_tests"] == ["test_cases.py::test_raises"]
     assert [c["case_id"] for c in doc["cases"]] == ["test_cases.py::test_fine::pair"]
+    # and what failed it: pytest's one-line crash message
+    assert doc["failure_causes"] == {
+        "test_cases.py::test_raises": "KeyError: \"ScriptedTimer has no times for callable '<lambda>'\""}
+
+
+def test_a_failure_cause_is_the_crash_message_first_line_cut_short() -> None:
+    """What the JSON report's failure_causes keeps of a failed phase: pytest's one-line crash message; else the long
+    report's last line (a report made from a string, as a plugin's may be); None where there is nothing."""
+    from types import SimpleNamespace
+
+    from speedgate.ledger import CAUSE_CHARS, RunLedger, failure_cause
+
+    crash = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=SimpleNamespace(message="ValueError: no\nmore")))
+    assert failure_cause(crash) == "ValueError: no"
+    assert failure_cause(SimpleNamespace(longrepr="Traceback ...\n  line\nRuntimeError: plain")) == "RuntimeError: plain"
+    assert failure_cause(SimpleNamespace(longrepr=None)) is None
+    long = failure_cause(SimpleNamespace(longrepr="E" * 1000))
+    assert long is not None and len(long) == CAUSE_CHARS and long.endswith("...")
+    ledger = RunLedger()  # the first failed phase's cause is the one kept (a teardown's error after a failed call)
+    ledger.note_outcome("t.py::test_a", "call", False, True, 0.1, "AssertionError: slower")
+    ledger.note_outcome("t.py::test_a", "teardown", False, True, 0.1, "RuntimeError: cleanup")
+    assert ledger.failure_causes == {"t.py::test_a": "AssertionError: slower"}

@@ -356,6 +356,18 @@ def test_a_comparison_the_slowed_run_did_not_time_is_said_not_counted_as_missed_
     assert "+5% caught in 1 of 2 comparisons (1 not timed in the slowed run)" in text
 
 
+def test_a_comparison_the_slowed_run_did_not_time_names_what_failed_its_test() -> None:
+    """The tenth H200 study (2026-11-28): two tests stopped with LostTrace in the +5% run, and their cells read
+    "see its log". The report's failure_causes says what failed each test; the cell quotes it."""
+    clean = [report({"a": "pass", "b": "pass"})]
+    clean[0]["cases"][1]["nodeid"] = "t.py::test_b"
+    lost = "speedgate.timers.cuda.LostTrace: speedgate: the profiler recorded no device activity in 3 traces"
+    slowed = {0.05: [{**report({"a": "regressed"}), "failed_tests": ["t.py::test_b"],
+                      "failure_causes": {"t.py::test_b": lost}}]}
+    text = study.table(clean, slowed)
+    assert f"| `b` | 2.0% | cuda-sm-cycles-held | 0/1 | 0/0 (not timed in the slowed run: {lost}) |" in text
+
+
 def test_a_host_timed_side_is_checked_against_its_reference_not_its_own_time() -> None:
     """The third H200 study (2026-11-27): timed from an idle device, mark_dynamic's two sides read 10.47 and 10.45 ms
     in the clean run and 4.77 and 4.99 ms under +5%, the host's state; the side's own time said "-52%, not reached"
@@ -396,11 +408,13 @@ def test_a_clean_test_that_failed_before_its_comparison_was_judged_is_counted_an
     lost = held_record("t.py::test_b::y", "pass", 1.0)
     for record, nodeid in ((judged, "t.py::test_a"), (lost, "t.py::test_b")):
         record["nodeid"] = nodeid
-    clean = [{"cases": [judged], "failed_tests": ["t.py::test_a", "t.py::test_b"]}]
+    clean = [{"cases": [judged], "failed_tests": ["t.py::test_a", "t.py::test_b"],
+              "failure_causes": {"t.py::test_b": "speedgate.pipeline.Dishonest: launched no device work"}}]
     slowed = {0.1: [{"cases": [{**judged, "optimized_ms": 1.1}, {**lost, "verdict": "regressed", "optimized_ms": 1.1}]}]}
     text = study.table(clean, slowed, share=0.1)
     assert ("false alarms: 1 of 1 comparison-runs, and 1 test(s) of the clean runs failed before a comparison of "
             "theirs was judged;") in text
-    assert "- a clean run's test `t.py::test_b`: failed before a comparison of it was judged (see clean0.log)" in text
+    assert ("- a clean run's test `t.py::test_b`: failed before a comparison of it was judged: "
+            "speedgate.pipeline.Dishonest: launched no device work (clean0.log)") in text
     assert "| `t.py::test_b::y` | 2.0% | cuda-events-held | 0/0, and its test failed before it was judged in 1 clean run(s) |" in text
     assert "t.py::test_a`: failed before" not in text

@@ -30,6 +30,7 @@ class RunEnd:
     records: Sequence[CompareResult]
     metric_records: Sequence[MetricResult]
     failed_nodeids: frozenset[str]
+    failure_causes: Mapping[str, str]  # failed node id -> what failed it first (pytest's crash message)
     finished: frozenset[str]  # node ids of the tests that finished and passed
     passed_cases: frozenset[str]  # their case ids
     test_seconds: Mapping[str, float]
@@ -74,7 +75,7 @@ class Finish:
             result_keys=run.result_keys, fingerprints=run.fingerprints, ceilings=run.ceilings_seen,
             gpu_state=run.gpu_state_at_start, workers=run.workers, header=self.header,
             warnings=[*self.alerts, *self.warnings], errors=list(self.errors), unmatched=self.unmatched, now=now,
-            test_seconds=dict(run.test_seconds),
+            test_seconds=dict(run.test_seconds), failure_causes=dict(run.failure_causes),
         )
 
 

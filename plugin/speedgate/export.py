@@ -161,6 +161,8 @@ class JsonReport:
         # Every failed test that used perf, with or without a record: one that raised before a comparison was judged
         # (an audit's accusation, an exception) has no case to carry test_failed.
         doc["failed_tests"] = sorted(run.failed_nodeids)
+        doc["failure_causes"] = {nodeid: run.failure_causes[nodeid] for nodeid in doc["failed_tests"]
+                                 if nodeid in run.failure_causes}
         write_text(path, dump_json(doc))
 
 

@@ -46,6 +46,7 @@ class WorkerReport:
     records: list[dict[str, Any]]  # CompareResult.to_json() of each
     metrics: list[dict[str, Any]]  # MetricResult.to_json() of each
     failed: list[str]  # node ids of the tests using perf that failed a phase
+    failure_causes: dict[str, str]  # node id -> what failed it first (pytest's one-line crash message)
     passed: list[str]  # ... that finished and passed (call and teardown)
     passed_cases: list[str]  # their case ids (the controller collects nothing, so cannot name them)
     test_seconds: dict[str, float]  # node id -> its setup, call and teardown
@@ -69,6 +70,21 @@ class WorkerReport:
         return cls(**json.loads(text))
 
 
+CAUSE_CHARS = 300  # a failure's cause as the JSON report keeps it: its crash message's first line, cut to this
+
+
+def failure_cause(rep: Any) -> str | None:
+    """What failed a test's phase, from its pytest report: the crash message's first line ("ZeroDivisionError:
+    division by zero"), else the long report's last line; None where the report says nothing."""
+    crash = getattr(getattr(rep, "longrepr", None), "reprcrash", None)
+    text = str(getattr(crash, "message", "") or "")
+    if not text and getattr(rep, "longrepr", None) is not None:
+        lines = str(rep.longrepr).strip().splitlines()
+        text = lines[-1] if lines else ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return (first[:CAUSE_CHARS - 3] + "...") if len(first) > CAUSE_CHARS else (first or None)
+
+
 class RunLedger:
     """What a run produced: typed results and metrics, the tests' outcomes and durations, the fingerprint each
     hardware key's results were measured under, where each result was asked for; merged across xdist workers."""
@@ -77,6 +93,7 @@ class RunLedger:
         self.records: list[CompareResult] = []
         self.metric_records: list[MetricResult] = []
         self.failed_nodeids: set[str] = set()
+        self.failure_causes: dict[str, str] = {}  # failed node id -> its first failed phase's crash message
         self.passed_nodeids: set[str] = set()  # finished: their call passed and their teardown ran to the end
         self._passed_cases_absorbed: set[str] = set()  # workers' passed tests, as case ids
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
@@ -103,8 +120,9 @@ class RunLedger:
         if self.progress is not None:
             self.progress(result_id)
 
-    def note_outcome(self, nodeid: str, when: str, passed: bool, failed: bool, seconds: float) -> None:
-        """A phase's outcome of a test that used perf."""
+    def note_outcome(self, nodeid: str, when: str, passed: bool, failed: bool, seconds: float,
+                     cause: str | None = None) -> None:
+        """A phase's outcome of a test that used perf; cause: what failed it (kept for its first failed phase)."""
         self.test_seconds[nodeid] = self.test_seconds.get(nodeid, 0.0) + seconds
         if when == "call" and passed:
             self._call_passed.add(nodeid)
@@ -112,6 +130,8 @@ class RunLedger:
             self.passed_nodeids.add(nodeid)  # finished: its call passed and its teardown ran to the end
         if failed:
             self.failed_nodeids.add(nodeid)
+            if cause:
+                self.failure_causes.setdefault(nodeid, cause)
 
     def finished_and_passed(self, nodeid: str) -> bool:
         return nodeid in self.passed_nodeids and nodeid not in self.failed_nodeids
@@ -129,6 +149,8 @@ class RunLedger:
         self.records.extend(CompareResult.from_json(r) for r in report.records)
         self.metric_records.extend(MetricResult.from_json(m) for m in report.metrics)
         self.failed_nodeids.update(report.failed)
+        for nodeid, cause in report.failure_causes.items():
+            self.failure_causes.setdefault(nodeid, cause)
         self.passed_nodeids.update(report.passed)
         self._passed_cases_absorbed.update(report.passed_cases)
         self.test_seconds.update(report.test_seconds)
@@ -144,6 +166,7 @@ class RunLedger:
         return RunEnd(
             settings=settings, interrupted=interrupted, used=self.used, records=tuple(self.records),
             metric_records=tuple(self.metric_records), failed_nodeids=frozenset(self.failed_nodeids),
+            failure_causes=dict(self.failure_causes),
             finished=frozenset(self.passed_nodeids - self.failed_nodeids),
             passed_cases=frozenset(self.passed_case_ids(ids.case_bases)), test_seconds=dict(self.test_seconds),
             lost_workers=tuple(self.lost_workers), fingerprints=dict(self.fingerprints),

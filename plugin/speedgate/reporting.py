@@ -59,6 +59,7 @@ class RunView:
     unmatched: Mapping[str, Any] | None = None
     now: str = ""
     test_seconds: Mapping[str, float] = field(default_factory=dict)  # node id -> its pytest durations
+    failure_causes: Mapping[str, str] = field(default_factory=dict)  # failed node id -> what failed it first
 
     @property
     def has_results(self) -> bool:

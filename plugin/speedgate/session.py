@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .bench import Bench
 from .book import BaselineBook
 from .case_ids import CaseIds
-from .ledger import RunEnd, RunLedger, WorkerReport
+from .ledger import RunEnd, RunLedger, WorkerReport, failure_cause
 
 if TYPE_CHECKING:
     from .devices import Assignment
@@ -50,7 +50,7 @@ class SpeedgateSession:
         """Record a phase's outcome of a test that used perf; keep its artifacts when it failed and they were asked
         for (returns where)."""
         self.ledger.note_outcome(nodeid, rep.when, bool(rep.passed), bool(rep.failed),
-                                 float(getattr(rep, "duration", 0.0) or 0.0))
+                                 float(getattr(rep, "duration", 0.0) or 0.0), failure_cause(rep))
         if not rep.failed or self.settings.artifacts_dir is None:
             return None
         from . import artifacts
@@ -82,7 +82,8 @@ class SpeedgateSession:
         ledger, ids = self.ledger, self.case_ids
         return WorkerReport(
             records=[r.to_json() for r in ledger.records], metrics=[m.to_json() for m in ledger.metric_records],
-            failed=sorted(ledger.failed_nodeids), passed=sorted(ledger.passed_nodeids),
+            failed=sorted(ledger.failed_nodeids), failure_causes=dict(ledger.failure_causes),
+            passed=sorted(ledger.passed_nodeids),
             passed_cases=sorted(ledger.passed_case_ids(ids.case_bases)), test_seconds=ledger.test_seconds,
             fingerprints=ledger.fingerprints, ceilings=self.bench.ceilings_seen, gpu_state=self.bench.gpu_state_at_start,
             collected_cases=sorted(ids.collected_cases), collected_files=sorted(ids.collected_files),

@@ -404,7 +404,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             tail = ""
             if not got:  # the slowed run raised or skipped before the comparison was timed
                 unrecorded[s] += 1
-                tail = " (not timed in the slowed run: see its log)"
+                causes = sorted({cause for r in slowed_runs[s]
+                                 if (cause := r.get("failure_causes", {}).get(case.get("nodeid", "")))})
+                tail = f" (not timed in the slowed run: {'; '.join(causes) if causes else 'see its log'})"
             elif (short or heavier) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
                 tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}"
@@ -440,7 +442,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
     named = "\n".join([*(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for m in cried),
-                        *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged (see clean{i}.log)"
+                        *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
+                          f"{clean[i].get('failure_causes', {}).get(nodeid) or 'see its log'} (clean{i}.log)"
                           for nodeid, i in failed_unjudged)])
     return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
 
