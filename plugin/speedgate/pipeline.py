@@ -386,11 +386,12 @@ def calibration(first: Measurement, again: Callable[[], Measurement], runs: int,
     return {"calibration_runs": runs, "calibration_spread": spread}, all(m.settled for m in measured)
 
 
-def _profiled_fields(evidence: integrity.Evidence) -> dict[str, float]:
-    found: dict[str, float] = {}
+def _profiled_fields(evidence: integrity.Evidence) -> dict[str, Any]:
+    found: dict[str, Any] = {}
     for side, traced in (evidence.profiled or {}).items():
         found[f"{side}_profiled_ms"] = float(traced["events_ms"])
         found[f"{side}_busy_ms"] = float(traced["busy_ms"])
+        found["traces_lost"] = found.get("traces_lost", 0) + int(traced.get("lost", 0))
     return found
 
 

@@ -68,6 +68,9 @@ class CompareResult:
     optimized_profiled_ms: float | None = None
     reference_busy_ms: float | None = None
     optimized_busy_ms: float | None = None
+    # Traces of those calls the profiler lost (no device activity at all) before a try recorded them, both sides
+    # together (timers.cuda.LostTrace): a count, so that a run shows how often the retry ran.
+    traces_lost: int = 0
     budget: dict[str, float] | None = None  # how the comparison's wall time was spent (see measure.Measurement)
     # A regressed or improved case: each side's median against the blessed entry's (now / blessed - 1).
     reference_change: float | None = None

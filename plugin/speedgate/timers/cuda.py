@@ -57,10 +57,6 @@ class LostTrace(RuntimeError):
     """The profiler recorded no device activity, not even its own hold's spin kernel, in every try."""
 
 
-class LostTraceWarning(UserWarning):
-    """The profiler lost a trace of a side, and a later try recorded it: said, so that a run shows how often."""
-
-
 def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, Any]]:
     """(start us, end us, stream) of each activity of device_type in a finished torch.profiler trace.
 
@@ -335,8 +331,9 @@ class CudaTimer(Timer):
 
         Returns the events' median over these calls (`events_ms`); the device's busy time per call on every stream
         but the flush's, median over the calls (`busy_ms`: what the events should have seen, give or take the launch
-        latency); and the busy time of all the work over the number of calls (`all_streams_ms`: it includes work
-        that ran on another stream beside a later call, which the events never saw).
+        latency); the busy time of all the work over the number of calls (`all_streams_ms`: it includes work
+        that ran on another stream beside a later call, which the events never saw); the kernels launched; and how
+        many traces the profiler lost before one recorded the calls (`lost`).
         """
         import warnings
 
@@ -372,11 +369,8 @@ class CudaTimer(Timer):
                             f"TEARDOWN_CUPTI=1, an earlier trace's teardown can land inside the next one), so the "
                             f"audit cannot say what the side launched. Run the test again; if it persists, set "
                             f"TEARDOWN_CUPTI=0")
-        if lost:
-            warnings.warn(LostTraceWarning(f"speedgate: the profiler lost {lost} trace(s) of this side (no device "
-                                           f"activity at all); try {lost + 1} recorded it"), stacklevel=2)
         events = statistics.median(times)
-        return {"events_ms": events, **profiled_busy(traced, calls), "kernels": traced_kernels(prof)}
+        return {"events_ms": events, **profiled_busy(traced, calls), "kernels": traced_kernels(prof), "lost": lost}
 
     def describe(self) -> str:
         return (
