@@ -418,3 +418,14 @@ def test_a_clean_test_that_failed_before_its_comparison_was_judged_is_counted_an
             "speedgate.pipeline.Dishonest: launched no device work (clean0.log)") in text
     assert "| `t.py::test_b::y` | 2.0% | cuda-events-held | 0/0, and its test failed before it was judged in 1 clean run(s) |" in text
     assert "t.py::test_a`: failed before" not in text
+
+
+def test_the_study_says_how_many_lost_traces_its_runs_took_again() -> None:
+    """The tenth H200 study (2026-11-28): a lost trace that a retry recorded showed only in one test's warnings. Each
+    record now counts them (traces_lost), and the summary adds them up over every run, clean and slowed."""
+    clean = [report({"a": "pass", "b": "pass"})]
+    clean[0]["cases"][0]["traces_lost"] = 1
+    slowed = {0.05: [report({"a": "regressed", "b": "regressed"})]}
+    slowed[0.05][0]["cases"][0]["traces_lost"] = 2
+    assert "; 3 lost trace(s) taken again, in 1 comparison(s)" in study.table(clean, slowed)
+    assert "lost trace" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})

@@ -440,6 +440,13 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             else f"no run slowed by {share:.0%}")
     if heavy.get(share):
         line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
+    # Traces the profiler lost and the audit took again (timers.cuda.LostTrace), over every run: said, so that a
+    # study shows how often the retry ran.
+    every_run = [*clean, *(r for at_share in slowed_runs.values() for r in at_share)]
+    lost = [(c["case_id"], n) for r in every_run for c in r.get("cases", []) if (n := c.get("traces_lost"))]
+    if lost:
+        summary.append(f"{sum(n for _, n in lost)} lost trace(s) taken again, in {len({c for c, _ in lost})} "
+                       "comparison(s)")
     named = "\n".join([*(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for m in cried),
                         *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
