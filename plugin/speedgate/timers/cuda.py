@@ -309,16 +309,12 @@ class CudaTimer(Timer):
     def graphed(self, fn: Fn) -> Fn:
         return capture_graph(self._torch, fn)
 
-    def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any],
-                     between: Callable[[], None] | None = None) -> tuple[list[float], Any]:
+    def queued_ahead(self, fns: Sequence[Fn], context: Callable[[], Any]) -> tuple[list[float], Any]:
         """time_each(fns) inside context(), behind a hold long enough that the host queued every call before the
-        device started the first: PROFILE_HOLD_MS, then (up to PROFILE_TRIES times) twice the host's queueing time,
-        with between() called before each try but the first. Returns the times and the last context entered (the
-        profiler, whose trace is of the last try)."""
+        device started the first: PROFILE_HOLD_MS, then (up to PROFILE_TRIES times) twice the host's queueing time.
+        Returns the times and the last context entered (the profiler, whose trace is of the last try)."""
         hold = PROFILE_HOLD_MS
-        for tries in range(PROFILE_TRIES):
-            if tries and between is not None:
-                between()
+        for _ in range(PROFILE_TRIES):
             with context() as entered:
                 times = self.time_each(fns, hold=hold)
             if self.last_ahead or hold >= PROFILE_HOLD_CAP_MS or any(id(fn) in self._waiting for fn in fns):
@@ -344,25 +340,30 @@ class CudaTimer(Timer):
         torch = self._torch
         ask_cupti_teardown()
 
-        def settle() -> None:  # the last trace's pending teardown lands here, not inside the next trace
-            torch.cuda.synchronize()
-            time.sleep(TEARDOWN_SETTLE_S)
-            torch.cuda.synchronize()
+        opened = 0
 
-        torch.cuda.synchronize()
+        def tracing() -> Any:
+            """A profiler session; one opened after another (queued_ahead's next try, a try after a lost trace)
+            waits for the device to settle first, so that the last one's pending teardown lands here, not inside."""
+            nonlocal opened
+            if opened:
+                torch.cuda.synchronize()
+                time.sleep(TEARDOWN_SETTLE_S)
+            torch.cuda.synchronize()
+            opened += 1
+            return profile(activities=[ProfilerActivity.CUDA])
+
         lost = 0
         for _ in range(LOST_TRACE_TRIES):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": one cycle here
                 # The profiler slows the host's launches: a hold of its own (the spin runs on the flush stream,
                 # which the trace leaves out), not one sized from the rounds' batches.
-                times, prof = self.queued_ahead([fn] * calls, lambda: profile(activities=[ProfilerActivity.CUDA]),
-                                                between=settle)
+                times, prof = self.queued_ahead([fn] * calls, tracing)
             traced = traced_intervals(prof, torch.autograd.DeviceType.CUDA)
             if traced:
                 break
             lost += 1
-            settle()
         else:
             raise LostTrace(f"speedgate: the profiler recorded no device activity in {LOST_TRACE_TRIES} traces of "
                             f"this side, not even the spin kernel each one starts with: CUPTI lost them (with "
