@@ -387,11 +387,11 @@ def calibration(first: Measurement, again: Callable[[], Measurement], runs: int,
 
 
 def _profiled_fields(evidence: integrity.Evidence) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for side, traced in (evidence.profiled or {}).items():
+    profiled = evidence.profiled or {}
+    found: dict[str, Any] = {"traces_lost": sum(int(traced.get("lost", 0)) for traced in profiled.values())}
+    for side, traced in profiled.items():
         found[f"{side}_profiled_ms"] = float(traced["events_ms"])
         found[f"{side}_busy_ms"] = float(traced["busy_ms"])
-        found["traces_lost"] = found.get("traces_lost", 0) + int(traced.get("lost", 0))
     return found
 
 

@@ -297,6 +297,11 @@ def unjudged_failures(report: Mapping[str, Any]) -> set[str]:
     return set(report.get("failed_tests", [])) - said
 
 
+def cause_in(report: Mapping[str, Any], nodeid: str) -> str | None:
+    """What failed a test in a run, as its report says (failure_causes), or None where it says nothing."""
+    return report.get("failure_causes", {}).get(nodeid)
+
+
 def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> float | None:
     """How much slower one comparison's optimized side ran in slowed runs than in clean ones: per slowed run, its
     optimized median over the clean runs' median (those on its card, when there are any) - 1; the median of those.
@@ -404,8 +409,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             tail = ""
             if not got:  # the slowed run raised or skipped before the comparison was timed
                 unrecorded[s] += 1
-                causes = sorted({cause for r in slowed_runs[s]
-                                 if (cause := r.get("failure_causes", {}).get(case.get("nodeid", "")))})
+                causes = sorted({cause for r in slowed_runs[s] if (cause := cause_in(r, case.get("nodeid", "")))})
                 tail = f" (not timed in the slowed run: {'; '.join(causes) if causes else 'see its log'})"
             elif (short or heavier) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
@@ -450,7 +454,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     named = "\n".join([*(f"- a clean run's metric `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for m in cried),
                         *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
-                          f"{clean[i].get('failure_causes', {}).get(nodeid) or 'see its log'} (clean{i}.log)"
+                          f"{cause_in(clean[i], nodeid) or 'see its log'} (clean{i}.log)"
                           for nodeid, i in failed_unjudged)])
     return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
 
