@@ -40,7 +40,8 @@ from typing import Any
 
 from .devices import busy
 from .timers.base import CpuTimer
-from .timers.cuda import IdleStart, capture_graph
+from .timers.cuda import CudaTimer, IdleStart, capture_graph
+from .timers.cycles import CYCLES_TIMER, full_clock_mhz
 
 SLOWDOWN_ENV = "SPEEDGATE_STUDY_SLOWDOWN"
 # Where a slowed run writes, one JSON line per comparison, how its slowdown was sized (spins_of reads them back).
@@ -53,6 +54,8 @@ HOST_TIMED = (IdleStart.name, CpuTimer.name)
 # A slowdown that reached its optimized side at more than this many times its share landed heavier than asked: a catch
 # of it says nothing of the share (docs/results/gate-study.md, "The injection's size").
 HEAVY = 1.5
+# A clock's time_each: each callable called once, its time in ms (speedgate.timers.Timer.time_each).
+TimeEach = Callable[[Sequence[Callable[[], Any]]], list[float]]
 
 
 # -- the plugin side: a slowdown injected into every optimized side ------------------------------------------------
@@ -60,7 +63,8 @@ HEAVY = 1.5
 def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: Callable[[], tuple[float, float]] | None,
            host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None,
            replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
-           noted: Callable[[dict[str, Any]], None] | None = None) -> Callable[..., Any]:
+           noted: Callable[[dict[str, Any]], None] | None = None, timed: TimeEach | None = None,
+           counted_at: float | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
@@ -72,10 +76,15 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     and settled where it runs (settle_spin): a spin's cycles take longer at the clock the side holds the GPU at than
     at the clock of spins alone, so a spin sized from that clock alone landed heavier than asked
     (docs/results/gate-study.md, section 9). `replays`: for a side the gate times as graph replays, what captures a
-    callable into one (settle_spin times the replays: the side's eager calls can be bound by the host). Without
-    `spin_cost` (a side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an
-    entry is its own host-timed median. `noted` is told how the slowdown was sized, once: the target, its basis, the
-    spin's cycles as sized from the rate and as settled (0 without a spin)."""
+    callable into one (settle_spin times the replays: the side's eager calls can be bound by the host). `timed`: the
+    gate's own clock for the side (its timer's time_each: each call between events, the L2 flushed, the device held
+    or idle as the gate times it), on which settle_spin times the spin. `counted_at`: for a side the gate counts in
+    SM cycles (timers.cycles), the cycles per ms its samples are counted at (the full SM clock): a spin adds its own
+    cycles there at any clock, so it is sized at that rate and not settled (settled on the clock's time, spins at a
+    power-capped GEMM's side landed at a median +3% of +5%: docs/results/gate-study-h200.md). Without `spin_cost` (a
+    side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an entry is its
+    own host-timed median. `noted` is told how the slowdown was sized, once: the target, its basis, the spin's cycles
+    as sized from the rate and as settled (0 without a spin)."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -95,9 +104,12 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
         else:
             target = share * (basis_ms if basis_ms else median_event_ms(torch, alone))
             cycles_per_ms, fixed_ms = spin_cost()
-            sized = max(1, round((target - fixed_ms) * cycles_per_ms))
-            cycles = settle_spin(torch, alone, sized, target, replays)
-            rate = {"cycles_per_ms": cycles_per_ms, "fixed_ms": fixed_ms}
+            if counted_at:
+                sized = cycles = max(1, round((target - fixed_ms) * counted_at))
+            else:
+                sized = max(1, round((target - fixed_ms) * cycles_per_ms))
+                cycles = settle_spin(torch, alone, sized, target, replays, timed)
+            rate = {"cycles_per_ms": counted_at or cycles_per_ms, "fixed_ms": fixed_ms}
         delay.append((cycles, target))
         if noted:
             noted({"share": share, "basis_ms": basis_ms, "target_ms": target, **rate, "sized_cycles": sized,
@@ -114,15 +126,20 @@ TRUSTED = (0.5, 2.0)  # what a spin can add against its target at another clock;
 
 
 def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: float,
-                replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None) -> int:
-    """The spin's cycles corrected where it runs: batches of `call` alone and of spin + call back to back (about
-    SETTLE_BATCH_MS each, three of each alternating, medians), the cycles scaled by what the spin added against
-    `target_ms`, up to SETTLE_TRIES times until it adds the target within SETTLED. A clock moves a spin's time by
-    tens of percent, not by factors: where the spin adds less than half its target or more than twice it, the batches
-    do not show it as the gate's rounds will (the host bounds them and hides the spin, or the host's jitter swamps
-    it), and the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as
-    graph replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that
-    cannot be captured here is settled on its eager calls."""
+                replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+                timed: TimeEach | None = None) -> int:
+    """The spin's cycles corrected where it runs, up to SETTLE_TRIES times until it adds `target_ms` within SETTLED:
+    the cycles scaled by what the spin added against the target. What it added: with `timed` (the gate's own clock
+    for the side: each call between events, the L2 flushed before it, the device held or idle as the gate times it),
+    one batch of the side and spin + side alternating, after one batch that teaches the clock its hold, the medians'
+    difference; without, batches of `call` alone and of spin + call back to back (about SETTLE_BATCH_MS each, three
+    of each alternating, medians). Back-to-back batches are not the gate's rounds: unflushed, bound by the host where
+    the gate holds the device, they settled a flex attention side's spin for +5% at what the gate then measured as
+    +1.5% (docs/results/gate-study-h200.md). A clock moves a spin's time by tens of percent, not by factors: where the spin
+    adds less than half its target or more than twice it, the batches do not show it as the gate's rounds will, and
+    the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as graph
+    replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that cannot
+    be captured here is settled on its eager calls."""
     from .timers import median_event_ms
 
     def timed_as(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -140,10 +157,17 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
     def batch_ms(fn: Callable[[], Any]) -> float:  # count calls back to back between two events, per call
         return median_event_ms(torch, functools.partial(_repeated, fn, count), calls=1) / count
 
-    for _ in range(SETTLE_TRIES):
-        spun = timed_as(functools.partial(_spun, torch, cycles, call))
+    def added_ms(spun: Callable[[], Any]) -> float:
+        if timed is not None:
+            batch = [plain, spun] * count
+            timed(batch)  # the clock learns its hold for these calls
+            times = timed(batch)
+            return statistics.median(times[1::2]) - statistics.median(times[0::2])
         pairs = [(batch_ms(plain), batch_ms(spun)) for _ in range(3)]
-        added = statistics.median(b for _, b in pairs) - statistics.median(a for a, _ in pairs)
+        return statistics.median(b for _, b in pairs) - statistics.median(a for a, _ in pairs)
+
+    for _ in range(SETTLE_TRIES):
+        added = added_ms(timed_as(functools.partial(_spun, torch, cycles, call)))
         if not TRUSTED[0] * target_ms <= added <= TRUSTED[1] * target_ms or abs(added - target_ms) <= SETTLED * target_ms:
             break
         cycles = max(1, round(cycles * target_ms / added))
@@ -218,6 +242,20 @@ def busy_wait(ms: float) -> None:
         pass
 
 
+def gate_clock(timer: Any, blessed_timer: Any, torch: Any) -> tuple[TimeEach | None, float | None]:
+    """How the gate will time a slowed side, as `slowed` takes it: (timed, counted_at). By its entry's timer (what
+    the gate timed it with when it was blessed): counted in SM cycles, the full SM clock's cycles per ms and no
+    clock to settle on; else the CUDA timer's own time_each, from an idle device where the entry was timed so
+    (IdleStart), held otherwise. (None, None) for any other clock (the CPU's, a project's own): settled as before."""
+    if not isinstance(timer, CudaTimer):
+        return None, None
+    if blessed_timer == CYCLES_TIMER:
+        mhz = full_clock_mhz(torch)
+        if mhz:
+            return None, mhz * 1e3
+    return functools.partial(timer.time_each, idle=blessed_timer == IdleStart.name), None
+
+
 def pytest_configure(config: Any) -> None:
     share = os.environ.get(SLOWDOWN_ENV)
     if not share:
@@ -231,14 +269,16 @@ def pytest_configure(config: Any) -> None:
 
     @functools.wraps(plain)
     def compare(self: Any, reference: Callable[..., Any], optimized: Callable[..., Any], **kwargs: Any) -> Any:
-        blessed = (self._entry(kwargs.get("name")) or {}).get("optimized_ms")
+        entry = self._entry(kwargs.get("name")) or {}
+        blessed = entry.get("optimized_ms")
         basis = float(blessed) if isinstance(blessed, (int, float)) and blessed > 0 else None
         replays = functools.partial(capture_graph, torch) if kwargs.get("graph") else None
-        on_gpu = bool(getattr(self._timer or self._session.bench.timer(), "on_gpu", False))
-        costs = functools.partial(spin_cost, torch) if on_gpu else None  # on the CPU the host's wait alone
+        timer = self._timer or self._session.bench.timer()
+        costs = functools.partial(spin_cost, torch) if getattr(timer, "on_gpu", False) else None  # CPU: the host's wait
         noted = functools.partial(note_spin, spins, self._case_id_of(kwargs.get("name"))) if spins else None
+        timed, counted_at = gate_clock(timer, entry.get("timer"), torch)
         return plain(self, reference, slowed(optimized, float(share), torch, costs, basis_ms=basis, replays=replays,
-                                             noted=noted), **kwargs)
+                                             noted=noted, timed=timed, counted_at=counted_at), **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))
