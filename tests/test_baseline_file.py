@@ -116,6 +116,26 @@ def test_the_repository_baselines_are_valid() -> None:
         assert doc is not None and doc["cases"]
 
 
+def test_the_repository_baselines_tolerances_follow_the_rule_on_their_evidence() -> None:
+    """Every calibrated entry's tolerance is what speedgate.evidence.tolerance_of says of its evidence, and so is
+    each other pick's that has its own (two processes or an in-process spread; one process keeps the tolerance it
+    was judged with): a change of the rule is applied to the committed files, not left to the next run's evidence."""
+    from speedgate import evidence
+
+    stale = []
+    for path in REPO_BASELINES:
+        for case_id, entry in (baseline.read(path) or {})["cases"].items():
+            for where, held in [("", entry), *((f" pick {i + 1}", p) for i, p in enumerate(entry.get("picks") or []))]:
+                calibration = held.get("calibration")
+                own = where == "" or calibration and (calibration.get("process_run_spreads")
+                                                      or len(calibration.get("process_speedups") or []) >= 2)
+                if calibration and own and not entry.get("tolerance_pinned") \
+                        and abs(held["tolerance"] - evidence.tolerance_of(calibration)) > 1e-6:
+                    stale.append(f"{path.name}: {case_id}{where}: {held['tolerance']} against "
+                                 f"{evidence.tolerance_of(calibration)}")
+    assert not stale, stale
+
+
 def _with_metric(doc: dict[str, Any]) -> dict[str, Any]:
     doc["metrics"] = {"t.py::m::compile_s": {"value": 8.0, "tolerance": 0.5, "direction": "lower", "unit": "s",
                                              "measured_at": "2026-01-01T00:00:00Z", "software": {}}}

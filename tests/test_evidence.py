@@ -69,6 +69,26 @@ def test_evidence_from_before_cards_were_recorded_is_kept_as_unrecorded() -> Non
     assert evidence.tolerance_of(new) == pytest.approx(3 * evidence.between_run_spread([1.348, 1.346, 1.303]), rel=1e-3)
 
 
+def test_a_bless_whose_process_aged_out_no_longer_sets_the_tolerance() -> None:
+    """The H200 file, 2026-11-28: Gluon flash attention 8192-128-causal `vs_sdpa` was blessed on a card whose two
+    runs read 1.6% apart; once that card aged out of the newest eight, no kept process had an in-process spread, and
+    the bless's own spread came back through the fallback: 4.9%, over eight cards that read 1.074-1.095x (0.69%)."""
+    calibration: dict[str, Any] = evidence.add_process({}, "blessing-card", 1.08, 0.01621, "2026-11-27T11:42:57Z")
+    calibration.update(runs=2, spread=0.01621, measured_at="2026-11-27T11:42:57Z")
+    readings = [1.074, 1.076, 1.076, 1.075, 1.095, 1.075, 1.092, 1.081]
+    for i, speedup in enumerate(readings):
+        calibration = evidence.add_process(calibration, f"card-{i}", speedup, None, f"2026-11-28T00:{i:02d}:00Z")
+    assert "blessing-card" not in calibration["machines"] and calibration["spread"] == 0.01621
+    pooled = evidence.calibrated_tolerance(calibration["process_spread"])
+    assert evidence.tolerance_of(calibration) == pytest.approx(pooled, rel=1e-3)
+    assert evidence.tolerance_of(calibration) < 0.025
+    # While the evidence cannot show a spread (one process, or cards never recorded), the bless's stands.
+    one = evidence.add_process({}, "card-a", 1.08, None, "2026-11-28T00:00:00Z") | {"spread": 0.01621}
+    assert evidence.tolerance_of(one) == pytest.approx(3 * 0.01621, rel=1e-3)
+    legacy = {"process_speedups": [1.08, 1.081], "process_spread": 0.001, "runs": 2, "spread": 0.01621}
+    assert evidence.tolerance_of(legacy) == pytest.approx(3 * 0.01621, rel=1e-3)
+
+
 def test_each_card_keeps_its_newest_processes_and_the_newest_cards() -> None:
     calibration: dict[str, Any] = {}
     for i in range(12):

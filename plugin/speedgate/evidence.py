@@ -154,9 +154,18 @@ def _median(values: Sequence[float]) -> float | None:
 
 def spread_of(calibration: Mapping[str, Any]) -> float:
     """The spread a calibration's tolerance covers: the widest in-process spread of its processes, and the spread of
-    all its processes' speedups pooled over the cards."""
-    spreads = _numbers(calibration.get("process_run_spreads"), positive=False) or \
-        _numbers([calibration.get("spread")], positive=False)
+    all its processes' speedups pooled over the cards.
+
+    The spread its latest bless wrote (`spread`) stands in for the processes' only where they cannot show one: no
+    kept process has an in-process spread, and they are fewer than two or their cards were never recorded. Evidence
+    of two processes or more on recorded cards is the newest cards' own; a bless whose process aged out of it no
+    longer widens it (one bless's 1.6% between its two runs set an H200 tolerance of 4.9% over eight cards whose
+    processes read within 0.69%: docs/results/gate-study-h200.md, the eleventh study)."""
+    spreads = _numbers(calibration.get("process_run_spreads"), positive=False)
+    shown = len(_numbers(calibration.get("process_speedups"), positive=True)) >= 2 and \
+        isinstance(calibration.get("machines"), dict)
+    if not spreads and not shown:
+        spreads = _numbers([calibration.get("spread")], positive=False)
     pooled = calibration.get("process_spread")
     return max([*spreads, *([float(pooled)] if isinstance(pooled, (int, float)) else [])], default=0.0)
 
