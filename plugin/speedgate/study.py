@@ -7,8 +7,9 @@ Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the 
 name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin (`-p
 speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
 timed stream and keeps the host busy as long, sized from that side's blessed time (its own, without an entry) and
-settled on the GPU the side keeps busy, so that the call takes `share` longer whether the GPU or the host bounds it
-(on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each run slowed by it failed it
+settled on the gate's own clock for it, so that the call takes `share` longer whether the GPU or the host bounds it
+(a side the gate counts in SM cycles: the spin's cycles at the full clock, unsettled; on the CPU's clock, the host's
+wait alone). A comparison catches a slowdown when each run slowed by it failed it
 without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not counted). Clean
 runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the metrics (each named
 under the table), and, apart, the tests that failed before a comparison of theirs was judged (an audit's accusation, an
