@@ -160,7 +160,7 @@ def spread_of(calibration: Mapping[str, Any]) -> float:
     kept process has an in-process spread, and they are fewer than two or their cards were never recorded. Evidence
     of two processes or more on recorded cards is the newest cards' own; a bless whose process aged out of it no
     longer widens it (one bless's 1.6% between its two runs set an H200 tolerance of 4.9% over eight cards whose
-    processes read within 0.69%: docs/results/gate-study-h200.md, the eleventh study)."""
+    processes' spread was 0.69%: docs/results/gate-study-h200.md, the eleventh study)."""
     spreads = _numbers(calibration.get("process_run_spreads"), positive=False)
     shown = len(_numbers(calibration.get("process_speedups"), positive=True)) >= 2 and \
         isinstance(calibration.get("machines"), dict)

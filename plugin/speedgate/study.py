@@ -81,8 +81,8 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     gate's own clock for the side (its timer's time_each: each call between events, the L2 flushed, the device held
     or idle as the gate times it), on which settle_spin times the spin. `counted_at`: for a side the gate counts in
     SM cycles (timers.cycles), the cycles per ms its samples are counted at (the full SM clock): a spin adds its own
-    cycles there at any clock, so it is sized at that rate and not settled (settled on the clock's time, spins at a
-    power-capped GEMM's side landed at a median +3% of +5%: docs/results/gate-study-h200.md). Without `spin_cost` (a
+    cycles there at any clock, so it is sized at that rate and not settled (settled on the clock's time, the spins
+    the settling cut landed at a median +3% of +5%: docs/results/gate-study-h200.md). Without `spin_cost` (a
     side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an entry is its
     own host-timed median. `noted` is told how the slowdown was sized, once: the target, its basis, the spin's cycles
     as sized from the rate and as settled (0 without a spin)."""
@@ -136,9 +136,9 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
     difference; without, batches of `call` alone and of spin + call back to back (about SETTLE_BATCH_MS each, three
     of each alternating, medians). Back-to-back batches are not the gate's rounds: unflushed, bound by the host where
     the gate holds the device, they settled a flex attention side's spin for +5% at what the gate then measured as
-    +1.5% (docs/results/gate-study-h200.md). A clock moves a spin's time by tens of percent, not by factors: where the spin
-    adds less than half its target or more than twice it, the batches do not show it as the gate's rounds will, and
-    the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as graph
+    +1.5% (docs/results/gate-study-h200.md). A clock moves a spin's time by tens of percent, not by factors: where
+    the spin adds less than half its target or more than twice it, the batches do not show it as the gate's rounds
+    will, and the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as graph
     replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that cannot
     be captured here is settled on its eager calls."""
     from .timers import median_event_ms
