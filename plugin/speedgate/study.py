@@ -3,26 +3,27 @@ every optimized side, and per comparison which slowdowns it caught.
 
     python -m speedgate study OUT [--slowdowns 0.02,0.05,0.10] [--runs 1] [--repeat 1] [--page PAGE.md] -- PYTEST ARGS
 
-Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's settings
-name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a plugin (`-p
-speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a spin kernel on the
-timed stream and keeps the host busy as long, sized from that side's blessed time (its own, without an entry) and
-settled on the gate's own clock for it, so that the call takes `share` longer whether the GPU or the host bounds it
-(a side the gate counts in SM cycles: the spin's cycles at the full clock, unsettled; on the CPU's clock, the host's
-wait alone). A comparison catches a slowdown when each run slowed by it failed it
-without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the count, not counted). Clean
-runs count false alarms (regressed, improved, inconclusive), of the comparisons and, apart, of the metrics (each named
-under the table), and, apart, the tests that failed before a comparison of theirs was judged (an audit's accusation, an
-exception: the report's failed_tests; each named under the table). A slowdown that did not reach the optimized side (it
-ran less than half the share slower than in the clean runs, on the same card where there is one; against its reference
-where the timer counts the host's work) is said in its cell and counted apart, as a miss even where the run failed if
-its clean runs failed too (what failed those failed it); so is one that landed heavier than asked (more than HEAVY times
-the share): its catch is a catch of the slowdown it got, not of the share. The table goes to OUT/study.md and the
-terminal, its last line "N of M comparisons catch a 5% regression" (M without the heavy ones when there are any); --page
-writes it as a results page naming the date, the GPU and the cards. Runs whose report exists are kept, so a study cut
-off goes on where it stopped. Each slowed run also writes OUT/<run>.spins.jsonl, one line per comparison saying how its
-slowdown was sized (the target, its basis, the spin's cycles as sized and as settled), to tell why one did not land as
-asked (spins_of reads it).
+Every run is a fresh `python -m pytest PYTEST ARGS` in this folder, against the baseline files the project's
+settings name (read, never written), with `--speedgate-json OUT/<run>.json`. A slowed run loads this module as a
+plugin (`-p speedgate.study`, SPEEDGATE_STUDY_SLOWDOWN=share): before every call of an optimized side it queues a
+spin kernel on the timed stream and keeps the host busy as long (less what the spin's launch cost it), sized from
+that side's blessed time (its own, without an entry) and settled on the gate's own clock for it, so that the call
+takes `share` longer whether the GPU or the host bounds it (a side the gate counts in SM cycles: the spin's cycles
+at the full clock, unsettled; on the CPU's clock, the host's wait alone). A comparison catches a slowdown when each
+run slowed by it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the
+count, not counted). Clean runs count false alarms (regressed, improved, inconclusive), of the comparisons and,
+apart, of the metrics (each named under the table), and, apart, the tests that failed before a comparison of theirs
+was judged (an audit's accusation, an exception: the report's failed_tests; each named under the table). A slowdown
+that did not reach the optimized side (it ran less than half the share slower than in the clean runs, on the same
+card where there is one; against its reference where the timer counts the host's work) is said in its cell and
+counted apart, as a miss even where the run failed if its clean runs failed too (what failed those failed it); so is
+one that landed heavier than asked (more than HEAVY times the share): its catch is a catch of the slowdown it got,
+not of the share. The table goes to OUT/study.md and the terminal, its last line "N of M comparisons catch a 5%
+regression" (M without the heavy ones when there are any); --page writes it as a results page naming the date, the
+GPU and the cards. Runs whose report exists are kept, so a study cut off goes on where it stopped. Each slowed run
+also writes OUT/<run>.spins.jsonl, one line per comparison saying how its slowdown was sized (the target, its basis,
+the spin's cycles as sized and as settled, the host's wait), to tell why one did not land as asked (spins_of reads
+it).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
            host_wait: Callable[[float], None] | None = None, basis_ms: float | None = None,
            replays: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
            noted: Callable[[dict[str, Any]], None] | None = None, timed: TimeEach | None = None,
-           counted_at: float | None = None) -> Callable[..., Any]:
+           counted_at: float | None = None, spin_launch: Callable[[], float] | None = None) -> Callable[..., Any]:
     """optimized, made slower by `share` of its time, whatever bounds it: before every call a spin kernel on the
     current stream (a GPU-bound side waits for it) and a busy wait of the host as long (a launch-bound side, or one
     timed from an idle device, waits for that); the two overlap, so the call takes `share` longer either way.
@@ -84,8 +85,11 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
     cycles there at any clock, so it is sized at that rate and not settled (settled on the clock's time, the spins
     the settling cut landed at a median +3% of +5%: docs/results/gate-study-h200.md). Without `spin_cost` (a
     side timed on the host's clock, the CPU's) the host's wait alone slows it, and its time without an entry is its
-    own host-timed median. `noted` is told how the slowdown was sized, once: the target, its basis, the spin's cycles
-    as sized from the rate and as settled (0 without a spin)."""
+    own host-timed median. `spin_launch`: what launching the spin costs the host (ms, spin_launch_ms), taken off the
+    host's wait: where the host bounds the side it pays both, and a side of a few microseconds took twice its share
+    (the graph breaks' at +5%: +9.0% and +10.2%, docs/results/gate-study-h200.md). `noted` is told how the slowdown
+    was sized, once: the target, its basis, the spin's cycles as sized from the rate and as settled (0 without a
+    spin), and the host's wait."""
     from .timers import median_event_ms
 
     wait = host_wait or busy_wait
@@ -111,10 +115,11 @@ def slowed(optimized: Callable[..., Any], share: float, torch: Any, spin_cost: C
                 sized = max(1, round((target - fixed_ms) * cycles_per_ms))
                 cycles = settle_spin(torch, alone, sized, target, replays, timed)
             rate = {"cycles_per_ms": counted_at or cycles_per_ms, "fixed_ms": fixed_ms}
-        delay.append((cycles, target))
+        waited = max(0.0, target - spin_launch()) if cycles and spin_launch else target
+        delay.append((cycles, waited))
         if noted:
             noted({"share": share, "basis_ms": basis_ms, "target_ms": target, **rate, "sized_cycles": sized,
-                   "cycles": cycles})
+                   "cycles": cycles, "host_wait_ms": waited})
         return out
 
     return run
@@ -201,6 +206,20 @@ def spin_cost(torch: Any) -> tuple[float, float]:
     return rate, max(0.0, t_short - short / rate)
 
 
+def spin_launch_ms(torch: Any, calls: int = 21, clock: Callable[[], float] = time.perf_counter) -> float:
+    """What launching a spin kernel costs the host, in ms (not the spin's run: a one-cycle spin, launched and not
+    waited for): the median of `calls` launches, each on the host's clock, after one untimed; then the device is
+    waited for."""
+    torch.cuda._sleep(1)
+    times = []
+    for _ in range(calls):
+        start = clock()
+        torch.cuda._sleep(1)
+        times.append((clock() - start) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def host_median_ms(fn: Callable[[], Any], calls: int = 7) -> float:
     """The median of `calls` calls of fn on the host's clock."""
     times = []
@@ -275,11 +294,14 @@ def pytest_configure(config: Any) -> None:
         basis = float(blessed) if isinstance(blessed, (int, float)) and blessed > 0 else None
         replays = functools.partial(capture_graph, torch) if kwargs.get("graph") else None
         timer = self._timer or self._session.bench.timer()
-        costs = functools.partial(spin_cost, torch) if getattr(timer, "on_gpu", False) else None  # CPU: the host's wait
+        on_gpu = getattr(timer, "on_gpu", False)
+        costs = functools.partial(spin_cost, torch) if on_gpu else None  # on the CPU the host's wait alone
+        launch = functools.partial(spin_launch_ms, torch) if on_gpu else None
         noted = functools.partial(note_spin, spins, self._case_id_of(kwargs.get("name"))) if spins else None
         timed, counted_at = gate_clock(timer, entry.get("timer"), torch)
         return plain(self, reference, slowed(optimized, float(share), torch, costs, basis_ms=basis, replays=replays,
-                                             noted=noted, timed=timed, counted_at=counted_at), **kwargs)
+                                             noted=noted, timed=timed, counted_at=counted_at, spin_launch=launch),
+                     **kwargs)
 
     Perf.compare = compare  # type: ignore[method-assign]
     config.add_cleanup(lambda: setattr(Perf, "compare", plain))
