@@ -127,8 +127,7 @@ def test_the_repository_baselines_tolerances_follow_the_rule_on_their_evidence()
         for case_id, entry in (baseline.read(path) or {})["cases"].items():
             for where, held in [("", entry), *((f" pick {i + 1}", p) for i, p in enumerate(entry.get("picks") or []))]:
                 calibration = held.get("calibration")
-                own = where == "" or calibration and (calibration.get("process_run_spreads")
-                                                      or len(calibration.get("process_speedups") or []) >= 2)
+                own = where == "" or calibration and evidence.sets_own_tolerance(calibration)
                 if calibration and own and not entry.get("tolerance_pinned") \
                         and abs(held["tolerance"] - evidence.tolerance_of(calibration)) > 1e-6:
                     stale.append(f"{path.name}: {case_id}{where}: {held['tolerance']} against "

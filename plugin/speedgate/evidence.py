@@ -170,6 +170,12 @@ def spread_of(calibration: Mapping[str, Any]) -> float:
     return max([*spreads, *([float(pooled)] if isinstance(pooled, (int, float)) else [])], default=0.0)
 
 
+def sets_own_tolerance(calibration: Mapping[str, Any]) -> bool:
+    """Whether an other pick's evidence sets its own tolerance (tolerance_of): it spans two processes or holds an
+    in-process spread. Before that, the pick is judged with the main pick's tolerance."""
+    return bool(calibration.get("process_run_spreads")) or len(calibration.get("process_speedups") or []) >= 2
+
+
 def tolerance_of(calibration: Mapping[str, Any]) -> float:
     return float(round_value(calibrated_tolerance(spread_of(calibration))))
 
@@ -458,7 +464,7 @@ def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] |
     calibration.setdefault("runs", max(2, int(record.get("calibration_runs") or 2)))
     calibration.setdefault("spread", run_spread or 0.0)
     calibration.setdefault("measured_at", measured_at)
-    own = calibration.get("process_run_spreads") or len(calibration.get("process_speedups") or []) >= 2
+    own = sets_own_tolerance(calibration)
     tolerance = tolerance_of(calibration) if own or not entry.get("tolerance") else float(entry["tolerance"])
     others[index] = {**pick, "calibration": calibration, "tolerance": tolerance}
     return {**entry, "picks": others[-picks.PICKS_KEPT:]}, new

@@ -143,9 +143,9 @@ def settle_spin(torch: Any, call: Callable[[], Any], cycles: int, target_ms: flo
     the gate holds the device, they settled a flex attention side's spin for +5% at what the gate then measured as
     +1.5% (docs/results/gate-study-h200.md). A clock moves a spin's time by tens of percent, not by factors: where
     the spin adds less than half its target or more than twice it, the batches do not show it as the gate's rounds
-    will, and the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as graph
-    replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that cannot
-    be captured here is settled on its eager calls."""
+    will, and the cycles stay as sized. The host's wait slows a side the host bounds. With `replays` (a side timed as
+    graph replays) the batches replay graphs of the side and of spin + side, captured anew for each try; a side that
+    cannot be captured here is settled on its eager calls."""
     from .timers import median_event_ms
 
     def timed_as(fn: Callable[[], Any]) -> Callable[[], Any]:
