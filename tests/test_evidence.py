@@ -247,6 +247,30 @@ def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.303, 1.305]
 
 
+def test_a_gate_studys_slowed_run_is_not_evidence(tmp_path: Path) -> None:
+    """A study's OUT folder holds its slowed runs' reports beside its clean ones. Given to `evidence`, a run whose
+    optimized sides were slowed by 10% added its speedups to the file and widened a tolerance from 4.0% to 16.3% (tried
+    in a fresh project, 2026-11-28). A report the study stamped, or one with a study's spins file beside it (an older
+    study's), is left out and said; the file is not touched."""
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    before = path.read_text()
+    stamped = report(tmp_path, "slow0.1-0.json", 1.2, "card-b")
+    stamped.write_text(json.dumps({**json.loads(stamped.read_text()), "settings": {"study_slowdown": 0.1}}))
+    older = report(tmp_path, "slow0.05-0.json", 1.28, "card-c")
+    (tmp_path / "slow0.05-0.spins.jsonl").write_text('{"case_id": "x", "share": 0.05}\n')
+    done = evidence_cli(path, stamped, older)
+    assert done.returncode == 0, done.stderr
+    assert "slowed by 10% (speedgate study)" in done.stdout
+    assert "slowed by the share in slow0.05-0.spins.jsonl (speedgate study)" in done.stdout
+    assert "0 tolerance(s) changed" in done.stdout
+    assert json.loads(path.read_text())["cases"] == json.loads(before)["cases"]
+    clean = report(tmp_path, "clean0.json", 1.303, "card-b")  # the same study's clean run is evidence
+    assert evidence_cli(path, clean).returncode == 0
+    assert json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.303]
+
+
 def test_a_report_of_another_kind_of_machine_is_not_evidence(tmp_path: Path) -> None:
     """The same case measured on another hardware key (an H200's gate run given to the H100's file, the same torch
     and timer) would widen this file's tolerance with another machine's speed: it is left out, and said so."""

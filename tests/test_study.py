@@ -55,6 +55,8 @@ def test_a_study_of_a_selection_catches_what_it_injects_and_leaves_the_files_alo
         assert line["basis_ms"] == entry["optimized_ms"] and line["cycles"] == 0
         assert abs(line["target_ms"] - share * entry["optimized_ms"]) < 1e-9
     assert study.spins_of(tmp_path / "out", "clean0") == {}
+    # A slowed run's report says so, and `evidence` leaves it out; the clean run's is evidence as any gate run's.
+    assert runs["slow0.3-0"]["settings"]["study_slowdown"] == 0.3 and "study_slowdown" not in runs["clean0"]["settings"]
 
 
 def report(verdicts: dict[str, str]) -> dict:

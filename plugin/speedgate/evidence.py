@@ -299,6 +299,15 @@ def report_identity(report: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(report, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+# The report setting a gate study's slowed run carries (speedgate.study stamps it: the share injected); such a
+# report is never evidence.
+STUDY_SLOWDOWN = "study_slowdown"
+
+
+def _share(share: Any) -> str:
+    return f"{share:.0%}" if isinstance(share, (int, float)) else str(share)
+
+
 def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the kernels' codegen facts of gate runs' --speedgate-json reports recorded in the
     entries that have none, or added where an entry's kernels lack a fact the run read and every fact both hold is the
@@ -327,8 +336,12 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     other_software: dict[str, int] = {}
     other_timers: list[str] = []
     aged: dict[str, list[str]] = {}
+    slowed: list[tuple[str, Any]] = []
     for report in reports:
         identity = report_identity(report)
+        if (share := (report.get("settings") or {}).get(STUDY_SLOWDOWN)) is not None:
+            slowed.append((identity, share))  # a gate study's slowed run: a speed the code does not have
+            continue
         # A bless's report: the entries it wrote hold its processes already (_holds_report).
         blessed_at = str(report.get("run_time")) if (report.get("settings") or {}).get("update_baselines") else None
         records = report.get("cases", [])
@@ -416,6 +429,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     left_out += [f"left out: {count} case(s) whose entry was blessed with other software ({differs}): a re-bless with "
                  "this software starts their evidence again" for differs, count in sorted(other_software.items())]
     left_out += [f"left out: {line}" for line in sorted(other_timers)]
+    left_out += [f"left out: report {identity}: a gate study's run with every optimized side slowed by "
+                 f"{_share(share)} (speedgate study), not the code's own speed" for identity, share in slowed]
     by_card: dict[str, int] = {}
     for dropped in aged.values():
         for card in dropped:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from .evidence import UNRECORDED, add_reports, cards, restart
+from .evidence import STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
 
 
 def _load_report(path: Path) -> dict[str, Any]:
@@ -22,6 +22,12 @@ def _load_report(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot be read as JSON: {exc}") from None
     if not isinstance(doc, dict) or "speedgate_report_version" not in doc:
         raise ValueError(f"{path}: not a --speedgate-json report")
+    # A gate study's slowed run has its spins file beside it (speedgate.study), also one from before the study
+    # stamped its slowed reports: never evidence.
+    spins = path.with_suffix(".spins.jsonl")
+    settings = doc.setdefault("settings", {})
+    if isinstance(settings, dict) and settings.get(STUDY_SLOWDOWN) is None and spins.exists():
+        settings[STUDY_SLOWDOWN] = f"the share in {spins.name}"
     return doc
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .devices import busy
+from .evidence import STUDY_SLOWDOWN
 from .timers.base import CpuTimer
 from .timers.cuda import CudaTimer, IdleStart, capture_graph
 from .timers.cycles import CYCLES_TIMER, full_clock_mhz
@@ -339,6 +340,9 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
         raise SystemExit(f"speedgate study: {label}: pytest exited {proc.returncode} without a complete report; see "
                          f"{out / f'{label}.log'}")
     loaded = json.loads(report.read_text())
+    if slowdown:  # never evidence of the code's speed (speedgate.evidence.add_reports leaves it out)
+        loaded.setdefault("settings", {})[STUDY_SLOWDOWN] = slowdown
+        report.write_text(json.dumps(loaded, indent=2, sort_keys=True) + "\n")
     return loaded
 
 
