@@ -124,4 +124,7 @@ held_picks=(perftests/test_compile_modes.py -k "test_compile_mode and max-autotu
 # The steady states timed as CUDA graph replays (docs/results/gate-study.md, section 8): what a file blessed while they
 # were timed from an idle device needs a calibrating bless of (BLESS=steady_states STUDY=steady_states).
 steady_states=(perftests/test_compile_regional.py perftests/test_compile_dynamic.py)
+# The graph-break pairs, compiled with one config per pointwise kernel (perftests/test_compile_graph_breaks.py): what a
+# file blessed while inductor autotuned them needs a calibrating bless of (BLESS=graph_breaks STUDY=graph_breaks).
+graph_breaks=(perftests/test_compile_graph_breaks.py)
 left() { echo $((deadline - $(date +%s))); }
