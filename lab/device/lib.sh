@@ -127,4 +127,7 @@ steady_states=(perftests/test_compile_regional.py perftests/test_compile_dynamic
 # The graph-break pairs, compiled with one config per pointwise kernel (perftests/test_compile_graph_breaks.py): what a
 # file blessed while inductor autotuned them needs a calibrating bless of (BLESS=graph_breaks STUDY=graph_breaks).
 graph_breaks=(perftests/test_compile_graph_breaks.py)
+# The Gluon fp8 matmul, whose vs_triton reference holds the Triton kernel's blessed config (hold_blessed): what a
+# file blessed before it was held needs a bless of, on one GPU (BLESS=gluon_fp8 BLESS_GPUS=0 STUDY=gluon_fp8).
+gluon_fp8=(perftests/test_triton_matmul.py -k "fp8_matmul_gluon and not edge")
 left() { echo $((deadline - $(date +%s))); }
