@@ -1,0 +1,45 @@
+"""The selections of lab/device/lib.sh (the tests a device script blesses or studies: BLESS=NAME, STUDY=NAME) each
+collect at least one test of the suite: a renamed file or test, or a -k that matches nothing, would otherwise bless
+nothing on a GPU and say so only in a log line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "lab" / "device" / "lib.sh"
+# A selection is a top-level array assignment of lib.sh whose first element is a path under perftests/.
+ASSIGNMENT = re.compile(r"^([a-z_0-9]+)=\(perftests/", re.MULTILINE)
+NAMES = ASSIGNMENT.findall(LIB.read_text())
+
+
+def selection(name: str) -> list[str]:
+    """The array's elements as bash reads them (quotes, line continuations)."""
+    out = subprocess.run(["bash", "-c", f'source "$1" && printf "%s\\0" "${{{name}[@]}}"', "_", str(LIB)],
+                         capture_output=True, text=True, check=True).stdout
+    return [word for word in out.split("\0") if word]
+
+
+def test_lib_sh_names_its_selections() -> None:
+    # the ones the device scripts' headers name; a new one is found by the pattern, a lost one fails here
+    assert {"heavy", "rebless", "compiled_refs", "held_picks", "steady_states", "graph_breaks", "gluon_fp8"} <= set(NAMES)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="lib.sh is a bash file")
+@pytest.mark.parametrize("name", NAMES)
+def test_selection_collects_tests(name: str) -> None:
+    words = selection(name)
+    for path in (w for w in words if w.startswith("perftests/")):
+        assert (ROOT / path).is_file(), f"lib.sh's {name} names {path}, which is not a file"
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *words],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0 and collected, (
+        f"lib.sh's {name} ({' '.join(words)}) collects no test (exit {done.returncode}):\n{done.stdout[-2000:]}"
+        f"{done.stderr[-2000:]}")
