@@ -120,13 +120,25 @@ def test_a_bless_report_given_as_evidence_does_not_count_the_blessing_process_tw
     assert "the bless that wrote them" in done.stdout and "0 tolerance(s) changed" in done.stdout, done.stdout
     after = entries(pytester)[FREE]
     assert after["calibration"]["process_speedups"] == blessed["calibration"]["process_speedups"] == [2.0]
+    # Nor after a gate run of the same card went in first: a card's newest evidence is then the gate run's, and the
+    # bless's report, given later, was taken for another run's (2 x H200, 2026-11-28: 1.058x counted twice).
+    gate = pytester.runpytest("--speedgate-json", "gate.json")
+    gate.assert_outcomes(passed=2)
+    later = {**json.loads((pytester.path / "gate.json").read_text()), "run_time": "2099-01-01T00:00:00Z"}
+    (pytester.path / "gate.json").write_text(json.dumps(later))
+    for given in ("gate.json", "run.json"):
+        done = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), given], cwd=pytester.path,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    assert "the bless that wrote them" in done.stdout, done.stdout
+    assert entries(pytester)[FREE]["calibration"]["process_speedups"] == [2.0, 2.0]  # the bless's and the gate's
     # A bless's report from a file that was not kept (another checkout) still joins the evidence of this one.
     other = {**run, "run_time": "2026-11-20T00:00:00Z"}
     (pytester.path / "other.json").write_text(json.dumps(other))
     joined = subprocess.run([sys.executable, "-m", "speedgate", "evidence", str(path), "other.json"],
                             cwd=pytester.path, capture_output=True, text=True, check=False)
     assert joined.returncode == 0, joined.stderr
-    assert entries(pytester)[FREE]["calibration"]["process_speedups"] == [2.0, 2.0]
+    assert entries(pytester)[FREE]["calibration"]["process_speedups"] == [2.0, 2.0, 2.0]
 
 
 ORDER_CONFTEST = """

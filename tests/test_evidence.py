@@ -190,7 +190,8 @@ def test_restart_starts_an_entrys_evidence_again_from_its_newest_bless(tmp_path:
     after = json.loads(path.read_text())
     entry = after["cases"][CASE]
     assert entry["calibration"]["machines"] == {"card-b": {"measured_at": "2026-11-24T00:00:00Z",
-                                                           "run_spreads": [0.004], "speedups": [1.612]}}
+                                                           "run_spreads": [0.004], "speedups": [1.612],
+                                                           "blessed": ["2026-11-24T00:00:00Z"]}}
     assert entry["tolerance"] == evidence.CALIBRATION_FLOOR and entry["speedup"] == 1.612 and "picks" not in entry
     assert after["cases"]["uncalibrated::case"] == doc["cases"]["uncalibrated::case"]
     validate(after, path)

@@ -89,20 +89,23 @@ def cards(calibration: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def add_process(calibration: Mapping[str, Any], card: str | None, speedup: float, run_spread: float | None,
-                measured_at: str, report: str | None = None) -> dict[str, Any]:
+                measured_at: str, report: str | None = None, *, blessed: bool = False) -> dict[str, Any]:
     """calibration with one more process of card (its judged speedup; its in-process spread, None for a gate run;
-    the identity of the report it came from, report_identity, kept so that the report is not added twice), the
-    pooled lists and spreads recomputed."""
+    the identity of the report it came from, report_identity, kept so that the report is not added twice; blessed:
+    the process is a calibrating bless's, written by the bless itself, whose run time the card keeps so that its
+    report, given later, is known as already held), the pooled lists and spreads recomputed."""
     by_card = cards(calibration)
     name = card or UNRECORDED
     mine = by_card.pop(name, {"speedups": [], "run_spreads": []})
     reports = [str(r) for r in mine.get("reports", []) if isinstance(r, str)]
+    blesses = [str(b) for b in mine.get("blessed", []) if isinstance(b, str)]
     mine = {
         "speedups": [*_numbers(mine.get("speedups"), positive=True), float(speedup)][-PROCESSES_KEPT:],
         "run_spreads": [*_numbers(mine.get("run_spreads"), positive=False),
                         *([] if run_spread is None else [float(run_spread)])][-PROCESSES_KEPT:],
         "measured_at": measured_at,
         **({"reports": [*reports, *([report] if report else [])][-PROCESSES_KEPT:]} if reports or report else {}),
+        **({"blessed": [*blesses, *([measured_at] if blessed else [])][-PROCESSES_KEPT:]} if blesses or blessed else {}),
     }
     kept = sorted(by_card.items(), key=lambda item: str(item[1].get("measured_at", "")))[-(CARDS_KEPT - 1):]
     by_card = {**dict(kept), name: mine}
@@ -283,7 +286,7 @@ def restart(entry: Mapping[str, Any]) -> dict[str, Any]:
                          "it, or two cards blessed it in one second at one speedup): bless it again with "
                          "--speedgate-calibrate N first")
     card = None if blessed_on[0] == UNRECORDED else blessed_on[0]
-    fresh = add_process({}, card, float(entry["speedup"]), float(calibration["spread"]), str(when))
+    fresh = add_process({}, card, float(entry["speedup"]), float(calibration["spread"]), str(when), blessed=True)
     fresh.update(runs=calibration.get("runs"), spread=calibration["spread"], measured_at=when)
     out = {k: v for k, v in entry.items() if k != "picks"}
     return {**out, "tolerance": tolerance_of(fresh), "calibration": fresh}
@@ -488,10 +491,12 @@ def add_other_pick(entry: Mapping[str, Any], found: tuple[int, dict[str, Any]] |
 def _holds_report(calibration: Mapping[str, Any], card: str | None, identity: str, blessed_at: str | None) -> bool:
     """Whether a calibration's evidence from this card already holds the report `identity` (given again), or, for a
     bless's report (blessed_at: its run's time), the process that bless wrote into this file itself: a calibrating
-    bless records its card's evidence at its run's time and no report identity, so that giving its report as well
+    bless records its run's time with its card's evidence (`blessed`; in files written before, the card's
+    `measured_at` until a later run's evidence replaced it) and no report identity, so that giving its report as well
     would count the one process twice."""
     mine = cards(calibration).get(card or UNRECORDED, {})
-    written = blessed_at is not None and str(mine.get("measured_at", "")) == blessed_at
+    written = blessed_at is not None and (blessed_at in mine.get("blessed", [])
+                                          or str(mine.get("measured_at", "")) == blessed_at)
     return identity in mine.get("reports", []) or written
 
 
