@@ -214,10 +214,22 @@ def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) ->
         done = evidence_cli(path, *args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
         assert path.read_bytes() == before  # the first, restartable entry was not written either
-    # A gate run of the blessing card after the bless: its newest evidence is no bless to start from.
+    # A gate run of the blessing card after the bless: the bless recorded its time with the card's evidence, so the
+    # restart still finds it, and keeps it alone.
     assert evidence_cli(path, report(tmp_path, "same-card.json", 1.35, "card-a")).returncode == 0
+    gated = path.read_bytes()
+    assert json.loads(gated)["cases"][CASE]["calibration"]["machines"]["card-a"]["speedups"] == [1.348, 1.35]
+    done = evidence_cli(path, "--restart", CASE)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(path.read_text())["cases"][CASE]["calibration"]["machines"]["card-a"]["speedups"] == [1.348]
+    # In a file an earlier speedgate blessed (no bless time recorded), the gate run's newer evidence hides the bless.
+    older = json.loads(gated)
+    del older["cases"][CASE]["calibration"]["machines"]["card-a"]["blessed"]
+    path.write_text(json.dumps(older))
+    before = path.read_bytes()
     done = evidence_cli(path, "--restart", CASE)
     assert done.returncode == 2 and "a gate run's report came after it" in done.stderr, done.stderr
+    assert path.read_bytes() == before
     assert "--restart CASE_ID" in evidence_cli("--help").stdout
     # A corrupt file: said, and left as it was.
     path.write_text('{"cases": {')

@@ -277,14 +277,21 @@ def restart(entry: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(calibration, Mapping) or not isinstance(calibration.get("spread"), (int, float)):
         raise ValueError("it has no calibrated evidence: bless it with --speedgate-calibrate N")
     when, speedup = calibration.get("measured_at"), entry.get("speedup")
-    # The bless's card: the one its time and speedup were written to last (two cards may bless in one second).
-    blessed_on = [name for name, c in cards(calibration).items()
-                  if when and c.get("measured_at") == when and _numbers(c.get("speedups"), positive=True)[-1:] ==
-                  [round_value(speedup)]]
+
+    def blessed_here(card: Mapping[str, Any]) -> bool:
+        # The bless's card: the one that recorded the bless's time and holds its speedup (gate runs may have come
+        # after it); in a file written before blesses recorded their time, the one its time and speedup were
+        # written to last. Two cards may bless in one second.
+        speedups = _numbers(card.get("speedups"), positive=True)
+        if when in card.get("blessed", []):
+            return round_value(speedup) in speedups
+        return bool(when) and card.get("measured_at") == when and speedups[-1:] == [round_value(speedup)]
+
+    blessed_on = [name for name, c in cards(calibration).items() if blessed_here(c)]
     if len(blessed_on) != 1 or not isinstance(speedup, (int, float)):
-        raise ValueError("its newest calibrating bless's process cannot be told apart (a gate run's report came after "
-                         "it, or two cards blessed it in one second at one speedup): bless it again with "
-                         "--speedgate-calibrate N first")
+        raise ValueError("its newest calibrating bless's process cannot be told apart (two cards blessed it in one "
+                         "second at one speedup, or, in a file an earlier speedgate blessed, a gate run's report came "
+                         "after it): bless it again with --speedgate-calibrate N first")
     card = None if blessed_on[0] == UNRECORDED else blessed_on[0]
     fresh = add_process({}, card, float(entry["speedup"]), float(calibration["spread"]), str(when), blessed=True)
     fresh.update(runs=calibration.get("runs"), spread=calibration["spread"], measured_at=when)
