@@ -428,6 +428,30 @@ def test_a_slowdown_that_did_not_reach_the_optimized_side_is_said_and_counted_ap
     assert text.rstrip().endswith("0 of 2 comparisons catch a 5% regression")
 
 
+def test_a_short_landing_on_another_pick_says_so() -> None:
+    """The twelfth H200 study (2026-11-28): at +5%, reduce-overhead's optimized side ran +1.4% against the clean run,
+    its process having drawn another pick of the compiled gelu kernel (block 256 -> 128), faster, which took back part
+    of the spin. The cell says the kernels differed; the study's own spin kernel is no other pick."""
+    spin = {"name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "block": [1, 1, 1], "grid": [1, 1, 1]}
+
+    def gelu(block: int) -> dict:
+        return {"name": "triton_poi_fused_gelu_view_2", "block": [block, 1, 1], "grid": [8388608 // block, 1, 1],
+                "registers": 19 if block == 256 else 31}
+
+    def with_kernels(record: dict, *kernels: dict) -> dict:
+        return {**record, "codegen": {"optimized": list(kernels)}}
+
+    clean = [{"cases": [with_kernels(held_record("picked", "pass", 2.305), gelu(256)),
+                        with_kernels(held_record("same", "pass", 2.305), gelu(256))]}]
+    slowed = {0.05: [{"cases": [with_kernels(held_record("picked", "pass", 2.337), spin, gelu(128)),
+                                with_kernels(held_record("same", "pass", 2.337), spin, gelu(256))]}]}
+    text = study.table(clean, slowed)
+    assert ("| `picked` | 2.0% | cuda-events-held | 0/1 | 0/1, -5.0% (the optimized side +1.4% from the clean run, on "
+            "other kernels than in the clean run (another pick)) |") in text
+    assert "| `same` | 2.0% | cuda-events-held | 0/1 | 0/1, -5.0% (the optimized side +1.4% from the clean run) |" in text
+    assert not study.repicked([{"codegen": {}}], [{"codegen": {"optimized": [spin]}}])  # nothing recorded: no pick
+
+
 def test_a_run_failed_where_its_slowdown_did_not_reach_is_no_catch() -> None:
     """The H100 study of 2026-11-28 (`bd0fdee68d64`): reduce-overhead regressed in the clean run (inductor picked
     another config for one pointwise kernel) and again in the +5% run, where its optimized side ran 0.6% slower than

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import codegen
 from .devices import busy
 from .evidence import STUDY_SLOWDOWN
 from .timers.base import CpuTimer
@@ -404,6 +405,26 @@ def alarm_words(alarmed: Sequence[Mapping[str, Any]]) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
+# The kernel the injection launches before a slowed side's call (torch.cuda._sleep's), by the name the profiler gives
+# it ("at::cuda::(anonymous namespace)::spin_kernel(long)"): new work of the study's, not another pick.
+SPIN_KERNEL = "spin_kernel"
+
+
+def repicked(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every slowed run of a comparison ran other optimized-side kernels than every clean run did, the
+    study's spin aside (speedgate.codegen.changes: another pick, such as an inductor pointwise kernel at another block
+    size): where such a slowdown landed short or heavy, the pick's own speed is in the number. False where the runs
+    recorded no kernels."""
+    def optimized(case: Mapping[str, Any]) -> dict[str, list[Any]] | None:
+        kernels = [k for k in ((case.get("codegen") or {}).get("optimized") or [])
+                   if SPIN_KERNEL not in str(k.get("name", ""))]
+        return {"optimized": kernels} if kernels else None
+
+    was = [k for c in clean if (k := optimized(c))]
+    now = [k for c in slowed if (k := optimized(c))]
+    return bool(was and now) and all(codegen.changes(a, b) for a in was for b in now)
+
+
 def on_another_card(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> bool:
     """Whether every slowed run of a comparison was measured on a card no clean run of it was (xdist hands a file to
     either worker): where a slowdown "landed" then holds the difference between the cards too."""
@@ -480,7 +501,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 tail = f" (not timed in the slowed run: {'; '.join(causes) if causes else 'see its log'})"
             elif (short or heavier) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
-                tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}"
+                pick = ", on other kernels than in the clean run (another pick)" if repicked(runs, got) else ""
+                tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}{pick}"
                         f"{', heavier than asked' if heavier else ''}{', failed as its clean run did: no catch' if otherwise else ''})")
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
