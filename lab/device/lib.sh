@@ -130,4 +130,8 @@ graph_breaks=(perftests/test_compile_graph_breaks.py)
 # The Gluon fp8 matmul, whose vs_triton reference holds the Triton kernel's blessed config (hold_blessed): what a
 # file blessed before it was held needs a bless of, on one GPU (BLESS=gluon_fp8 BLESS_GPUS=0 STUDY=gluon_fp8).
 gluon_fp8=(perftests/test_triton_matmul.py -k "fp8_matmul_gluon and not edge")
+# Both at once, on one GPU, for a file blessed before either (BLESS=graph_breaks_and_gluon_fp8 BLESS_GPUS=0), then the
+# whole suite's study against it.
+graph_breaks_and_gluon_fp8=(perftests/test_compile_graph_breaks.py perftests/test_triton_matmul.py
+                            -k "graph_break_fix or fp8_matmul_gluon and not edge")
 left() { echo $((deadline - $(date +%s))); }

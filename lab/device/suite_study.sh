@@ -4,13 +4,13 @@
 # of SLOWDOWNS (default 0.05,0.10).
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
-# --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy,
-# rebless, compiled_refs, held_picks, steady_states, graph_breaks, gluon_fp8) or none; left unset, heavy on H200s and
-# none elsewhere. STUDY names the selection studied (one of lib.sh's; default all: perftests). BLESS_GPUS (default
-# every GPU): the GPUs the bless runs on; one (BLESS_GPUS=0) where its tests record an autotuner's config, so that two
-# processes do not race two configs into one entry at once. PAIR=1: once the study is done, the two-GPU
-# cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's evidence;
-# PAIR=gate: they are gated against it instead (a pair that gave it no evidence).
+# --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy, rebless,
+# compiled_refs, held_picks, steady_states, graph_breaks, gluon_fp8, graph_breaks_and_gluon_fp8) or none; left unset,
+# heavy on H200s and none elsewhere. STUDY names the selection studied (one of lib.sh's; default all: perftests).
+# BLESS_GPUS (default every GPU): the GPUs the bless runs on; one (BLESS_GPUS=0) where its tests record an autotuner's
+# config, so that two processes do not race two configs into one entry at once. PAIR=1: once the study is done, the
+# two-GPU cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's
+# evidence; PAIR=gate: they are gated against it instead (a pair that gave it no evidence).
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
