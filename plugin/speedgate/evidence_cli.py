@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from .evidence import STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
+from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
 
 
 def _load_report(path: Path) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def _load_report(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a --speedgate-json report")
     # A gate study's slowed run has its spins file beside it (speedgate.study), also one from before the study
     # stamped its slowed reports: never evidence.
-    spins = path.with_suffix(".spins.jsonl")
+    spins = path.with_suffix(SPINS_SUFFIX)
     settings = doc.setdefault("settings", {})
     if isinstance(settings, dict) and settings.get(STUDY_SLOWDOWN) is None and spins.exists():
         settings[STUDY_SLOWDOWN] = f"the share in {spins.name}"

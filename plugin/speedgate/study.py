@@ -42,7 +42,8 @@ from typing import Any
 
 from . import codegen
 from .devices import busy
-from .evidence import STUDY_SLOWDOWN
+from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN
+from .reporting import dump_json
 from .timers.base import CpuTimer
 from .timers.cuda import CudaTimer, IdleStart, capture_graph
 from .timers.cycles import CYCLES_TIMER, full_clock_mhz
@@ -240,10 +241,15 @@ def note_spin(path: str, case_id: str, sized: Mapping[str, Any]) -> None:
         f.write(line)
 
 
+def spins_file(out: Path, label: str) -> Path:
+    """Where the run `label` of a study in `out` writes how its slowdowns were sized, beside its report."""
+    return out / f"{label}{SPINS_SUFFIX}"
+
+
 def spins_of(out: Path, label: str) -> dict[str, dict[str, Any]]:
     """How each comparison's slowdown was sized in the run `label` of a study in `out`, by case id ({} before any);
     a line cut off by a killed run is skipped."""
-    path = out / f"{label}.spins.jsonl"
+    path = spins_file(out, label)
     found: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return found
@@ -324,8 +330,8 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
     run_env = {k: v for k, v in (os.environ if env is None else env).items() if k not in (SLOWDOWN_ENV, SPINS_ENV)}
     if slowdown:
         run_env[SLOWDOWN_ENV] = str(slowdown)
-        run_env[SPINS_ENV] = str((out / f"{label}.spins.jsonl").resolve())
-        (out / f"{label}.spins.jsonl").unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
+        run_env[SPINS_ENV] = str(spins_file(out, label).resolve())
+        spins_file(out, label).unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
     cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.study",
            "--speedgate-json", str(report)]
     try:
@@ -343,7 +349,7 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
     loaded = json.loads(report.read_text())
     if slowdown:  # never evidence of the code's speed (speedgate.evidence.add_reports leaves it out)
         loaded.setdefault("settings", {})[STUDY_SLOWDOWN] = slowdown
-        report.write_text(json.dumps(loaded, indent=2, sort_keys=True) + "\n")
+        report.write_text(dump_json(loaded))
     return loaded
 
 
