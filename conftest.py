@@ -132,6 +132,23 @@ def hold_blessed(perf):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
+def held_reference(hold_blessed):  # type: ignore[no-untyped-def]
+    """held_reference(kernel, name, run): a comparison whose reference is an autotuned Triton kernel, held to the
+    config `name` was blessed with (hold_blessed, its part "triton") and run once (`run`, the reference on the case's
+    operands), so that the kernel's choice is this shape's; returns {"triton": that choice}, the comparison's config
+    record. Held for the reason hold_blessed gives: the reference's race moves the ratio as much as the optimized
+    side's does."""
+    from perftests.kernels.common import best_config
+
+    def held_reference_(kernel, name, run):  # type: ignore[no-untyped-def]
+        hold_blessed(kernel, name, part="triton")
+        run()
+        return {"triton": best_config(kernel)}
+
+    return held_reference_
+
+
+@pytest.fixture
 def one_pointwise_config():  # type: ignore[no-untyped-def]
     """The test's compiles, timed, saved or loaded, each give a pointwise kernel the one config inductor's heuristics
     choose (perftests.support.compile_time.one_pointwise_config)."""

@@ -65,7 +65,7 @@ def rel_l2(actual: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192", "llm"])
-def test_cutlass_matmul(perf, hold_blessed, device: str, shape_id: str) -> None:
+def test_cutlass_matmul(perf, held_reference, device: str, shape_id: str) -> None:
     """bf16: the CUTLASS kernel computes F.linear's product (every element written), then is timed against cuBLAS
     and against the persistent Triton kernel on the same input sets."""
     skip_unless_runnable(device)
@@ -80,15 +80,13 @@ def test_cutlass_matmul(perf, hold_blessed, device: str, shape_id: str) -> None:
     work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16")
     cutlass = lambda x, w: cg.matmul(x, w)  # noqa: E731
     triton = lambda x, w: mm.matmul_tma_persistent(x, w)  # noqa: E731
-    hold_blessed(mm._matmul_tma_persistent_kernel, "vs_triton", part="triton")  # the reference's config
-    triton(x, w)  # autotuned (or held) at this shape, so that best_config below is this shape's
+    held = held_reference(mm._matmul_tma_persistent_kernel, "vs_triton", lambda: triton(x, w))
     compare_on_inputs(perf, linear, cutlass, make, name="vs_cublas", **tol, **work, config=cg.config_record("16bit"))
-    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work,
-                      config={"triton": mm.best_config(mm._matmul_tma_persistent_kernel)})
+    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work, config=held)
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192", "llm"])
-def test_cutlass_fp8_matmul(perf, hold_blessed, device: str, shape_id: str) -> None:
+def test_cutlass_fp8_matmul(perf, held_reference, device: str, shape_id: str) -> None:
     """fp8 (e4m3, per-tensor scales) with precise accumulation: _scaled_mm's product within bf16 tolerance and no
     less accurate than _scaled_mm against the exact product of the same operands (fast accumulation would be), then
     timed against _scaled_mm, the persistent Triton kernel and the Gluon kernel (both precise too)."""
@@ -110,12 +108,10 @@ def test_cutlass_fp8_matmul(perf, hold_blessed, device: str, shape_id: str) -> N
     work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="fp8", graph=shape_id in GRAPHED_SHAPES)
     cutlass = lambda x8, w8, sx, sw: cg.matmul(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
     triton = lambda x8, w8, sx, sw: mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)  # noqa: E731
-    hold_blessed(mm._matmul_tma_persistent_kernel, "vs_triton", part="triton")  # the reference's config
-    triton(x8, w8, sx, sw)  # autotuned (or held) at this shape, so that best_config below is this shape's
+    held = held_reference(mm._matmul_tma_persistent_kernel, "vs_triton", lambda: triton(x8, w8, sx, sw))
     compare_on_inputs(perf, scaled_mm, cutlass, make, name="vs_scaled_mm", **tol, **work,
                       config=cg.config_record("fp8_precise", in_dtype=torch.float8_e4m3fn))
-    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work,
-                      config={"triton": mm.best_config(mm._matmul_tma_persistent_kernel)})
+    compare_on_inputs(perf, triton, cutlass, make, name="vs_triton", **tol, **work, config=held)
     if gluon_build.not_on_hopper(device, "test_gluon_fp8_kernel_builds_for_hopper") is None:
         from perftests.kernels import matmul_gluon
 

@@ -139,7 +139,7 @@ def test_fp8_matmul(perf, hold_blessed, device: str, kernel: str, shape_id: str)
 
 
 @pytest.mark.parametrize("shape_id", ["4096", "8192"])
-def test_fp8_matmul_gluon(perf, hold_blessed, device: str, shape_id: str) -> None:
+def test_fp8_matmul_gluon(perf, held_reference, device: str, shape_id: str) -> None:
     """The Gluon fp8 matmul with precise accumulation (perftests/kernels/matmul_gluon.py: one warpgroup's promotion
     adds under the other's MMAs, a loader partition feeding both, one program an SM) against _scaled_mm and against
     the Triton persistent kernel above, same operands and tolerance as test_fp8_matmul."""
@@ -162,10 +162,8 @@ def test_fp8_matmul_gluon(perf, hold_blessed, device: str, shape_id: str) -> Non
                         "BLOCK_K": matmul_gluon.BLOCK_K, "num_stages": matmul_gluon.STAGES},
               "form": "halves, loader partition, persistent"}
     compare_on_inputs(perf, scaled_mm, gluon, make, name="vs_scaled_mm", **tol, **work, config=config)
-    hold_blessed(mm._matmul_tma_persistent_kernel, "vs_triton", part="triton")  # the reference's config
-    triton_fp8(x8, w8, sx, sw)  # autotuned (or held) at this shape, so that best_config below is this shape's
-    compare_on_inputs(perf, triton_fp8, gluon, make, name="vs_triton", **tol, **work,
-                      config={"triton": mm.best_config(mm._matmul_tma_persistent_kernel)})
+    held = held_reference(mm._matmul_tma_persistent_kernel, "vs_triton", lambda: triton_fp8(x8, w8, sx, sw))
+    compare_on_inputs(perf, triton_fp8, gluon, make, name="vs_triton", **tol, **work, config=held)
 
 
 # Shapes the timed cases never reach: one tile and one K tile; fewer K tiles than ring slots; fewer tiles than SMs;
