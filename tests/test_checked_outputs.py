@@ -69,6 +69,44 @@ def test_a_forgotten_return_names_the_side_and_fails(project: pytest.Pytester, m
     result.stdout.fnmatch_lines(["*test_ref_forgot: the reference callable returned None but the optimized returned Tensor*"])
 
 
+NAN_REFERENCE = """
+import torch
+
+X = torch.arange(8, dtype=torch.float32)
+
+def ref_2ms():
+    return torch.log(X - 4.0)  # NaN where X < 4: the reference is broken
+
+def opt_1ms():
+    return X * 2.0
+
+def opt_500us():
+    return torch.log(X - 4.0) * 0.0  # NaN too: both broken
+
+def test_reference_nan(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_both_nan(perf):
+    perf.compare(ref_2ms, opt_500us)
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--update-baselines"]], ids=["gate", "bless"])
+def test_a_reference_that_returns_nan_is_named_as_the_broken_side(project: pytest.Pytester, mode: list[str]) -> None:
+    # Said before of such a case: "optimized output differs from reference: expected holds 4 NaN", which blamed the
+    # side that was right.
+    project.makepyfile(test_cases=NAN_REFERENCE)
+    result = project.runpytest(*mode)
+    result.assert_outcomes(failed=2)
+    for test in ("test_reference_nan", "test_both_nan"):
+        result.stdout.fnmatch_lines([f"*{test}: the reference's output on its first call is not finite "
+                                     "(speedgate.assert_close: expected holds 4 NaN and 1 Inf of 8 elements*): the "
+                                     "reference side is what is wrong here, not the optimized one*"])
+    raised = [line for line in result.stdout.lines if line.startswith("E ")]  # the errors, not the source shown
+    assert raised and not any("optimized output differs" in line for line in raised)
+    assert not (project.path / "baselines" / "test-box.json").exists()
+
+
 def test_a_forgotten_return_is_never_blessed(project: pytest.Pytester) -> None:
     """The original bug: the optimized side dropped its result, the check was skipped, and a fake 25.8x blessed."""
     project.makepyfile(test_cases=FORGOTTEN)

@@ -126,3 +126,23 @@ def test_a_value_given_apart_is_no_test_path(pytester: pytest.Pytester, tmp_path
     result, seen = _run(pytester, "--baseline-dir", str(store))
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     assert seen["baseline_dir"] == "store"
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_the_advice_names_the_bless_option_that_blesses_here(pytester: pytest.Pytester, own: bool) -> None:
+    # Where the project's conftest defines --update-baselines, `pytest --update-baselines` is its own option: every
+    # hint must name speedgate's --speedgate-update-baselines instead, or the user runs a command that blesses nothing.
+    if own:
+        pytester.makeconftest("def pytest_addoption(parser):\n" + _define("--update-baselines", None))
+    pytester.makepyfile(test_timed="""
+def test_timed(perf):
+    perf.compare(lambda: sum(range(3000)), lambda: sum(range(1000)), check=False)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--update-baselines" if own else "-q")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    flag = "--speedgate-update-baselines" if own else "--update-baselines"
+    result.stdout.fnmatch_lines([f"*not found (create it with `pytest {flag}` on this hardware)*"])
+    assert not list((pytester.path / "baselines").glob("*.json")), "the project's --update-baselines blessed"
+    if own:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--speedgate-update-baselines")
+        assert result.ret == pytest.ExitCode.OK and list((pytester.path / "baselines").glob("*.json"))

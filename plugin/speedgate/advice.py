@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from .verdict import Verdict
 
-BLESS = "pytest --update-baselines"
+SHORT_FLAG, OWN_FLAG = "--update-baselines", "--speedgate-update-baselines"
+_flag = [SHORT_FLAG]  # the spelling this run's advice says (spell_bless_flag)
+
+
+def spell_bless_flag(taken: Iterable[str]) -> None:
+    """Say speedgate's own --speedgate-update-baselines in every piece of advice where the project or another plugin
+    defines --update-baselines (`taken`: the short spellings left to others, options.add_short_spellings), so that
+    no hint names a command that does not bless; the short spelling otherwise."""
+    _flag[0] = OWN_FLAG if SHORT_FLAG in taken else SHORT_FLAG
+
+
+def bless_flag() -> str:
+    """The bless option as this run spells it: --update-baselines, or --speedgate-update-baselines (spell_bless_flag)."""
+    return _flag[0]
 
 
 def bless_command(target: str = "", *, quoted: bool = False) -> str:
     """The bless command for target (a node id, or nothing for the whole selection), in backquotes."""
+    command = f"pytest {bless_flag()}"
     if not target:
-        return f"`{BLESS}`"
-    return f"`{BLESS} '{target}'`" if quoted else f"`{BLESS} {target}`"
+        return f"`{command}`"
+    return f"`{command} '{target}'`" if quoted else f"`{command} {target}`"
 
 
 def rebless_hint() -> str:
     """The short hint a note carries when a case or metric improved beyond its tolerance."""
-    return "re-bless with --update-baselines"
+    return f"re-bless with {bless_flag()}"
 
 
 def create_file_hint() -> str:

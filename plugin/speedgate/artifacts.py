@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .advice import bless_command
+
 README = """speedgate artifacts for {nodeid}
 
 results.json   every comparison of the test: times, interval, baseline, verdict, note
@@ -26,7 +28,7 @@ triton/        the project's Triton kernels: source, and per compiled variant it
 inductor/      Python code torch.compile generated in this process (when it compiled anything)
 
 What to do next: re-run the test alone to confirm (`pytest '{nodeid}'`); compare the SASS and configurations here
-with a passing run's; if the change is intended, re-bless with `pytest --update-baselines '{nodeid}'`.
+with a passing run's; if the change is intended, re-bless with {bless}.
 {problems}"""
 
 
@@ -49,7 +51,7 @@ def write(folder: Path, nodeid: str, results: list[dict[str, Any]], samples: dic
     problems = []
     problems += _triton(out / "triton", project_root)
     problems += _inductor(out / "inductor")
-    text = README.format(nodeid=nodeid, problems="\n".join(f"not kept: {p}" for p in problems))
+    text = README.format(nodeid=nodeid, bless=bless_command(nodeid, quoted=True), problems="\n".join(f"not kept: {p}" for p in problems))
     (out / "README.txt").write_text(text)
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .closeness import Closeness, assert_close
+from .closeness import Closeness, NonFiniteExpected, assert_close
 from .sides import CaseError, InputSets, Side, poison, snapshot, storage_of, tensors, unwritten
 from .timers import Fn
 
@@ -130,7 +130,12 @@ class Checker:
                 "sentinel for integers) that speedgate writes, just before each checked call, into every tensor either "
                 "side returned before and every outputs= buffer. It returned a stale tensor (a cached result, the other "
                 "side's tensor) or left part of its output unwritten (a launch grid that covers only part of it)")
-        return assert_close(actual, expected, self.rtol, self.atol)
+        try:
+            return assert_close(actual, expected, self.rtol, self.atol)
+        except NonFiniteExpected as exc:  # no verdict on the optimized side can stand on it
+            raise CaseError(f"speedgate: {self.case_id}: the reference's output {when} is not finite ({exc}): the "
+                            "reference side is what is wrong here, not the optimized one; fix it (or the inputs "
+                            "it is given) before the two are compared") from None
 
     # -- the checks --------------------------------------------------------------------------------------------
     def first(self, call_ref: Callable[[], Any], call_opt: Callable[[], Any]) -> None:

@@ -37,9 +37,14 @@ def _is_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
 
 
-def _fail(path: str, message: str) -> AssertionError:
+class NonFiniteExpected(AssertionError):
+    """The expected value (the reference's output) holds NaN or Inf: what is wrong is the reference, whatever the
+    actual value is."""
+
+
+def _fail(path: str, message: str, kind: type[AssertionError] = AssertionError) -> AssertionError:
     where = f" at {path}" if path else ""
-    return AssertionError(f"speedgate.assert_close{where}: {message}")
+    return kind(f"speedgate.assert_close{where}: {message}")
 
 
 def tolerances_for(dtype_name: str) -> tuple[float, float]:
@@ -93,10 +98,10 @@ def _compare_tensors(
             first = tuple(int(i) for i in mismatched.nonzero()[0].tolist())
             raise _fail(path, f"{bad} of {a.numel()} {dtype_name} elements differ (exact match required); first at {first}")
         return Closeness(0.0, 0.0, a.numel())
-    for tensor, side in ((a, "actual"), (e, "expected")):
+    for tensor, side in ((e, "expected"), (a, "actual")):  # a broken reference first: it says nothing of actual
         message = _nonfinite_message(tensor, torch, side)
         if message:
-            raise _fail(path, message)
+            raise _fail(path, message, NonFiniteExpected if side == "expected" else AssertionError)
     if rel_l2 is None:
         rtol_, atol_ = _resolve(rtol, atol, tolerances_for(dtype_name))
     wide = torch.complex128 if a.is_complex() else torch.float64
@@ -133,9 +138,10 @@ def _compare_numbers(actual: Any, expected: Any, rtol: float | None, atol: float
             raise _fail(path, f"{actual!r} != {expected!r} (exact match required)")
         return Closeness(0.0, 0.0, 1)
     a, e = complex(actual), complex(expected)
-    for value, side in ((a, "actual"), (e, "expected")):
+    for value, side in ((e, "expected"), (a, "actual")):
         if not (math.isfinite(value.real) and math.isfinite(value.imag)):
-            raise _fail(path, f"{side} is {value.real if value.imag == 0 else value!r}, not finite")
+            raise _fail(path, f"{side} is {value.real if value.imag == 0 else value!r}, not finite",
+                        NonFiniteExpected if side == "expected" else AssertionError)
     rtol_, atol_ = _resolve(rtol, atol, PYTHON_FLOAT_TOLERANCE)
     err = abs(a - e)
     if err > atol_ + rtol_ * abs(e):

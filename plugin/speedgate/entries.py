@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .advice import bless_flag
 from .baseline import BaselineError
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def unmatched_words(baseline: str, orphaned: Sequence[str], matched: int, exampl
         "the same test, the case ids drifted (they are test paths relative to the folder of pytest's ini file, else "
         "of the nearest pyproject.toml, setup.cfg, tox.ini, setup.py or .git, else of the topmost conftest.py: did "
         "one of these move since the file was blessed?); if the tests were renamed, re-bless them with "
-        "--update-baselines"
+        f"{bless_flag()}"
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import codegen, judging
+from .advice import bless_command
 from .checks import FIXED_INPUTS
 from .closeness import Closeness, assert_close
 from .measure import Measurement, Policy, measurement_from_samples
@@ -291,7 +292,7 @@ class Perf:
         if settings.strict and not settings.update_baselines and result.codegen_drift and result.codegen_changes:
             self.failures.append(
                 f"{result.case_id}: strict mode: the kernels changed with the software since the bless: "
-                f"{'; '.join(result.codegen_changes)}. If the change is intended, re-bless (pytest --update-baselines)")
+                f"{'; '.join(result.codegen_changes)}. If the change is intended, re-bless ({bless_command()})")
 
     def _queue_failure(self, result: CompareResult | MetricResult) -> None:
         settings = self._session.settings

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import report
+from .advice import bless_command
 from .baseline import BaselineError
 
 if TYPE_CHECKING:
@@ -53,14 +54,14 @@ def ungated(run: RunEnd) -> list[str]:
                 missing.append(f"{len(new)} of the {len(measured)} {what}")
         if missing:
             lines.append(f"{' and '.join(missing)} measured on {key} have no entry in {run.book.path_for(key)}: "
-                         "nothing gates them on this hardware (bless them there with `pytest --update-baselines`, on "
+                         f"nothing gates them on this hardware (bless them there with {bless_command()}, on "
                          "this kind of GPU)")
         apart = [r for r in timed if r.verdict == Verdict.NEW and r.blessed is not None]
         if apart:
             lines.append(f"{len(apart)} of the {len(timed)} comparisons measured on {key} have entries in "
                          f"{run.book.path_for(key)} timed otherwise (another unit, or from an idle device where the case "
                          "now replays CUDA graphs or holds its ranks): nothing gates them until they are blessed again on this kind of GPU "
-                         "(`pytest --update-baselines`)")
+                         f"({bless_command()})")
     return lines
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from . import hookspecs
+from .advice import spell_bless_flag
 from .options import (
     DEADLINE_MARKER,
     DEADLINE_MARKER_HELP,
@@ -91,7 +92,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     try:
         return (yield)
     finally:  # the project's conftests registered their options: the short spellings take only what is free
-        early_config.stash[SHADOWED_KEY] = add_short_spellings(parser)
+        taken = early_config.stash[SHADOWED_KEY] = add_short_spellings(parser)
+        spell_bless_flag(taken)  # the advice names a command that blesses
 
 
 def pytest_configure(config: pytest.Config) -> None:
