@@ -185,6 +185,23 @@ def stop_if_second(name):
     assert line in out.splitlines(), out
 
 
+def test_sigint_to_an_xdist_run_blesses_what_a_still_running_worker_finished(project: pytest.Pytester) -> None:
+    """Ctrl-C while a worker is inside its second test: its first test finished and passed, and the worker sends its
+    results only at its end, after xdist's controller stopped listening at the interrupt. Those results were lost
+    and the run said nothing of speedgate; the controller now waits for the interrupted workers' closing reports."""
+    marker = project.path / "compared"
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
+    import time
+    time.sleep(30)"""))
+    write_baseline(project.path, {"test_cases.py::test_b": 1.0})
+    ret, out = sigint_when(project, marker, "-n", "1", group=True)  # one worker: test_a, then test_b stops
+    assert ret == pytest.ExitCode.INTERRUPTED, out
+    assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}, out
+    for line in ("the run was interrupted: only tests that finished and passed were blessed",
+                 "not blessed (its test did not finish): test_cases.py::test_b", "  added: test_cases.py::test_a: 2x"):
+        assert line in out.splitlines(), out
+
+
 def test_a_crashed_xdist_worker_blesses_nothing_it_ran(project: pytest.Pytester) -> None:
     """A worker that dies sends no payload: none of its results reach the controller, so none is blessed."""
     project.makepyfile(test_cases=CASES + """

@@ -327,6 +327,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer, which writes its file in its sessionfinish
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    if exitstatus == pytest.ExitCode.INTERRUPTED and config.pluginmanager.has_plugin("dsession"):
+        hooks = config.pluginmanager.get_plugin("speedgate-xdist")
+        if hooks is not None:  # the workers' reports that Ctrl-C left unread: what finished is blessed
+            hooks.after_interrupt()
     made = config.stash.get(SESSION_KEY, None)
     if hasattr(config, "workerinput"):
         # Always a key, so the controller can tell a worker that finished from one that died; empty when no test

@@ -1,9 +1,11 @@
 """speedgate's side of pytest-xdist's exchange: the controller checks the baseline file before workers start, takes
-each worker's results when it ends (or those its watchdog saved, when it died), and explains a worker that speedgate
-ended; a worker ends itself after a report that poisoned its CUDA context. Registered only where xdist is installed."""
+each worker's results when it ends (or those its watchdog saved, when it died; or, after Ctrl-C, those the workers
+sent while xdist had stopped listening), and explains a worker that speedgate ended; a worker ends itself after a
+report that poisoned its CUDA context. Registered only where xdist is installed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,9 @@ if TYPE_CHECKING:
     from .session import SpeedgateSession
 
 WORKER_OUTPUT = "speedgate"  # the key of a worker's results in xdist's workeroutput
+# After Ctrl-C: how long the controller waits for the workers' closing reports (an interrupted worker sends its
+# own within a second or two; one still running a test is stopped by xdist after this wait).
+INTERRUPT_WAIT_S = 10.0
 
 
 class XdistHooks:
@@ -31,6 +36,7 @@ class XdistHooks:
         self._baseline_dir = baseline_dir
         self._fault_watch = fault_watch  # this process's, once a test that used perf made one
         self._crashes: WorkerCrashes | None = None
+        self._heard: set[str] = set()  # workers whose end the controller took (absorbed, or counted as lost)
 
     @property
     def crashes(self) -> WorkerCrashes:
@@ -56,11 +62,29 @@ class XdistHooks:
             self._load_baseline(state, pytest.UsageError, "; the file was left untouched")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if _worker_id(node) in self._heard:
+            return
+        self._heard.add(_worker_id(node))
         output = getattr(node, "workeroutput", {})
         if output.get(WORKER_OUTPUT):
             self._session().absorb(output[WORKER_OUTPUT])
         elif WORKER_OUTPUT not in output:  # crashed, killed, or ended after a CUDA fault: what it measured since its last report never arrived
-            self._session().ledger.lost_workers.append(str(getattr(getattr(node, "gateway", None), "id", "?")))
+            self._session().ledger.lost_workers.append(_worker_id(node))
+
+    def after_interrupt(self, wait_s: float = INTERRUPT_WAIT_S) -> None:
+        """On the controller of a run ended by Ctrl-C: each worker's closing report that xdist never handed on (its
+        loop ended at the interrupt, while interrupted workers were still sending theirs), waited for up to wait_s,
+        then taken as at a worker's end; a worker whose report did not come is counted as lost. What finished and
+        passed is then blessed, as in a run without xdist."""
+        dsession = self.config.pluginmanager.get_plugin("dsession")
+        nodes = [n for n in getattr(getattr(dsession, "sched", None), "nodes", None) or []
+                 if _worker_id(n) not in self._heard]
+        deadline = time.monotonic() + wait_s
+        while any(WORKER_OUTPUT not in (getattr(n, "workeroutput", None) or {}) for n in nodes) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for node in nodes:
+            self.pytest_testnodedown(node, None)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         if self.config.pluginmanager.has_plugin("dsession"):  # only the xdist controller explains a worker's crash
@@ -86,3 +110,8 @@ class XdistHooks:
         from .faults import timeout_setting
 
         self.crashes.explain(crashitem, report, timeout_setting(self.config), story)
+
+
+def _worker_id(node: Any) -> str:
+    """An xdist worker's id (gw0, gw1...), '?' where the node names none."""
+    return str(getattr(getattr(node, "gateway", None), "id", "?"))
