@@ -102,6 +102,35 @@ def test_b(perf, resource):
     result.stdout.fnmatch_lines([f"not blessed ({why}): test_cases.py::test_b"])
 
 
+FAILING_FIRST = CASES + """
+def test_good(perf):
+    perf.compare(ref_2ms, opt_1ms)
+
+def test_broken(perf):
+    raise RuntimeError("its inputs could not be built")
+"""
+
+
+@pytest.mark.parametrize("selection", ["both", "broken"])
+def test_a_bless_names_a_test_that_failed_before_measuring(project: pytest.Pytester, selection: str) -> None:
+    # Such a test has no result: a bless said nothing of it, and a bless where every test failed so printed no
+    # speedgate section at all.
+    project.makepyfile(test_cases=FAILING_FIRST)
+    write_baseline(project.path, {"test_cases.py::test_old": 1.5})
+    before = (project.path / "baselines" / "test-box.json").read_bytes()
+    result = project.runpytest("--update-baselines", *(["-k", "broken"] if selection == "broken" else []))
+    result.assert_outcomes(failed=1, passed=1 if selection == "both" else 0)
+    result.stdout.fnmatch_lines(["not blessed (its test failed before it measured anything: RuntimeError: its inputs "
+                                 "could not be built): test_cases.py::test_broken"])
+    if selection == "broken":
+        result.stdout.fnmatch_lines(["nothing blessed: no comparison or metric of this run could be (the lines above "
+                                     "say why); every baseline file was left as it was"])
+        assert (project.path / "baselines" / "test-box.json").read_bytes() == before
+    else:
+        assert speedups(project.path) == {"test_cases.py::test_old": 1.5, "test_cases.py::test_good": 2.0}
+        assert "nothing blessed" not in result.stdout.str()
+
+
 def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool = False) -> tuple[int, str]:
     """Run `pytest --update-baselines *args` in a subprocess and send it SIGINT once marker exists; group=True sends
     it to the whole process group, as a terminal's Ctrl-C does (xdist's workers get it too)."""

@@ -41,6 +41,11 @@ def not_blessed(run: RunEnd) -> list[str]:
     for case_id, nodeid in sorted(unblessed.items()):
         why = "its test failed" if nodeid in run.failed_nodeids else "its test did not finish"
         lines.append(f"not blessed ({why}): {case_id}")
+    measured = {r.nodeid for r in run.records} | {m.nodeid for m in run.metric_records}
+    for nodeid in sorted(run.failed_nodeids - measured):  # failed before any result: nothing in the lines above
+        cause = run.failure_causes.get(nodeid)
+        lines.append(f"not blessed (its test failed before it measured anything{': ' + cause if cause else ''}): "
+                     f"{nodeid}")
     for case_id in sorted({r.case_id for r in run.records if r.timed and not r.settled} - set(unblessed)):
         lines.append(f"not blessed (the device's speed still drifted when its rounds ended, so it measured no "
                      f"steady speed; its entry, if any, is kept: bless it again on a quiet machine): {case_id}")
@@ -51,10 +56,13 @@ def bless_run(run: RunEnd, done: Finish, now: str) -> None:
     """Bless each hardware key's passing results into its file, measured at `now` (the run's end, as its reports
     say); say what was written and what was not. The book then holds what was written, for the checks after this
     stage."""
-    if not (run.settings.update_baselines and (run.records or run.metric_records)):
+    if not (run.settings.update_baselines and (run.records or run.metric_records or run.failed_nodeids)):
         return
     cases, metrics = blessable(run)
     done.lines.extend(not_blessed(run))
+    if not (cases or metrics):
+        done.lines.append("nothing blessed: no comparison or metric of this run could be (the lines above say why); "
+                          "every baseline file was left as it was")
     book = run.book
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(book.path_for(key), hardware_key=key, fingerprint=run.fingerprint_for(key),

@@ -60,8 +60,10 @@ class SpeedgateSession:
 
     @property
     def touched(self) -> bool:
-        """Whether the run has anything to say: results, or workers whose results were lost."""
-        return self.ledger.used or bool(self.ledger.lost_workers)
+        """Whether the run has anything to say: results, workers whose results were lost, or (blessing) tests using
+        perf that failed before they measured anything, which the bless must name as not blessed."""
+        return (self.ledger.used or bool(self.ledger.lost_workers)
+                or (self.settings.update_baselines and bool(self.ledger.failed_nodeids)))
 
     def closing(self, interrupted: bool = False) -> RunEnd:
         """The run at its end (on the controller: every worker absorbed), for speedgate.finish."""
