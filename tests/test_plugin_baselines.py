@@ -152,7 +152,9 @@ def test_corrupt_baseline_is_a_usage_error_and_left_untouched(project: pytest.Py
     path.write_text(content)
     result = project.runpytest(*(["--update-baselines"] if update else []))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*speedgate: *baselines/test-box.json: {message}*the file was left untouched*"])
+    result.stderr.fnmatch_lines([f"*speedgate: *baselines/test-box.json: {message}*the file was left untouched: restore "
+                                 "it (from version control), or move it aside and bless again with `pytest "
+                                 "--update-baselines`"])
     assert path.read_text() == content
     assert [p.name for p in path.parent.iterdir()] == ["test-box.json"]
 

@@ -36,6 +36,12 @@ def rebless_hint() -> str:
     return f"re-bless with {bless_flag()}"
 
 
+def unusable_file_hint() -> str:
+    """What to do about a baseline file that cannot be read (not JSON, not speedgate's schema, a bad number)."""
+    return (f"the file was left untouched: restore it (from version control), or move it aside and bless again with "
+            f"{bless_command()}")
+
+
 def create_file_hint() -> str:
     """What to do when this hardware has no baseline file yet."""
     return f"create it with {bless_command()} on this hardware"

@@ -190,14 +190,16 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
     the file as this bless read it, to name the cards whose evidence aged out."""
     changes = list(changes)
     theirs = [c for c in changes if known is not None and c.old_speedup is not None and c.case_id not in known]
-    counts = {action: sum(c.action == action and c not in theirs for c in changes) for action in ("added", "updated", "kept")}
+    # Every change counted, another run's entries too (the lines below name them): the counts add up to the run's.
+    counts = {action: sum(c.action == action for c in changes) for action in ("added", "updated", "kept")}
     untouched = len(doc["cases"]) + len(doc.get("metrics", {})) - len(changes)
     lines = [
         f"baseline {path}: {counts['added']} added, {counts['updated']} updated, "
         f"{counts['kept']} kept (moved less than a third of their tolerance), {untouched} other entries untouched"
     ]
     if theirs:
-        lines.append(f"  {len(theirs)} entries were written by another run while this one ran (a concurrent bless): "
+        entries = "1 entry was" if len(theirs) == 1 else f"{len(theirs)} entries were"
+        lines.append(f"  {entries} written by another run while this one ran (a concurrent bless), counted above: "
                      "where this run's measurement moved less than a third of their tolerance, theirs stays")
     for c in changes:
         if c in theirs:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from . import hookspecs
-from .advice import spell_bless_flag
+from .advice import spell_bless_flag, unusable_file_hint
 from .options import (
     DEADLINE_MARKER,
     DEADLINE_MARKER_HELP,
@@ -210,7 +210,7 @@ def _note_foreign(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, when the suite uses the gate and its baseline file is unusable.
     if any(uses_perf(item) for item in session.items):
-        _load_baseline(_session(session.config), pytest.UsageError, "; the file was left untouched")
+        _load_baseline(_session(session.config), pytest.UsageError, f"; {unusable_file_hint()}")
 
 
 def _load_baseline(state: SpeedgateSession, error: Any, suffix: str = "") -> None:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .advice import unusable_file_hint
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -59,7 +61,7 @@ class XdistHooks:
             return
         state = self._session()
         if state.book.path_for(state.bench.hardware_key).is_file():
-            self._load_baseline(state, pytest.UsageError, "; the file was left untouched")
+            self._load_baseline(state, pytest.UsageError, f"; {unusable_file_hint()}")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         if _worker_id(node) in self._heard:
