@@ -70,7 +70,7 @@ def main() -> int:
     for name in dict.fromkeys(order):
         sides[name]()
     torch.cuda.synchronize()
-    jit = attn._attn_fwd_kernel.fn
+    jit = attn.KERNEL.fn
     for _device, caches in jit.device_caches.items():
         for key, compiled in caches[0].items():
             constexprs = [c for c in key[0] if c[0] == "constexpr"] if isinstance(key, tuple) and key else str(key)[:80]

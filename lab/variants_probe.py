@@ -1,7 +1,7 @@
 """Every compiled variant of named Triton kernels in a pytest process, written when the session ends: a pytest plugin
 for the lab, to see why one kernel at one config has two register counts (docs/results/gate-study-h200.md).
 
-    VARIANTS_OUT=DIR VARIANTS_KERNELS=perftests.kernels.attention:_attn_fwd_kernel[,module:name ...] \\
+    VARIANTS_OUT=DIR VARIANTS_KERNELS=perftests.kernels.attention:KERNEL[,module:name ...] \\
         python -m pytest ... -p lab.variants_probe
 
 Writes DIR/variants-<worker>-<pid>.json (worker: xdist's id, or "main"): per kernel, per device, each compiled

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 deadline=$(($(date +%s) + ${DEADLINE:-400}))
 source lab/device/lib.sh
 begin_call "${1:?OUT}"
-export VARIANTS_KERNELS=perftests.kernels.attention:_attn_fwd_kernel
+export VARIANTS_KERNELS=perftests.kernels.attention:KERNEL
 file=perftests/test_triton_attention.py
 probe() {  # LABEL [PYTEST ARGS...]
   local label=$1; shift

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from . import hookspecs
-from .advice import spell_bless_flag, unusable_file_hint
 from .options import (
     DEADLINE_MARKER,
     DEADLINE_MARKER_HELP,
@@ -93,7 +93,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         return (yield)
     finally:  # the project's conftests registered their options: the short spellings take only what is free
         taken = early_config.stash[SHADOWED_KEY] = add_short_spellings(parser)
-        spell_bless_flag(taken)  # the advice names a command that blesses
+        # The advice names a command that blesses here; imported only where it has something to change (a plain
+        # run loads little), and reset where an earlier run in this process (pytester's) changed it.
+        if taken or "speedgate.advice" in sys.modules:
+            from .advice import spell_bless_flag
+
+            spell_bless_flag(taken)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -210,6 +215,8 @@ def _note_foreign(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, when the suite uses the gate and its baseline file is unusable.
     if any(uses_perf(item) for item in session.items):
+        from .advice import unusable_file_hint
+
         _load_baseline(_session(session.config), pytest.UsageError, f"; {unusable_file_hint()}")
 
 

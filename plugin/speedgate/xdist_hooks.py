@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .advice import unusable_file_hint
-
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -61,6 +59,8 @@ class XdistHooks:
             return
         state = self._session()
         if state.book.path_for(state.bench.hardware_key).is_file():
+            from .advice import unusable_file_hint
+
             self._load_baseline(state, pytest.UsageError, f"; {unusable_file_hint()}")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
