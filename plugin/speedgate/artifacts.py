@@ -51,7 +51,8 @@ def write(folder: Path, nodeid: str, results: list[dict[str, Any]], samples: dic
     problems = []
     problems += _triton(out / "triton", project_root)
     problems += _inductor(out / "inductor")
-    text = README.format(nodeid=nodeid, bless=bless_command(nodeid, quoted=True), problems="\n".join(f"not kept: {p}" for p in problems))
+    text = README.format(nodeid=nodeid, bless=bless_command(nodeid, quoted=True),
+                         problems="\n".join(f"not kept: {p}" for p in problems))
     (out / "README.txt").write_text(text)
     return out
 
