@@ -231,6 +231,24 @@ def test_sigint_to_an_xdist_run_blesses_what_a_still_running_worker_finished(pro
         assert line in out.splitlines(), out
 
 
+def test_sigint_to_the_xdist_controller_alone_says_what_it_could_not_bless(project: pytest.Pytester) -> None:
+    """SIGINT to the controller only (a `kill -INT` of its process, not a terminal's Ctrl-C): the worker, still
+    inside test_b, is not interrupted and does not report in time. The run must still say it was interrupted and
+    that the worker's results did not arrive, never end with no speedgate section; and the file keeps test_b's entry."""
+    marker = project.path / "compared"
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
+    import time
+    time.sleep(30)"""))
+    write_baseline(project.path, {"test_cases.py::test_b": 1.0})
+    ret, out = sigint_when(project, marker, "-n", "1")
+    assert ret == pytest.ExitCode.INTERRUPTED, out
+    assert speedups(project.path) == {"test_cases.py::test_b": 1.0}, out
+    lines = out.splitlines()
+    assert "the run was interrupted: only tests that finished and passed were blessed" in lines, out
+    assert any(line.startswith("xdist worker gw0 ended without its closing report") for line in lines), out
+    assert any(line.startswith("nothing blessed:") for line in lines), out
+
+
 def test_a_crashed_xdist_worker_blesses_nothing_it_ran(project: pytest.Pytester) -> None:
     """A worker that dies sends no payload: none of its results reach the controller, so none is blessed."""
     project.makepyfile(test_cases=CASES + """
@@ -248,8 +266,8 @@ def test_b(perf):
     result = project.runpytest_subprocess("-n", "2", "--update-baselines", "--speedgate-json", "report.json")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'test_cases.py::test_b'*"])
-    result.stdout.fnmatch_lines(["xdist worker gw* ended without its closing report (it crashed, was killed, or was "
-                                 "replaced after a CUDA fault)*"])
+    result.stdout.fnmatch_lines(["xdist worker gw* ended without its closing report (it crashed, was killed, was "
+                                 "replaced after a CUDA fault, or had not reported when the run was interrupted)*"])
     assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}
     # What reached the controller: test_a's result only; the dead worker's record of test_b never arrived.
     report = json.loads((project.path / "report.json").read_text())

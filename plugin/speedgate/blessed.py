@@ -34,9 +34,9 @@ def not_blessed(run: RunEnd) -> list[str]:
     if run.interrupted:
         lines.append("the run was interrupted: only tests that finished and passed were blessed")
     for worker in run.lost_workers:
-        lines.append(f"xdist worker {worker} ended without its closing report (it crashed, was killed, or was "
-                     "replaced after a CUDA fault): of what it ran, only results that reached this process before "
-                     "were blessed")
+        lines.append(f"xdist worker {worker} ended without its closing report (it crashed, was killed, was replaced "
+                     "after a CUDA fault, or had not reported when the run was interrupted): of what it ran, only "
+                     "results that reached this process before were blessed")
     unblessed = {r.case_id: r.nodeid for r in run.records if r.timed and r.nodeid not in run.finished}
     for case_id, nodeid in sorted(unblessed.items()):
         why = "its test failed" if nodeid in run.failed_nodeids else "its test did not finish"
@@ -56,7 +56,8 @@ def bless_run(run: RunEnd, done: Finish, now: str) -> None:
     """Bless each hardware key's passing results into its file, measured at `now` (the run's end, as its reports
     say); say what was written and what was not. The book then holds what was written, for the checks after this
     stage."""
-    if not (run.settings.update_baselines and (run.records or run.metric_records or run.failed_nodeids)):
+    if not (run.settings.update_baselines
+            and (run.records or run.metric_records or run.failed_nodeids or run.lost_workers)):
         return
     cases, metrics = blessable(run)
     done.lines.extend(not_blessed(run))
