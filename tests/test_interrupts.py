@@ -249,6 +249,25 @@ def test_sigint_to_the_xdist_controller_alone_says_what_it_could_not_bless(proje
     assert any(line.startswith("nothing blessed:") for line in lines), out
 
 
+def test_sigint_to_the_xdist_controller_leaves_a_run_without_perf_alone(project: pytest.Pytester) -> None:
+    """The same interrupt in a project whose tests never use perf: its workers hold nothing of speedgate's, so none
+    is waited for or named as lost, and no speedgate section is printed."""
+    marker = project.path / "started"
+    project.makepyfile(test_plain=f"""
+def test_a():
+    assert True
+
+def test_b():
+    open({str(marker)!r}, "w").close()
+    import time
+    time.sleep(30)
+""")
+    ret, out = sigint_when(project, marker, "-n", "1")
+    assert ret == pytest.ExitCode.INTERRUPTED, out
+    assert "ended without its closing report" not in out and "= speedgate =" not in out, out
+    assert not (project.path / "baselines").exists(), out
+
+
 def test_a_crashed_xdist_worker_blesses_nothing_it_ran(project: pytest.Pytester) -> None:
     """A worker that dies sends no payload: none of its results reach the controller, so none is blessed."""
     project.makepyfile(test_cases=CASES + """

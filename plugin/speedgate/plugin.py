@@ -324,6 +324,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = yield
     if PERF_KEY not in item.stash:
         return rep  # a test that never made speedgate's perf: its failures are its own
+    rep.speedgate_measured = True  # report data: tells xdist's controller which workers hold results (xdist_hooks)
     kept = _session(item.config).note_outcome(item.nodeid, rep, item.stash[PERF_KEY], Path(str(item.config.rootpath)))
     if kept is not None:
         rep.sections.append(("speedgate artifacts", f"kept in {kept}"))

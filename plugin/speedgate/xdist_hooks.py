@@ -37,6 +37,7 @@ class XdistHooks:
         self._fault_watch = fault_watch  # this process's, once a test that used perf made one
         self._crashes: WorkerCrashes | None = None
         self._heard: set[str] = set()  # workers whose end the controller took (absorbed, or counted as lost)
+        self._measuring: set[str] = set()  # workers that reported a test using perf: they hold results to take
 
     @property
     def crashes(self) -> WorkerCrashes:
@@ -74,13 +75,14 @@ class XdistHooks:
             self._session().ledger.lost_workers.append(_worker_id(node))
 
     def after_interrupt(self, wait_s: float = INTERRUPT_WAIT_S) -> None:
-        """On the controller of a run ended by Ctrl-C: each worker's closing report that xdist never handed on (its
-        loop ended at the interrupt, while interrupted workers were still sending theirs), waited for up to wait_s,
-        then taken as at a worker's end; a worker whose report did not come is counted as lost. What finished and
-        passed is then blessed, as in a run without xdist."""
+        """On the controller of a run ended by Ctrl-C: the closing report of each worker that reported a test using
+        perf, which xdist never handed on (its loop ended at the interrupt, while interrupted workers were still
+        sending theirs), waited for up to wait_s, then taken as at a worker's end; a worker whose report did not come
+        is counted as lost. What finished and passed is then blessed, as in a run without xdist. A worker that ran
+        no test using perf holds nothing of speedgate's: it is neither waited for nor counted."""
         dsession = self.config.pluginmanager.get_plugin("dsession")
         nodes = [n for n in getattr(getattr(dsession, "sched", None), "nodes", None) or []
-                 if _worker_id(n) not in self._heard]
+                 if _worker_id(n) in self._measuring and _worker_id(n) not in self._heard]
         deadline = time.monotonic() + wait_s
         while any(WORKER_OUTPUT not in (getattr(n, "workeroutput", None) or {}) for n in nodes) \
                 and time.monotonic() < deadline:
@@ -98,7 +100,10 @@ class XdistHooks:
             watch = self._fault_watch()  # made by a test that used perf; none: nothing to end
             if watch is not None:
                 watch.end_if_poisoned(report)
-        elif getattr(report, "speedgate_fault", None) and (payload := self.crashes.note_report(report)):
+            return
+        if getattr(report, "speedgate_measured", False):  # set by the plugin on a test using perf (plugin.py)
+            self._measuring.add(_worker_id(getattr(report, "node", None)))
+        if getattr(report, "speedgate_fault", None) and (payload := self.crashes.note_report(report)):
             self._session().absorb(payload)  # the results of a worker that ended after a sticky CUDA error
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
