@@ -4,8 +4,8 @@
 # GPUs (CUDA_VISIBLE_DEVICES=0,1 both ways, as a user's runner has them), with --durations:
 #   bash lab/device/small_selections.sh OUT       OUT/summary.txt; OUT/SELECTION-MODE.log and .json (the report)
 # SELECTIONS (default "small attention matmul"): small, the three small Triton files; attention, the Triton and Gluon
-# attention file; matmul, the Triton and CUTLASS matmul files. ORDER (default "serial n2"): the modes' order within a
-# selection. The machine's first import and compile are paid first, on each GPU, by neither mode.
+# attention file; matmul, the Triton and CUTLASS matmul files; gluon, that file's Gluon tests alone. ORDER (default
+# "serial n2"): the modes' order within a selection. The machine's first import and compile are paid first, on each GPU, by neither mode.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 deadline=$(($(date +%s) + ${DEADLINE:-570}))
@@ -15,6 +15,7 @@ declare -A files=(
   [small]="perftests/test_triton_elementwise.py perftests/test_triton_rowwise.py perftests/test_triton_l2.py"
   [attention]="perftests/test_triton_attention.py"
   [matmul]="perftests/test_triton_matmul.py perftests/test_cutlass_matmul.py"
+  [gluon]="perftests/test_triton_attention.py -k gluon"
 )
 for gpu in 0 1; do
   CUDA_VISIBLE_DEVICES=$gpu python3 -c "import torch; torch.compile(lambda x: x.relu() + 1)(torch.ones(8, device='cuda'))" &

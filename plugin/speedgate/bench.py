@@ -45,6 +45,7 @@ class Bench:
         self.ceilings_seen: dict[str, dict[str, Any]] = {}
         self._absorbed_contention: list[CpuContention] = []  # xdist workers' CPU contention counts
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it timed on
+        self._toolchain_settled = False
 
     # -- the machine ---------------------------------------------------------------------------------------------
     @property
@@ -130,6 +131,24 @@ class Bench:
         else:
             ceiling = f"copy {self._ceilings.copy_gbps:.0f} GB/s"
         return floor_ms, bound, ceiling
+
+    # -- the toolchain -------------------------------------------------------------------------------------------
+    def settle_toolchain(self) -> None:
+        """Once a process, at its first test that uses perf (after an xdist worker's device is known): one ptxas for
+        every Triton kernel it compiles (speedgate.toolchain), its version among the run's software, so that a
+        kernel's changed facts name it when it moved. Nothing on a process without a GPU torch can use."""
+        if self._toolchain_settled:
+            return
+        self._toolchain_settled = True
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return
+        from .toolchain import settle_ptxas
+
+        major, minor = torch.cuda.get_device_capability()
+        settled = settle_ptxas(major * 10 + minor)
+        if settled is not None and settled.version:
+            self.fingerprint.software["ptxas"] = settled.version
 
     # -- the device's turn ---------------------------------------------------------------------------------------
     @property

@@ -28,6 +28,7 @@ from .evidence import (
     round_value,
     tolerance_of,
 )
+from .hardware import software_drift
 from .results import CompareResult, MetricResult
 
 # What a case's entry keeps of its result. None means "not measured" and is left out; so is graphed=False (the
@@ -94,8 +95,10 @@ def _across_processes(entry: dict[str, Any], own: Mapping[str, Any] | None, card
 
 def _same_setup(entry: dict[str, Any], old: Mapping[str, Any] | None) -> bool:
     """Whether an entry was blessed with the software, graph mode and timer of the old one: its picks are the old
-    one's picks (another setup measures another thing and starts everything again)."""
-    return old is not None and all(old.get(k) == entry.get(k) for k in ("software", "graphed", "timer"))
+    one's picks (another setup measures another thing and starts everything again). Software one of them does not
+    record cannot differ (a version speedgate began to record since, such as the ptxas)."""
+    return old is not None and all(old.get(k) == entry.get(k) for k in ("graphed", "timer")) and not software_drift(
+        dict(old.get("software") or {}), dict(entry.get("software") or {}))
 
 
 def _keep_calibration(entry: dict[str, Any], result: CompareResult, own: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -41,7 +41,7 @@ PTX_CLASSES = {
 PICK_FACTS = ("grid", "block", "registers", "warps", "stages")
 # The packages that make the kernels: with their versions unchanged, the same source and shapes make the same facts
 # (speedgate's and pytest's own versions do not enter).
-COMPILERS = ("torch", "triton", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
+COMPILERS = ("torch", "triton", "ptxas", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
 # Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
 COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
 _OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)", re.M)

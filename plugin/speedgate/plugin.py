@@ -256,6 +256,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     state = _session(item.config)
     # The deadline counts no wait for the device; a wait on another run's hold is said on the terminal.
     with state.bench.device_turn(item.nodeid, item.config.rootpath, _say(item.config)), _deadline(item, state):
+        state.bench.settle_toolchain()  # before the test's fixtures compile anything
         return (yield)
 
 

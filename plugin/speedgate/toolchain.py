@@ -1,0 +1,111 @@
+"""One ptxas for every Triton kernel of a run, whichever tests ran before it.
+
+Triton assembles a kernel with the ptxas that TRITON_PTXAS_PATH names when it compiles (its own bundled one when the
+variable is unset), and keys every kernel with the version of the ptxas it found at its first compile in the
+process (read once). torch.compile sets the variable, where it is unset, to the ptxas torch ships when inductor
+first compiles a Triton kernel in the process itself. So, left alone, a kernel compiled before that moment is
+assembled by Triton's ptxas and one compiled after it by torch's, under one key: its registers and speed followed the
+tests run before it (a selection, -k, xdist's schedule; docs/results/gate-study-h200.md, "Two ptxas in one process").
+
+At a run's first test that uses perf, speedgate brings that moment forward (settle_ptxas): Triton reads its key's
+version first, with the variable unset, as it did in every run whose first Triton compile came before
+torch.compile's, then the variable is set as torch.compile would set it. Every kernel of the run is then assembled by
+torch's ptxas, under the keys such a run made (an autotuner's held picks are found by them). A project that sets the
+variable keeps its own; where torch ships no ptxas (a CPU build), or Triton's key cannot be read first, nothing is
+changed. Nothing here imports torch or triton at import time: their folders are found from their packages' specs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PTXAS_VARIABLE = "TRITON_PTXAS_PATH"
+# Where each package keeps the ptxas it ships, under its folder.
+_BUNDLED = {"torch": ("bin", "ptxas"), "triton": ("backends", "nvidia", "bin", "ptxas")}
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The ptxas that assembles the run's Triton kernels: its path, its version ('13.0.88'; None when it did not say)
+    and whose it is: 'project' (the variable was set before speedgate looked), 'torch' (set by speedgate, as
+    torch.compile would) or 'triton' (Triton's own: torch ships none, so torch.compile switches to none)."""
+
+    path: str
+    version: str | None
+    whose: str
+
+
+def bundled_ptxas(package: str) -> Path | None:
+    """The ptxas `package` (torch or triton) ships, when it is installed with one that can run; else None."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder).joinpath(*_BUNDLED[package])
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def ptxas_version(path: str) -> str | None:
+    """'12.8.93' from `ptxas --version` ("... release 12.8, V12.8.93"), or None when it cannot run or says
+    otherwise."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"\bV(\d+(?:\.\d+)+)", out)
+    return match.group(1) if match else None
+
+
+def read_triton_key_version(arch: int) -> bool:
+    """Make Triton read the ptxas version it keys kernels for `arch` with (its NVIDIA backend's get_ptxas_version,
+    cached for the process), now. False when this Triton has no such function or it fails: its keys are then made
+    some other way, and nothing should be changed under them."""
+    try:
+        compiler = importlib.import_module("triton.backends.nvidia.compiler")
+        read = getattr(compiler, "get_ptxas_version", None)
+        if not callable(read):
+            return False
+        read(arch)  # positional, as Triton's backend hash calls it (its cache is keyed by the call's arguments)
+    except Exception:  # noqa: BLE001 - any failure means the key was not read first
+        return False
+    return True
+
+
+def settle_ptxas(arch: int | None, environ: MutableMapping[str, str] | None = None,
+                 read_key: Callable[[int], bool] | None = None) -> Settled | None:
+    """Settle which ptxas assembles this process's Triton kernels for a GPU of compute capability `arch` (90 for
+    sm_90; None: no GPU, nothing to settle) before its first test that uses perf; see the module's docstring.
+    read_key: what makes Triton read its key's version (read_triton_key_version). Children started after it inherit
+    the variable. Returns what assembles them; None without a GPU or where it
+    cannot be settled (torch ships a ptxas but Triton's key could not be read first: left to torch.compile)."""
+    environ = os.environ if environ is None else environ
+    if arch is None:
+        return None
+    named = environ.get(PTXAS_VARIABLE)
+    if named:
+        return Settled(named, ptxas_version(named), "project")
+    torch_ptxas, triton_ptxas = bundled_ptxas("torch"), bundled_ptxas("triton")
+    if torch_ptxas is not None:
+        if not (read_key or read_triton_key_version)(arch):
+            return None
+        environ[PTXAS_VARIABLE] = str(torch_ptxas)
+        return Settled(str(torch_ptxas), ptxas_version(str(torch_ptxas)), "torch")
+    if triton_ptxas is None:
+        return None
+    return Settled(str(triton_ptxas), ptxas_version(str(triton_ptxas)), "triton")
+
+
+__all__ = ["PTXAS_VARIABLE", "Settled", "bundled_ptxas", "ptxas_version", "read_triton_key_version", "settle_ptxas"]
