@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CASES, write_baseline
+from conftest import CASES, DEFAULT_TIMES, SCRIPTED_CONFTEST, write_baseline
 
 pytestmark = pytest.mark.timing  # signals, deadlines, locks or clocks: tests/conftest.py
 
@@ -131,9 +131,11 @@ def test_a_bless_names_a_test_that_failed_before_measuring(project: pytest.Pytes
         assert "nothing blessed" not in result.stdout.str()
 
 
-def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool = False) -> tuple[int, str]:
+def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool = False,
+                again_after: float | None = None) -> tuple[int, str]:
     """Run `pytest --update-baselines *args` in a subprocess and send it SIGINT once marker exists; group=True sends
-    it to the whole process group, as a terminal's Ctrl-C does (xdist's workers get it too)."""
+    it to the whole process group, as a terminal's Ctrl-C does (xdist's workers get it too); again_after: a second
+    SIGINT to the same target so many seconds after the first, as a person presses Ctrl-C again."""
     plugin_root = str(Path(__import__("speedgate").__file__).parent.parent)
     # Its own TMPDIR, so xdist workers' device lock (under $TMPDIR/speedgate-locks) is not shared with other runs.
     tmp = project.path / "tmp"
@@ -151,10 +153,12 @@ def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool 
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline, "the test never reached its sleep"
             time.sleep(0.05)
-        if group:
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            proc.send_signal(signal.SIGINT)
+        for delay in (0.0,) if again_after is None else (0.0, again_after):
+            time.sleep(delay)
+            if group:
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -247,6 +251,46 @@ def test_sigint_to_the_xdist_controller_alone_says_what_it_could_not_bless(proje
     assert "the run was interrupted: only tests that finished and passed were blessed" in lines, out
     assert any(line.startswith("xdist worker gw0 ended without its closing report") for line in lines), out
     assert any(line.startswith("nothing blessed:") for line in lines), out
+
+
+def test_a_second_sigint_cuts_the_controllers_wait_short_and_the_run_still_says_what_it_blessed(
+        project: pytest.Pytester) -> None:
+    """Ctrl-C pressed again while the controller waits for a worker's closing report (up to 10 s): it raised
+    KeyboardInterrupt inside that wait, and the run ended with a traceback, no speedgate section and nothing of its
+    finished tests written. The second one now ends the wait at once; the end is written as after one Ctrl-C."""
+    marker = project.path / "compared"
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
+    import time
+    time.sleep(30)"""))
+    write_baseline(project.path, {"test_cases.py::test_b": 1.0})
+    started = time.monotonic()
+    ret, out = sigint_when(project, marker, "-n", "1", again_after=1.0)
+    assert time.monotonic() - started < 9.0, out  # not the whole wait of 10 s (a start of a few seconds included)
+    assert ret == pytest.ExitCode.INTERRUPTED, out
+    assert speedups(project.path) == {"test_cases.py::test_b": 1.0}, out
+    lines = out.splitlines()
+    assert "Traceback (most recent call last):" not in lines, out
+    assert "speedgate: Ctrl-C: writing what finished first (once more to stop at once)" in lines, out
+    assert "the run was interrupted: only tests that finished and passed were blessed" in lines, out
+    assert any(line.startswith("xdist worker gw0 ended without its closing report") for line in lines), out
+
+
+def test_a_ctrl_c_that_cut_pytests_own_report_short_still_blesses_only_what_finished(project: pytest.Pytester) -> None:
+    """A second Ctrl-C inside pytest's report of the first (its pytest_keyboard_interrupt) leaves the session's exit
+    status as if the run had finished: speedgate's end must still know it was interrupted. Played here by a conftest
+    whose own pytest_keyboard_interrupt raises KeyboardInterrupt again, as the second Ctrl-C does."""
+    project.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES) + """
+
+@pytest.hookimpl(trylast=True)
+def pytest_keyboard_interrupt(excinfo):
+    raise KeyboardInterrupt
+""")
+    project.makepyfile(test_cases=INTERRUPTED.format(stop="raise KeyboardInterrupt"))
+    write_baseline(project.path, {"test_cases.py::test_b": 1.0})
+    result = project.runpytest_subprocess("--update-baselines", "-p", "no:xdist")
+    assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}, result.stdout.str()
+    result.stdout.fnmatch_lines(["the run was interrupted: only tests that finished and passed were blessed",
+                                 "not blessed (its test did not finish): test_cases.py::test_b"])
 
 
 def test_sigint_to_the_xdist_controller_leaves_a_run_without_perf_alone(project: pytest.Pytester) -> None:

@@ -49,6 +49,7 @@ FAULTS_KEY: pytest.StashKey[FaultWatch] = pytest.StashKey()
 SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings another plugin or conftest defines
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
 WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
+INTERRUPTED_KEY: pytest.StashKey[bool] = pytest.StashKey()  # a Ctrl-C reached pytest (_InterruptNote)
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
 
 
@@ -111,8 +112,21 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"speedgate: {exc}") from None
     config.addinivalue_line("markers", DEADLINE_MARKER_HELP)
     config.stash[STDERR_KEY] = os.dup(2)  # now, while fd 2 is the terminal: a deadline's story must reach it
+    config.pluginmanager.register(_InterruptNote(config), "speedgate-interrupt-note")
     if config.pluginmanager.hasplugin("xdist"):
         _register_xdist_hooks(config)
+
+
+class _InterruptNote:
+    """Notes a Ctrl-C before pytest reports it: a second Ctrl-C can interrupt that report, and pytest then ends the
+    session with the exit status of a run that finished, so its end would not know to bless only what finished."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.config.stash[INTERRUPTED_KEY] = True
 
 
 def _register_xdist_hooks(config: pytest.Config) -> None:
@@ -336,10 +350,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer, which writes its file in its sessionfinish
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if exitstatus == pytest.ExitCode.INTERRUPTED and config.pluginmanager.has_plugin("dsession"):
-        hooks = config.pluginmanager.get_plugin("speedgate-xdist")
-        if hooks is not None:  # the workers' reports that Ctrl-C left unread: what finished is blessed
-            hooks.after_interrupt()
     made = config.stash.get(SESSION_KEY, None)
     if hasattr(config, "workerinput"):
         # Always a key, so the controller can tell a worker that finished from one that died; empty when no test
@@ -347,16 +357,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from .xdist_hooks import WORKER_OUTPUT
 
         config.workeroutput[WORKER_OUTPUT] = "" if made is None else made.worker_payload()  # type: ignore[attr-defined]
-    elif ((made is not None and made.touched) or config.stash[REPORTS_KEY].files_asked) and not config.option.collectonly:
-        _finish(session, exitstatus)  # something measured, or a report file asked for; --co rewrites no report
+        return
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or config.stash.get(INTERRUPTED_KEY, False)
+    if interrupted:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED  # where pytest's own report of it was cut short
+    hooks = config.pluginmanager.get_plugin("speedgate-xdist") if config.pluginmanager.has_plugin("dsession") else None
+    if not (interrupted and hooks is not None) and not _has_work(config):
+        return
+    from .interrupts import deferred_interrupts
+
+    with deferred_interrupts(_say(config)) as again:  # a second Ctrl-C cuts the wait short, never the writing
+        if interrupted and hooks is not None:  # the workers' reports that Ctrl-C left unread: what finished is blessed
+            hooks.after_interrupt(stop=again.is_set)
+        if _has_work(config):
+            _finish(session, interrupted)
+    if again.is_set():
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
 
 
-def _finish(session: pytest.Session, exitstatus: int) -> None:
+def _has_work(config: pytest.Config) -> bool:
+    """Whether the run's end has anything to do: something measured, or a report file asked for (--co rewrites no
+    report)."""
+    made = config.stash.get(SESSION_KEY, None)
+    return ((made is not None and made.touched) or config.stash[REPORTS_KEY].files_asked) \
+        and not config.option.collectonly
+
+
+def _finish(session: pytest.Session, interrupted: bool) -> None:
     """The end of the run on the controller (speedgate.finish); an error of it fails the run."""
     from .export import add_junit_suite_properties
     from .finish import finish_run
 
-    run = _session(session.config).closing(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    run = _session(session.config).closing(interrupted=interrupted)
     done = session.config.stash[FINISH_KEY] = finish_run(run, session.config.stash[REPORTS_KEY])
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
