@@ -287,7 +287,11 @@ def pytest_unconfigure(config):
 
 
 @pytest.mark.timing
-def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("parallel", [["-n", "2"], ["-p", "no:xdist"]], ids=["xdist", "serial"])
+def test_a_run_waiting_on_another_runs_device_lock_says_whom(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                            parallel: list[str]) -> None:
+    """Two runs timing on one device at once take turns, xdist's or not (two blesses of one project on a 2-core box
+    inflated each other's speedups with no warning before serial runs took the lock)."""
     _private_lock_folder(monkeypatch, pytester.path)  # both runs share the CPU and this test's lock folder
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     holding = pytester.path / "holding"
@@ -305,7 +309,7 @@ def test_hold(perf):
     while time.monotonic() < deadline and "waiting for cpu" not in (waits.read_text() if waits.exists() else ""):
         time.sleep(0.05)
 """)
-    command = [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--correctness-only",
+    command = [sys.executable, "-m", "pytest", *parallel, "-p", "no:cacheprovider", "--correctness-only",
                "--hardware-key", "test-box"]
     first = subprocess.Popen(command, cwd=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     second = None

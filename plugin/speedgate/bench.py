@@ -164,24 +164,29 @@ class Bench:
     @contextlib.contextmanager
     def device_turn(self, nodeid: str = "", project: Path | None = None,
                     on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Hold the device's lock for a whole test when xdist workers share the device; a no-op otherwise.
+        """Hold the lock of the device this process times on for a whole test, so that no other timing process
+        runs on it meanwhile: xdist workers that share it, and other runs on the machine (two blesses at once, two CI
+        jobs on one GPU), take turns.
 
-        A whole test, not only its timed loop: another worker's untimed kernels (its correctness check, its
-        warm-up) on the same GPU would corrupt this worker's samples just as well. The lock says who holds it
-        (nodeid, project); on_wait is told whom this test waits for when another run holds it for over a second.
+        A whole test, not only its timed loop: another process's untimed kernels (its correctness check, its
+        warm-up) on the same GPU would corrupt this one's samples just as well, and on the CPU two timing processes
+        inflated each other's speedups with no warning (docs/running.md). The lock says who holds it (nodeid,
+        project); on_wait is told whom this test waits for when another run holds it for over a second.
         """
-        assignment = self.assignment
-        if assignment is None or not assignment.shared:
-            yield
-            return
         from .devices import DeviceLock, holder_record
 
-        lock = DeviceLock(assignment.device)
+        assignment = self.assignment
+        lock = DeviceLock(assignment.device if assignment is not None else self.own_device())
         lock.acquire(holder_record(str(project or ""), nodeid), on_wait)
         try:
             yield
         finally:
             lock.release()
+
+    def own_device(self) -> str:
+        """The device a process outside xdist times on: the first visible GPU (CUDA's default), else the CPU."""
+        gpus = visible_gpu_tokens()
+        return gpus[0] if gpus else "cpu"
 
     def worker_device(self) -> dict[str, Any] | None:
         """This xdist worker's device, for the controller; None when no test asked for it (nothing was looked up)."""
