@@ -229,19 +229,20 @@ def _note_foreign(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, when the suite uses the gate and its baseline file is unusable.
     if any(uses_perf(item) for item in session.items):
-        from .advice import unusable_file_hint
-
-        _load_baseline(_session(session.config), pytest.UsageError, f"; {unusable_file_hint()}")
+        _load_baseline(_session(session.config), pytest.UsageError)
 
 
-def _load_baseline(state: SpeedgateSession, error: Any, suffix: str = "") -> None:
-    """This machine's baseline file, read and validated once; error (pytest's kind of failure) when it is unusable."""
+def _load_baseline(state: SpeedgateSession, error: Any) -> None:
+    """This machine's baseline file, read and validated once; error (pytest's kind of failure) when it is unusable,
+    saying how to recover (the file is never rewritten then)."""
     from .baseline import BaselineError
 
     try:
         state.book.doc_for(state.bench.hardware_key)
     except BaselineError as exc:
-        raise error(f"speedgate: {exc}{suffix}") from None
+        from .advice import unusable_file_hint
+
+        raise error(f"speedgate: {exc}; {unusable_file_hint()}") from None
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ INTERRUPT_WAIT_S = 10.0
 
 
 class XdistHooks:
-    """The exchange with xdist workers. session(): the run's session (made on first use); load_baseline(state, error,
-    suffix): the plugin's check of the baseline file; baseline_dir: the run's baseline folder; fault_watch(): this
+    """The exchange with xdist workers. session(): the run's session (made on first use); load_baseline(state, error):
+    the plugin's check of the baseline file; baseline_dir: the run's baseline folder; fault_watch(): this
     process's fault watch or None."""
 
     def __init__(self, config: pytest.Config, session: Callable[[], SpeedgateSession], load_baseline: Callable[..., None],
@@ -60,9 +60,7 @@ class XdistHooks:
             return
         state = self._session()
         if state.book.path_for(state.bench.hardware_key).is_file():
-            from .advice import unusable_file_hint
-
-            self._load_baseline(state, pytest.UsageError, f"; {unusable_file_hint()}")
+            self._load_baseline(state, pytest.UsageError)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         if _worker_id(node) in self._heard:
