@@ -255,3 +255,62 @@ def test_a_run_whose_cpu_timing_was_contended_says_so(pytester: pytest.Pytester)
                                           "test-box", "--speedgate-budget", "0.5")
     quiet.assert_outcomes(passed=1)
     assert "CPU timing was contended" not in quiet.stdout.str()
+
+
+# -- one machine, several users: the locks' folder is every user's, and a lock that cannot be taken is said --------
+
+def test_the_locks_folder_and_files_are_every_users(tmp_path: Path) -> None:
+    # Made 0755 by one user's run, the folder refused every other user's runs their locks.
+    folder = tmp_path / "speedgate-locks"
+    lock = DeviceLock("gpu0", folder)
+    assert folder.stat().st_mode & 0o7777 == 0o1777
+    lock.acquire({"pid": 1, "run": "r", "project": "p", "test": "t"})
+    try:
+        assert lock.path.stat().st_mode & 0o777 == 0o666
+    finally:
+        lock.release()
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    DeviceLock("gpu0", mine)
+    assert mine.stat().st_mode & 0o777 == 0o700  # a folder that was there is left as its owner made it
+
+
+def test_a_holder_record_that_cannot_be_written_does_not_stop_the_turn(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another user's holder file in the shared folder cannot be replaced: who holds the lock is then left unsaid.
+    def refused(path: Path, record: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(speedgate.devices, "_write_json", refused)
+    lock = DeviceLock("gpu0", tmp_path)
+    lock.acquire({"pid": 1, "run": "r", "project": "p", "test": "t"})
+    lock.release()
+    assert not lock.holder_path.exists()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_lock_this_user_cannot_take(monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
+    """Outside xdist a run times on without taking turns, said once; xdist workers that share the device stop with
+    the cause, since they would time over each other."""
+    from speedgate.bench import Bench
+    from speedgate.devices import Assignment
+
+    def refused(self: DeviceLock, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(DeviceLock, "acquire", refused)
+    bench = Bench(None, "auto", assignment=Assignment("cpu", True, 2, 1) if shared else None)
+    said: list[str] = []
+    if shared:
+        with pytest.raises(RuntimeError, match=r"cannot take the lock of cpu, which this run's xdist workers share "
+                                               r"\(\[Errno 13\] Permission denied: .*cpu\.lock'\)"):
+            with bench.device_turn("t.py::a", on_wait=said.append):
+                pytest.fail("not reached")  # pragma: no cover
+        return
+    monkeypatch.setattr("speedgate.bench.visible_gpu_tokens", lambda: [])
+    for test in ("t.py::a", "t.py::b"):
+        with bench.device_turn(test, on_wait=said.append):
+            pass
+    assert len(said) == 1 and said[0].startswith("speedgate: cannot take the lock of cpu ([Errno 13] Permission denied"), said
+    assert said[0].endswith("this run times without taking turns with other runs on it; set TMPDIR to a folder this "
+                            "user can write")

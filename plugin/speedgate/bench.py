@@ -46,6 +46,7 @@ class Bench:
         self._absorbed_contention: list[CpuContention] = []  # xdist workers' CPU contention counts
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it timed on
         self._toolchain_settled = False
+        self._lock_refused = False  # said once: a device lock this user could not take
 
     # -- the machine ---------------------------------------------------------------------------------------------
     @property
@@ -176,12 +177,25 @@ class Bench:
         from .devices import DeviceLock, holder_record
 
         assignment = self.assignment
-        lock = DeviceLock(assignment.device if assignment is not None else self.own_device())
-        lock.acquire(holder_record(str(project or ""), nodeid), on_wait)
+        device = assignment.device if assignment is not None else self.own_device()
+        lock: DeviceLock | None = None
+        try:
+            lock = DeviceLock(device)
+            lock.acquire(holder_record(str(project or ""), nodeid), on_wait)
+        except OSError as exc:
+            lock = None
+            if assignment is not None and assignment.shared:  # this run's own workers would time over each other
+                raise RuntimeError(f"speedgate: cannot take the lock of {device}, which this run's xdist workers "
+                                   f"share ({exc}): set TMPDIR to a folder this user can write") from None
+            if not self._lock_refused and on_wait is not None:
+                on_wait(f"speedgate: cannot take the lock of {device} ({exc}): this run times without taking turns "
+                        "with other runs on it; set TMPDIR to a folder this user can write")
+            self._lock_refused = True
         try:
             yield
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     def own_device(self) -> str:
         """The device a process outside xdist times on: the first visible GPU (CUDA's default), else the CPU."""

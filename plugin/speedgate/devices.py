@@ -3,6 +3,7 @@ one, and who else wanted the CPU while the host clock timed (CpuContention)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -97,8 +98,21 @@ def _file_lock(path: Path) -> FileLock:
 
     with _LOCKS_GUARD:
         if str(path) not in _LOCKS:
-            _LOCKS[str(path)] = FileLock(str(path))  # waits without a limit, as flock(LOCK_EX) did
+            try:  # waits without a limit, as flock(LOCK_EX) did; a file every user of the machine can open
+                _LOCKS[str(path)] = FileLock(str(path), mode=0o666)
+            except TypeError:  # a filelock before 3.10 has no mode
+                _LOCKS[str(path)] = FileLock(str(path))
         return _LOCKS[str(path)]
+
+
+def shared_folder(folder: Path) -> Path:
+    """The locks' folder, made where missing so that every user of the machine can add to it (mode 1777, as /tmp
+    is): made 0755 by one user's run, it refused every other user's runs their locks."""
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # another user's folder made meanwhile: theirs to set
+            folder.chmod(0o1777)
+    return folder
 
 
 WAIT_PATIENCE_S = 1.0  # a wait longer than this is said: a turn of this run's own workers is usually shorter
@@ -114,8 +128,7 @@ class DeviceLock:
     """
 
     def __init__(self, device: str, folder: Path | None = None) -> None:
-        folder = folder or Path(tempfile.gettempdir()) / "speedgate-locks"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = shared_folder(folder or Path(tempfile.gettempdir()) / "speedgate-locks")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
         self.device = device
         self.path = folder / f"{safe}.lock"
@@ -143,11 +156,13 @@ class DeviceLock:
                 if words:
                     on_wait(f"speedgate: got {self.device} after waiting {time.monotonic() - started:.1f} s for another run")
         if holder is not None and self._lock.lock_counter == 1:  # the outermost hold says who holds it
-            _write_json(self.holder_path, {**holder, "since": time.time()})
+            with contextlib.suppress(OSError):  # who holds it is told where it can be (another user's file stays)
+                _write_json(self.holder_path, {**holder, "since": time.time()})
 
     def release(self) -> None:
         if self._lock.lock_counter == 1:
-            self.holder_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.holder_path.unlink(missing_ok=True)
         self._lock.release()
 
     def holder(self) -> dict[str, Any] | None:
