@@ -121,6 +121,17 @@ def test_new_case_reported_and_strict_fails_it(project: pytest.Pytester) -> None
     strict.stdout.fnmatch_lines(["*has no entry for this case; bless it with `pytest --update-baselines test_cases.py::test_new`*"])
 
 
+def test_a_run_that_timed_nothing_does_not_advise_a_bless_that_would_write_nothing(project: pytest.Pytester) -> None:
+    # The README's quick start under the Triton interpreter: its bless writes nothing (every side untimed), and the
+    # gate after it said "create it with pytest --update-baselines", the command just run.
+    make_tests(project, "\ndef test_new(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+    result = project.runpytest("--correctness-only")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*baselines/test-box.json: not found (nothing this run measured was timed, so a bless "
+                                 "here writes none: create it with `pytest --update-baselines` where the cases are "
+                                 "timed (on the GPU, without TRITON_INTERPRET or --correctness-only))*"])
+
+
 def test_missing_baseline_file_passes_with_instructions(project: pytest.Pytester) -> None:
     make_tests(project, "\ndef test_new(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
     result = project.runpytest()

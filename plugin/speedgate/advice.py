@@ -42,8 +42,12 @@ def unusable_file_hint() -> str:
             f"{bless_command()}")
 
 
-def create_file_hint() -> str:
-    """What to do when this hardware has no baseline file yet."""
+def create_file_hint(timed: bool = True) -> str:
+    """What to do when this hardware has no baseline file yet; timed: whether the run timed anything (under the Triton
+    interpreter, or with --correctness-only, nothing is, and a bless here would write nothing)."""
+    if not timed:
+        return (f"nothing this run measured was timed, so a bless here writes none: create it with {bless_command()} "
+                "where the cases are timed (on the GPU, without TRITON_INTERPRET or --correctness-only)")
     return f"create it with {bless_command()} on this hardware"
 
 

@@ -181,9 +181,11 @@ def header(
     ceilings: Mapping[str, dict[str, Any]],
     fingerprints: Mapping[str, dict[str, Any]],
     workers: Mapping[str, dict[str, Any]],
+    timed: bool = True,
 ) -> list[str]:
     """Hardware key, baseline file state and software drift, for the top of the summary; from documents the
-    session already read and validated (errors: the keys whose file could not be used, and why)."""
+    session already read and validated (errors: the keys whose file could not be used, and why; timed: whether the
+    run timed anything, which the hint for a missing file follows)."""
     lines = []
     for key in keys:
         if key in errors:
@@ -191,7 +193,7 @@ def header(
             continue
         doc = docs.get(key)
         if doc is None:
-            state = "not found" + ("" if updating else f" ({create_file_hint()})")
+            state = "not found" + ("" if updating else f" ({create_file_hint(timed)})")
         else:
             state = f"found, {len(doc['cases'])} cases"
         lines.append(f"hardware key {key}; baseline {paths[key]}: {state}")
