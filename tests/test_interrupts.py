@@ -293,6 +293,33 @@ def pytest_keyboard_interrupt(excinfo):
                                  "not blessed (its test did not finish): test_cases.py::test_b"])
 
 
+@pytest.mark.parametrize("parallel", [["-p", "no:xdist"], ["-n", "1"]], ids=["serial", "xdist"])
+def test_a_ctrl_c_after_speedgates_end_leaves_its_summary_whole(project: pytest.Pytester, parallel: list[str]) -> None:
+    """Ctrl-C pressed while xdist tears its workers down (up to 10 s) or pytest prints the summary, after the file
+    was written: it cut the summary that says what was blessed, with a traceback. It is noted now, and the run ends
+    with its summary and the exit status of an interrupted run. Played by a conftest whose sessionfinish, after
+    speedgate's (and, under xdist, where xdist's teardown runs), sends this process SIGINT."""
+    project.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES) + """
+import os, signal
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        os.kill(os.getpid(), signal.SIGINT)
+""")
+    project.makepyfile(test_cases=CASES + """
+def test_a(perf):
+    perf.compare(ref_2ms, opt_1ms)
+""")
+    result = project.runpytest_subprocess("--update-baselines", *parallel)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, out
+    assert speedups(project.path) == {"test_cases.py::test_a": 2.0}, out
+    assert "Traceback (most recent call last):" not in out and "KeyboardInterrupt" not in out, out
+    result.stdout.fnmatch_lines(["  added: test_cases.py::test_a: 2x"])
+    result.stderr.fnmatch_lines(["speedgate: Ctrl-C: writing what finished first (once more to stop at once)"])
+
+
 def test_sigint_to_the_xdist_controller_leaves_a_run_without_perf_alone(project: pytest.Pytester) -> None:
     """The same interrupt in a project whose tests never use perf: its workers hold nothing of speedgate's, so none
     is waited for or named as lost, and no speedgate section is printed."""

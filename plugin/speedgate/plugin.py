@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .faults import FaultWatch
     from .finish import Finish
     from .fixture import Perf
+    from .interrupts import Deferred
     from .session import SpeedgateSession
     from .timers import Timer, TimerKind
 
@@ -50,6 +51,7 @@ SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings 
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
 WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
 INTERRUPTED_KEY: pytest.StashKey[bool] = pytest.StashKey()  # a Ctrl-C reached pytest (_InterruptNote)
+DEFERRED_KEY: pytest.StashKey[tuple[Deferred, pytest.Session]] = pytest.StashKey()  # Ctrl-C noted, not raised, while the run's end writes
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
 
 
@@ -138,6 +140,11 @@ def _register_xdist_hooks(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    deferred, session = config.stash.get(DEFERRED_KEY, (None, None))
+    if deferred is not None:
+        deferred.stop()
+        if deferred.is_set() and session is not None:  # pressed in xdist's teardown or the summary: said stopped
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
     watchdog = config.stash.get(WATCHDOG_KEY, None)
     if watchdog is not None:
         watchdog.close()
@@ -365,15 +372,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     hooks = config.pluginmanager.get_plugin("speedgate-xdist") if config.pluginmanager.has_plugin("dsession") else None
     if not (interrupted and hooks is not None) and not _has_work(config):
         return
-    from .interrupts import deferred_interrupts
+    from .interrupts import Deferred
 
-    with deferred_interrupts(_say(config)) as again:  # a second Ctrl-C cuts the wait short, never the writing
-        if interrupted and hooks is not None:  # the workers' reports that Ctrl-C left unread: what finished is blessed
-            hooks.after_interrupt(stop=again.is_set)
-        if _has_work(config):
-            _finish(session, interrupted)
-    if again.is_set():
-        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    # A Ctrl-C from here to pytest_unconfigure cuts the wait for workers short, never the writing nor the summary.
+    again = Deferred(_say(config)).start()
+    config.stash[DEFERRED_KEY] = (again, session)
+    if interrupted and hooks is not None:  # the workers' reports that Ctrl-C left unread: what finished is blessed
+        hooks.after_interrupt(stop=again.is_set)
+    if _has_work(config):
+        _finish(session, interrupted)
 
 
 def _has_work(config: pytest.Config) -> bool:
