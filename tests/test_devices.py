@@ -259,7 +259,7 @@ def test_a_run_whose_cpu_timing_was_contended_says_so(pytester: pytest.Pytester)
 
 # -- one machine, several users: the locks' folder is every user's, and a lock that cannot be taken is said --------
 
-def test_the_locks_folder_and_files_are_every_users(tmp_path: Path) -> None:
+def test_the_locks_folder_and_files_are_every_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Made 0755 by one user's run, the folder refused every other user's runs their locks.
     folder = tmp_path / "speedgate-locks"
     lock = DeviceLock("gpu0", folder)
@@ -269,10 +269,18 @@ def test_the_locks_folder_and_files_are_every_users(tmp_path: Path) -> None:
         assert lock.path.stat().st_mode & 0o777 == 0o666
     finally:
         lock.release()
-    mine = tmp_path / "mine"
-    mine.mkdir(mode=0o700)
-    DeviceLock("gpu0", mine)
-    assert mine.stat().st_mode & 0o777 == 0o700  # a folder that was there is left as its owner made it
+    # One this user's older speedgate made 0755 with a 0644 lock is opened to every user; another user's is theirs.
+    older = tmp_path / "older"
+    older.mkdir(mode=0o755)
+    (older / "gpu0.lock").touch(mode=0o644)
+    DeviceLock("gpu0", older)
+    assert older.stat().st_mode & 0o7777 == 0o1777 and (older / "gpu0.lock").stat().st_mode & 0o777 == 0o666
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    real_uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: real_uid + 1)
+    DeviceLock("gpu1", theirs)
+    assert theirs.stat().st_mode & 0o7777 == 0o755
 
 
 def test_a_holder_record_that_cannot_be_written_does_not_stop_the_turn(tmp_path: Path,
@@ -290,8 +298,8 @@ def test_a_holder_record_that_cannot_be_written_does_not_stop_the_turn(tmp_path:
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_lock_this_user_cannot_take(monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
-    """Outside xdist a run times on without taking turns, said once; xdist workers that share the device stop with
-    the cause, since they would time over each other."""
+    """Outside xdist a run times on without taking turns, said once; a test of xdist workers that share the device
+    fails with the cause, since they would time over each other."""
     from speedgate.bench import Bench
     from speedgate.devices import Assignment
 
@@ -301,16 +309,46 @@ def test_a_lock_this_user_cannot_take(monkeypatch: pytest.MonkeyPatch, shared: b
     monkeypatch.setattr(DeviceLock, "acquire", refused)
     bench = Bench(None, "auto", assignment=Assignment("cpu", True, 2, 1) if shared else None)
     said: list[str] = []
-    if shared:
-        with pytest.raises(RuntimeError, match=r"cannot take the lock of cpu, which this run's xdist workers share "
-                                               r"\(\[Errno 13\] Permission denied: .*cpu\.lock'\)"):
-            with bench.device_turn("t.py::a", on_wait=said.append):
-                pytest.fail("not reached")  # pragma: no cover
+    if shared:  # the test's setup fails with the cause (plugin.pytest_runtest_setup), nothing is said on the way
+        with bench.device_turn("t.py::a", on_wait=said.append):
+            assert bench.lock_refused is not None and re.match(
+                r"speedgate: cannot take the lock of cpu, which this run's xdist workers share \(\[Errno 13\] "
+                r"Permission denied: .*cpu\.lock'\); speedgate keeps its locks in \$TMPDIR/speedgate-locks: set "
+                r"TMPDIR to a folder this user can write", bench.lock_refused)
+        assert said == []
         return
     monkeypatch.setattr("speedgate.bench.visible_gpu_tokens", lambda: [])
     for test in ("t.py::a", "t.py::b"):
         with bench.device_turn(test, on_wait=said.append):
             pass
     assert len(said) == 1 and said[0].startswith("speedgate: cannot take the lock of cpu ([Errno 13] Permission denied"), said
-    assert said[0].endswith("this run times without taking turns with other runs on it; set TMPDIR to a folder this "
-                            "user can write")
+    assert said[0].endswith("this run times without taking turns with other runs on it; speedgate keeps its locks in "
+                            "$TMPDIR/speedgate-locks: set TMPDIR to a folder this user can write")
+
+
+def test_xdist_workers_that_cannot_take_their_shared_lock_fail_their_tests_with_the_cause(
+        pytester: pytest.Pytester) -> None:
+    # It was an INTERNALERROR of over a hundred lines, its cause in the middle.
+    pytester.makeconftest("""
+from speedgate.devices import DeviceLock
+
+def refused(self, *args, **kwargs):
+    raise PermissionError(13, "Permission denied", str(self.path))
+
+DeviceLock.acquire = refused
+""")
+    pytester.makepyfile(test_cases="""
+def test_a(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+
+def test_b(perf):
+    perf.compare(lambda: 1.0, lambda: 1.0)
+
+def test_plain():
+    pass
+""")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--hardware-key", "test-box")
+    result.assert_outcomes(passed=1, errors=2)  # each test that uses perf, in its setup
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*speedgate: cannot take the lock of cpu, which this run's xdist workers share "
+                                 "([[]Errno 13[]] Permission denied: *cpu.lock')*"])

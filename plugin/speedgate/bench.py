@@ -46,7 +46,10 @@ class Bench:
         self._absorbed_contention: list[CpuContention] = []  # xdist workers' CPU contention counts
         self.workers: dict[str, dict[str, Any]] = {}  # xdist worker id -> the device it timed on
         self._toolchain_settled = False
-        self._lock_refused = False  # said once: a device lock this user could not take
+        self._lock_refusal_said = False  # said once: a device lock this user could not take
+        # Why this test may not run: the lock of a device this run's xdist workers share could not be taken (they
+        # would time over each other); the test's setup fails with it (set at each device turn).
+        self.lock_refused: str | None = None
 
     # -- the machine ---------------------------------------------------------------------------------------------
     @property
@@ -178,6 +181,7 @@ class Bench:
 
         assignment = self.assignment
         device = assignment.device if assignment is not None else self.own_device()
+        self.lock_refused = None
         lock: DeviceLock | None = None
         try:
             lock = DeviceLock(device)
@@ -185,12 +189,14 @@ class Bench:
         except OSError as exc:
             lock = None
             if assignment is not None and assignment.shared:  # this run's own workers would time over each other
-                raise RuntimeError(f"speedgate: cannot take the lock of {device}, which this run's xdist workers "
-                                   f"share ({exc}): set TMPDIR to a folder this user can write") from None
-            if not self._lock_refused and on_wait is not None:
+                self.lock_refused = (f"speedgate: cannot take the lock of {device}, which this run's xdist workers "
+                                     f"share ({exc}); speedgate keeps its locks in $TMPDIR/speedgate-locks: set TMPDIR "
+                                     "to a folder this user can write")
+            elif not self._lock_refusal_said and on_wait is not None:
                 on_wait(f"speedgate: cannot take the lock of {device} ({exc}): this run times without taking turns "
-                        "with other runs on it; set TMPDIR to a folder this user can write")
-            self._lock_refused = True
+                        "with other runs on it; speedgate keeps its locks in $TMPDIR/speedgate-locks: set TMPDIR to a "
+                        "folder this user can write")
+            self._lock_refusal_said = True
         try:
             yield
         finally:

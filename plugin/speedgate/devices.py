@@ -110,9 +110,17 @@ def shared_folder(folder: Path) -> Path:
     is): made 0755 by one user's run, it refused every other user's runs their locks."""
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):  # another user's folder made meanwhile: theirs to set
-            folder.chmod(0o1777)
+    _share(folder, 0o1777)
     return folder
+
+
+def _share(path: Path, mode: int) -> None:
+    """Give a locks' folder or lock file that this user owns the mode every user needs (one an older speedgate made
+    0755 or 0644 included); another user's is theirs to set."""
+    with contextlib.suppress(OSError):
+        info = path.stat()
+        if info.st_uid == os.getuid() and info.st_mode & 0o7777 != mode:
+            path.chmod(mode)
 
 
 WAIT_PATIENCE_S = 1.0  # a wait longer than this is said: a turn of this run's own workers is usually shorter
@@ -134,6 +142,7 @@ class DeviceLock:
         self.path = folder / f"{safe}.lock"
         self.holder_path = folder / f"{safe}.holder.json"
         self._lock = _file_lock(self.path)
+        _share(self.path, 0o666)  # made by filelock with its mode, or by an older speedgate with 0644
 
     def acquire(self, holder: Mapping[str, Any] | None = None, on_wait: Callable[[str], None] | None = None,
                 patience_s: float = WAIT_PATIENCE_S) -> None:
@@ -193,8 +202,9 @@ def waiting_words(device: str, path: Path, held_by: Mapping[str, Any] | None, me
         worker = f", worker {held_by['worker']}" if held_by.get("worker") else ""
         who = (f"pid {held_by.get('pid')}{worker} for {since:.0f} s, project {held_by.get('project')}, "
                f"test {held_by.get('test')}")
-    return (f"speedgate: waiting for {device}: another run holds its lock ({path}): {who}. Runs that time on a shared "
-            "device take turns; this one goes on when that test ends")
+    return (f"speedgate: waiting for {device}: another run holds its lock ({path}): {who}. Runs on one device take "
+            "turns, a whole test at a time; this one goes on when the device is free (a run that takes its next test "
+            "at once may keep it to its end)")
 
 
 def _write_json(path: Path, record: Mapping[str, Any]) -> None:

@@ -322,7 +322,7 @@ def _deadline(item: pytest.Item, state: SpeedgateSession) -> contextlib.Abstract
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Serial run: after a sticky CUDA error, a case that uses perf would only fail with the culprit's error.
-    if uses_perf(item) and (not_run := _faults(item.config).not_run()):
+    if uses_perf(item) and (not_run := _faults(item.config).not_run() or _session(item.config).bench.lock_refused):
         pytest.fail(not_run, pytrace=False)
 
 
