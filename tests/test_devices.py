@@ -169,6 +169,17 @@ def test_a_wait_on_another_runs_lock_says_whom_it_waits_for(tmp_path: Path) -> N
     assert lock.holder() is None
 
 
+def test_an_xdist_worker_that_waits_says_which_one_it_is() -> None:
+    from speedgate.devices import waiting_words
+
+    held_by = {"pid": 4242, "run": "other", "worker": None, "project": "/p", "test": "t.py::a", "since": time.time()}
+    me = {"pid": 1, "run": "mine", "worker": "gw1", "project": "/q", "test": "u.py::b"}
+    words = waiting_words("cpu", Path("/tmp/cpu.lock"), held_by, me)
+    assert words is not None and words.startswith("speedgate: gw1 waiting for cpu: another run holds its lock")
+    words = waiting_words("cpu", Path("/tmp/cpu.lock"), held_by, {**me, "worker": None})
+    assert words is not None and words.startswith("speedgate: waiting for cpu: another run holds its lock")
+
+
 def test_a_turn_among_one_runs_workers_is_not_said(tmp_path: Path) -> None:
     # The other holder belongs to this same run (xdist's run id): its workers take turns by design.
     holder = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(tmp_path), "0.8"], env=_child_env(),
@@ -307,6 +318,7 @@ def test_a_lock_this_user_cannot_take(monkeypatch: pytest.MonkeyPatch, shared: b
         raise PermissionError(13, "Permission denied", str(self.path))
 
     monkeypatch.setattr(DeviceLock, "acquire", refused)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own xdist worker is not the bench's
     bench = Bench(None, "auto", assignment=Assignment("cpu", True, 2, 1) if shared else None)
     said: list[str] = []
     if shared:  # the test's setup fails with the cause (plugin.pytest_runtest_setup), nothing is said on the way

@@ -163,7 +163,8 @@ class DeviceLock:
                     on_wait(words)
                 self._lock.acquire()
                 if words:
-                    on_wait(f"speedgate: got {self.device} after waiting {time.monotonic() - started:.1f} s for another run")
+                    on_wait(f"speedgate: {_waiter(holder)}got {self.device} after waiting "
+                            f"{time.monotonic() - started:.1f} s for another run")
         if holder is not None and self._lock.lock_counter == 1:  # the outermost hold says who holds it
             with contextlib.suppress(OSError):  # who holds it is told where it can be (another user's file stays)
                 _write_json(self.holder_path, {**holder, "since": time.time()})
@@ -202,9 +203,14 @@ def waiting_words(device: str, path: Path, held_by: Mapping[str, Any] | None, me
         worker = f", worker {held_by['worker']}" if held_by.get("worker") else ""
         who = (f"pid {held_by.get('pid')}{worker} for {since:.0f} s, project {held_by.get('project')}, "
                f"test {held_by.get('test')}")
-    return (f"speedgate: waiting for {device}: another run holds its lock ({path}): {who}. Runs on one device take "
+    return (f"speedgate: {_waiter(me)}waiting for {device}: another run holds its lock ({path}): {who}. Runs on one device take "
             "turns, a whole test at a time; this one goes on when the device is free (a run that takes its next test "
             "at once may keep it to its end)")
+
+
+def _waiter(me: Mapping[str, Any] | None) -> str:
+    """'gw1 ' for an xdist worker that waits (a run's workers each say their own wait), else ''."""
+    return f"{me['worker']} " if me and me.get("worker") else ""
 
 
 def _write_json(path: Path, record: Mapping[str, Any]) -> None:
