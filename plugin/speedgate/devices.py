@@ -106,8 +106,9 @@ def _file_lock(path: Path) -> FileLock:
 
 
 def shared_folder(folder: Path) -> Path:
-    """The locks' folder, made where missing so that every user of the machine can add to it (mode 1777, as /tmp
-    is): made 0755 by one user's run, it refused every other user's runs their locks."""
+    """The locks' folder, made where missing and opened where this user owns it, so that every user of the machine
+    can add to it (mode 1777, as /tmp is): made 0755 by one user's run, it refused every other user's runs their
+    locks."""
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
     _share(folder, 0o1777)
@@ -117,9 +118,10 @@ def shared_folder(folder: Path) -> Path:
 def _share(path: Path, mode: int) -> None:
     """Give a locks' folder or lock file that this user owns the mode every user needs (one an older speedgate made
     0755 or 0644 included); another user's is theirs to set."""
+    uid = getattr(os, "getuid", None)  # Windows has no owners' modes to set
     with contextlib.suppress(OSError):
         info = path.stat()
-        if info.st_uid == os.getuid() and info.st_mode & 0o7777 != mode:
+        if uid is not None and info.st_uid == uid() and info.st_mode & 0o7777 != mode:
             path.chmod(mode)
 
 
@@ -203,9 +205,9 @@ def waiting_words(device: str, path: Path, held_by: Mapping[str, Any] | None, me
         worker = f", worker {held_by['worker']}" if held_by.get("worker") else ""
         who = (f"pid {held_by.get('pid')}{worker} for {since:.0f} s, project {held_by.get('project')}, "
                f"test {held_by.get('test')}")
-    return (f"speedgate: {_waiter(me)}waiting for {device}: another run holds its lock ({path}): {who}. Runs on one device take "
-            "turns, a whole test at a time; this one goes on when the device is free (a run that takes its next test "
-            "at once may keep it to its end)")
+    return (f"speedgate: {_waiter(me)}waiting for {device}: another run holds its lock ({path}): {who}. Runs on one "
+            "device take turns, a whole test at a time; this one goes on when the device is free (a run that takes "
+            "its next test at once may keep it to its end)")
 
 
 def _waiter(me: Mapping[str, Any] | None) -> str:

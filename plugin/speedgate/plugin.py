@@ -51,7 +51,8 @@ SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings 
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
 WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
 INTERRUPTED_KEY: pytest.StashKey[bool] = pytest.StashKey()  # a Ctrl-C reached pytest (_InterruptNote)
-DEFERRED_KEY: pytest.StashKey[tuple[Deferred, pytest.Session]] = pytest.StashKey()  # Ctrl-C noted, not raised, while the run's end writes
+# Ctrl-C noted, not raised, from the run's end to pytest_unconfigure (speedgate.interrupts), and the session to mark
+DEFERRED_KEY: pytest.StashKey[tuple[Deferred, pytest.Session]] = pytest.StashKey()
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
 
 
