@@ -137,11 +137,10 @@ def test_tritons_key_is_read_through_its_backend_as_its_hash_reads_it(monkeypatc
     assert not toolchain.read_triton_key_version(90)
 
 
-def fake_torch(available: bool = True) -> types.ModuleType:
-    torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(is_available=lambda: available,  # type: ignore[attr-defined]
-                                       get_device_capability=lambda: (9, 0), is_initialized=lambda: False)
-    return torch
+def a_gpu(monkeypatch: pytest.MonkeyPatch, arch: int | None = 90) -> None:
+    """NVML's view for the bench: one visible GPU of this target (None: NVML gives none)."""
+    monkeypatch.setattr("speedgate.bench.visible_gpu_tokens", lambda: ["0"])
+    monkeypatch.setattr("speedgate.bench.compute_capability", lambda token: arch)
 
 
 def test_the_bench_settles_once_and_records_the_version_among_its_software(
@@ -151,7 +150,7 @@ def test_the_bench_settles_once_and_records_the_version_among_its_software(
     monkeypatch.delenv(PTXAS_VARIABLE, raising=False)
     reads: list[int] = []
     monkeypatch.setattr(toolchain, "read_triton_key_version", lambda arch: reads.append(arch) or True)
-    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    a_gpu(monkeypatch)
     bench = Bench(None, "auto")
     bench.settle_toolchain()
     bench.settle_toolchain()
@@ -160,11 +159,11 @@ def test_the_bench_settles_once_and_records_the_version_among_its_software(
     os.environ.pop(PTXAS_VARIABLE)
 
 
-def test_a_bench_without_a_gpu_for_torch_settles_nothing(packages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bench_whose_gpu_nvml_does_not_tell_settles_nothing(packages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tritons(packages)
     torchs(packages)
     monkeypatch.delenv(PTXAS_VARIABLE, raising=False)
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(available=False))
+    a_gpu(monkeypatch, arch=None)
     bench = Bench(None, "auto")
     bench.settle_toolchain()
     assert PTXAS_VARIABLE not in os.environ and "ptxas" not in bench.software()
@@ -177,7 +176,7 @@ def test_a_run_settles_before_its_first_test_that_uses_perf_and_its_fixtures(
     torch_ptxas = torchs(packages)
     monkeypatch.delenv(PTXAS_VARIABLE, raising=False)
     monkeypatch.setattr(toolchain, "read_triton_key_version", lambda arch: True)
-    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    a_gpu(monkeypatch)
     seen = pytester.path / "seen.txt"
     pytester.makepyfile(test_seen=f"""
 import os
@@ -224,3 +223,27 @@ def test_a_kernel_whose_facts_changed_with_the_ptxas_names_it_and_is_no_pick() -
     result, _ = judged(measured(2.0), entry=entry, codegen_now=now, software={**software, "ptxas": "12.8.93"})
     assert result.verdict == Verdict.PASS and result.codegen_drift
     assert "codegen changed since the bless after ptxas 13.0.88 -> 12.8.93" in result.note
+
+
+def test_the_gpus_target_is_asked_of_nvml_not_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speedgate.hardware import compute_capability
+
+    class NVMLError(Exception):
+        pass
+
+    asked: list[object] = []
+    pynvml = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: asked.append("shut"),
+        nvmlDeviceGetHandleByIndex=lambda i: asked.append(i) or f"handle{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: asked.append(u) or u,
+        nvmlDeviceGetCudaComputeCapability=lambda handle: (9, 0) if handle == "handle1" else (8, 0))
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    assert compute_capability("1") == 90 and asked == [1, "shut"]
+    assert compute_capability("GPU-abc") == 80
+    assert compute_capability("nonsense") is None  # a token NVML cannot map: nothing to settle by
+
+    def no_driver() -> None:
+        raise NVMLError("no driver")
+
+    pynvml.nvmlInit = no_driver
+    assert compute_capability("0") is None

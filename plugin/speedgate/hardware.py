@@ -80,6 +80,26 @@ def nvml_device_count() -> int:
         pynvml.nvmlShutdown()
 
 
+def compute_capability(token: str) -> int | None:
+    """The CUDA compute capability of one visible GPU as Triton names its target (90 for sm_90), from NVML, so that
+    asking does not start CUDA in this process; None without NVML, a GPU, or an answer."""
+    try:
+        import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(_nvml_handle(pynvml, token))
+        return int(major) * 10 + int(minor)
+    except Exception:  # noqa: BLE001  # a token NVML does not know, an old driver: nothing to settle by
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _nvml_handle(pynvml: Any, token: str) -> Any:
     if token.isdigit():
         return pynvml.nvmlDeviceGetHandleByIndex(int(token))
