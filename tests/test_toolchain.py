@@ -247,3 +247,18 @@ def test_the_gpus_target_is_asked_of_nvml_not_cuda(monkeypatch: pytest.MonkeyPat
 
     pynvml.nvmlInit = no_driver
     assert compute_capability("0") is None
+
+
+def test_a_kernel_whose_entry_predates_the_recorded_ptxas_says_so() -> None:
+    from tests.test_blind_cases import ENTRY, judged, measured, sides
+
+    entry = {**ENTRY, "codegen": sides([{"name": "_k", "registers": 88}])}  # blessed before the ptxas was recorded
+    now = sides([{"name": "_k", "registers": 87}])
+    result, _ = judged(measured(2.0), entry=entry, codegen_now=now, software={**ENTRY["software"], "ptxas": "13.0.88"})
+    assert result.verdict == Verdict.PASS and not result.codegen_drift
+    assert ("codegen changed since the bless: optimized _k: registers 88 -> 87 (the entry does not say which ptxas "
+            "(13.0.88 in this run) made its kernels: blessed before speedgate recorded it; a re-bless records it)"
+            ) in result.note
+    recorded = {**entry, "software": {**ENTRY["software"], "ptxas": "13.0.88"}}
+    result, _ = judged(measured(2.0), entry=recorded, codegen_now=now, software={**ENTRY["software"], "ptxas": "13.0.88"})
+    assert "does not say which" not in result.note

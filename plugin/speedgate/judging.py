@@ -92,6 +92,9 @@ def judge_measurement(
     if kernel_changes:
         after = f" after {', '.join(drift)}" if drift else ""
         note = f"{note}; codegen changed since the bless{after}: {'; '.join(kernel_changes)}".lstrip("; ")
+        if unsaid := unrecorded_compilers(entry, software):
+            note = (f"{note} (the entry does not say which {' or '.join(unsaid)} made its kernels: blessed before "
+                    "speedgate recorded it; a re-bless records it)")
         if not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE) and \
                 (pick := check_pick(judgement, measurement.speedup, moved, blessed_kernels, measured_kernels)):
             said = f"the {' and '.join(pick.repicked)} side ran other kernels than blessed"
@@ -262,6 +265,16 @@ def codegen_drift(entry: Mapping[str, Any] | None, software: Mapping[str, Any] |
         return []
     keep = lambda versions: {k: v for k, v in dict(versions or {}).items() if k in codegen.COMPILERS}  # noqa: E731
     return software_drift(keep(entry.get("software")), keep(software))
+
+
+def unrecorded_compilers(entry: Mapping[str, Any] | None, software: Mapping[str, Any] | None) -> list[str]:
+    """'ptxas 13.0.88' for each kernel-making package this run records that the entry does not (blessed before
+    speedgate recorded it): whether it changed since the bless cannot be told."""
+    if not entry:
+        return []
+    recorded = dict(entry.get("software") or {})
+    return [f"{k} ({v} in this run)" for k, v in dict(software or {}).items()
+            if k in codegen.COMPILERS and k not in recorded]
 
 
 def clock_unit(timer: Any) -> str:
