@@ -434,3 +434,15 @@ def test_a_failure_cause_is_the_crash_message_first_line_cut_short() -> None:
     ledger.note_outcome("t.py::test_a", "call", False, True, 0.1, "AssertionError: slower")
     ledger.note_outcome("t.py::test_a", "teardown", False, True, 0.1, "RuntimeError: cleanup")
     assert ledger.failure_causes == {"t.py::test_a": "AssertionError: slower"}
+
+
+def test_the_workers_line_names_a_lost_worker_beside_those_that_reported() -> None:
+    # A worker whose closing report never came was left out of where the run's workers ran.
+    from speedgate.report import header
+
+    workers = {"gw0": {"device": "0", "shared": False}, "gw10": {"device": "1", "shared": False}}
+    lines = header([], docs={}, errors={}, paths={}, updating=False, gpu_state={}, ceilings={}, fingerprints={},
+                   workers=workers, lost_workers=["gw2", "gw0"])
+    assert lines == ["xdist workers: gw0 on GPU 0, gw10 on GPU 1, gw2 lost (its closing report never came)"]
+    assert header([], docs={}, errors={}, paths={}, updating=False, gpu_state={}, ceilings={}, fingerprints={},
+                  workers={}, lost_workers=[]) == []

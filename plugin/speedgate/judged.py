@@ -31,7 +31,7 @@ def judged_against(run: RunEnd, done: Finish) -> None:
         keys, docs=book.docs, errors=errors, paths={k: book.path_for(k) for k in keys},
         updating=run.settings.update_baselines, gpu_state=run.gpu_state_at_start, ceilings=run.ceilings_seen,
         fingerprints=run.fingerprints, workers=run.workers,
-        timed=any(r.timed for r in run.records) or bool(run.metric_records),
+        timed=any(r.timed for r in run.records) or bool(run.metric_records), lost_workers=run.lost_workers,
     )
 
 

@@ -182,10 +182,12 @@ def header(
     fingerprints: Mapping[str, dict[str, Any]],
     workers: Mapping[str, dict[str, Any]],
     timed: bool = True,
+    lost_workers: Sequence[str] = (),
 ) -> list[str]:
     """Hardware key, baseline file state and software drift, for the top of the summary; from documents the
     session already read and validated (errors: the keys whose file could not be used, and why; timed: whether the
-    run timed anything, which the hint for a missing file follows)."""
+    run timed anything, which the hint for a missing file follows; lost_workers: xdist workers whose results never
+    came, named beside those that reported where they ran)."""
     lines = []
     for key in keys:
         if key in errors:
@@ -208,13 +210,15 @@ def header(
             drift = software_drift(doc["fingerprint"].get("software", {}), current.get("software", {}))
             if drift:
                 lines.append(f"  software drift since the baseline: {', '.join(drift)}")
-    if workers:
-        where = ", ".join(
-            f"{wid} on {'the CPU' if w['device'] == 'cpu' else 'GPU ' + w['device']}"
-            for wid, w in sorted(workers.items(), key=lambda item: (len(item[0]), item[0]))
-        )
+    by_id = lambda wid: (len(wid), wid)  # noqa: E731  # gw2 before gw10
+    places = [f"{wid} on {'the CPU' if workers[wid]['device'] == 'cpu' else 'GPU ' + workers[wid]['device']}"
+              for wid in sorted(workers, key=by_id)]
+    places += [f"{wid} lost (its closing report never came)"
+               for wid in sorted(set(lost_workers) - set(workers), key=by_id)]
+    if places:
         shared = any(w["shared"] for w in workers.values())
-        lines.append(f"xdist workers: {where}" + ("; devices shared, so tests took turns on each" if shared else ""))
+        lines.append(f"xdist workers: {', '.join(places)}"
+                     + ("; devices shared, so tests took turns on each" if shared else ""))
     return lines
 
 
