@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -64,40 +66,43 @@ def visible_gpu_tokens() -> list[str]:
     return [str(i) for i in range(nvml_device_count())]
 
 
-def nvml_device_count() -> int:
-    """GPUs NVML sees (0 without a driver); does not initialise CUDA."""
+@contextlib.contextmanager
+def _nvml() -> Iterator[Any]:
+    """pynvml, initialised for the block and shut down after it; None where it is missing or finds no driver.
+    Asking NVML does not initialise CUDA."""
     try:
         import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
     except ImportError:
-        return 0
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return 0
+        yield None
+        return
     try:
-        return int(pynvml.nvmlDeviceGetCount())
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def nvml_device_count() -> int:
+    """GPUs NVML sees (0 without a driver); does not initialise CUDA."""
+    with _nvml() as pynvml:
+        return 0 if pynvml is None else int(pynvml.nvmlDeviceGetCount())
 
 
 def compute_capability(token: str) -> int | None:
     """The CUDA compute capability of one visible GPU as Triton names its target (90 for sm_90), from NVML, so that
     asking does not start CUDA in this process; None without NVML, a GPU, or an answer."""
-    try:
-        import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(_nvml_handle(pynvml, token))
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
+        try:
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(_nvml_handle(pynvml, token))
+        except Exception:  # noqa: BLE001  # a token NVML does not know, an old driver: nothing to settle by
+            return None
         return int(major) * 10 + int(minor)
-    except Exception:  # noqa: BLE001  # a token NVML does not know, an old driver: nothing to settle by
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _nvml_handle(pynvml: Any, token: str) -> Any:
@@ -122,51 +127,46 @@ def card_id(serial: str) -> str:
 
 def gpu_hardware(token: str) -> dict[str, Any] | None:
     """NVML's view of one GPU, or None when NVML is missing or sees no GPU."""
-    try:
-        import pynvml  # type: ignore[import-untyped,unused-ignore]  # nvidia-ml-py has no types
-    except ImportError:
+    with _nvml() as pynvml:
+        return None if pynvml is None else _gpu_hardware(pynvml, token)
+
+
+def _gpu_hardware(pynvml: Any, token: str) -> dict[str, Any] | None:
+    """NVML's view of one GPU, NVML initialised; None when it sees no GPU."""
+    if pynvml.nvmlDeviceGetCount() == 0:
         return None
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        if pynvml.nvmlDeviceGetCount() == 0:
-            return None
-        try:
-            handle = _nvml_handle(pynvml, token)
-        except pynvml.NVMLError as exc:
-            # Never fall back to the CPU key here: GPU numbers would land in a CPU baseline file.
-            raise RuntimeError(
-                f"speedgate: CUDA_VISIBLE_DEVICES entry {token!r} names no GPU that NVML knows ({exc}); "
-                "fix CUDA_VISIBLE_DEVICES"
-            ) from None
-        info: dict[str, Any] = {"kind": "gpu", "name": _decode(pynvml.nvmlDeviceGetName(handle))}
-        serial = (_optional(getattr(pynvml, "nvmlDeviceGetSerial", None), handle)
-                  or _optional(getattr(pynvml, "nvmlDeviceGetUUID", None), handle))
-        if serial and _decode(serial).strip() not in ("", "N/A", "[N/A]"):
-            info["card"] = card_id(_decode(serial))
-        memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
-        if memory is not None:
-            info["memory_mib"] = int(memory.total) // 2**20
-        attributes = _optional(pynvml.nvmlDeviceGetAttributes, handle)
-        if attributes is not None:
-            info["sm_count"] = int(attributes.multiprocessorCount)
-        info["driver"] = _decode(pynvml.nvmlSystemGetDriverVersion())
-        power = _optional(pynvml.nvmlDeviceGetPowerManagementLimit, handle)
-        if power is not None:
-            info["power_limit_w"] = int(power) // 1000
-        max_sm = _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
-        if max_sm is not None:
-            info["max_sm_clock_mhz"] = int(max_sm)
-        mig = _optional(pynvml.nvmlDeviceGetMigMode, handle)
-        info["mig"] = bool(mig[0]) if mig is not None else False
-        cuda_driver = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
-        if cuda_driver is not None:
-            info["cuda_driver"] = f"{int(cuda_driver) // 1000}.{int(cuda_driver) % 1000 // 10}"
-        return info
-    finally:
-        pynvml.nvmlShutdown()
+        handle = _nvml_handle(pynvml, token)
+    except pynvml.NVMLError as exc:
+        # Never fall back to the CPU key here: GPU numbers would land in a CPU baseline file.
+        raise RuntimeError(
+            f"speedgate: CUDA_VISIBLE_DEVICES entry {token!r} names no GPU that NVML knows ({exc}); "
+            "fix CUDA_VISIBLE_DEVICES"
+        ) from None
+    info: dict[str, Any] = {"kind": "gpu", "name": _decode(pynvml.nvmlDeviceGetName(handle))}
+    serial = (_optional(getattr(pynvml, "nvmlDeviceGetSerial", None), handle)
+              or _optional(getattr(pynvml, "nvmlDeviceGetUUID", None), handle))
+    if serial and _decode(serial).strip() not in ("", "N/A", "[N/A]"):
+        info["card"] = card_id(_decode(serial))
+    memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    if memory is not None:
+        info["memory_mib"] = int(memory.total) // 2**20
+    attributes = _optional(pynvml.nvmlDeviceGetAttributes, handle)
+    if attributes is not None:
+        info["sm_count"] = int(attributes.multiprocessorCount)
+    info["driver"] = _decode(pynvml.nvmlSystemGetDriverVersion())
+    power = _optional(pynvml.nvmlDeviceGetPowerManagementLimit, handle)
+    if power is not None:
+        info["power_limit_w"] = int(power) // 1000
+    max_sm = _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
+    if max_sm is not None:
+        info["max_sm_clock_mhz"] = int(max_sm)
+    mig = _optional(pynvml.nvmlDeviceGetMigMode, handle)
+    info["mig"] = bool(mig[0]) if mig is not None else False
+    cuda_driver = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+    if cuda_driver is not None:
+        info["cuda_driver"] = f"{int(cuda_driver) // 1000}.{int(cuda_driver) % 1000 // 10}"
+    return info
 
 
 def cpu_hardware() -> dict[str, Any]:
