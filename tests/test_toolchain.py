@@ -262,3 +262,18 @@ def test_a_kernel_whose_entry_predates_the_recorded_ptxas_says_so() -> None:
     recorded = {**entry, "software": {**ENTRY["software"], "ptxas": "13.0.88"}}
     result, _ = judged(measured(2.0), entry=recorded, codegen_now=now, software={**ENTRY["software"], "ptxas": "13.0.88"})
     assert "does not say which" not in result.note
+
+
+def test_tritons_cuobjdump_is_found_where_its_ptxas_is(packages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # codegen reads a cubin's registers with the cuobjdump Triton ships, found the way its ptxas is (one helper).
+    import shutil
+
+    from speedgate import codegen
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/cuda/bin/{name}")
+    assert codegen._cuobjdump() == "/usr/local/cuda/bin/cuobjdump"  # none shipped: the one on PATH
+    tool = fake_ptxas(packages / "triton" / "backends" / "nvidia" / "bin")
+    bundled = tool.with_name("cuobjdump")
+    tool.rename(bundled)
+    assert codegen._cuobjdump() == str(bundled)
+    assert toolchain.bundled_tool("triton", "cuobjdump") == bundled and toolchain.bundled_ptxas("triton") is None

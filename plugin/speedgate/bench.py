@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -181,7 +182,7 @@ class Bench:
         from .devices import DeviceLock, holder_record
 
         assignment = self.assignment
-        device = assignment.device if assignment is not None else self.own_device()
+        device = assignment.device if assignment is not None else self.own_device
         self.lock_refused = None
         lock: DeviceLock | None = None
         try:
@@ -204,8 +205,10 @@ class Bench:
             if lock is not None:
                 lock.release()
 
+    @functools.cached_property
     def own_device(self) -> str:
-        """The device a process outside xdist times on: the first visible GPU (CUDA's default), else the CPU."""
+        """The device a process outside xdist times on: the first visible GPU (CUDA's default), else the CPU; looked
+        up once (without CUDA_VISIBLE_DEVICES, NVML is asked), not at every test's turn."""
         gpus = visible_gpu_tokens()
         return gpus[0] if gpus else "cpu"
 

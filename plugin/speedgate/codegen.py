@@ -223,17 +223,11 @@ def _resource_usage_text(cubin: bytes) -> str:
 
 def _cuobjdump() -> str | None:
     import shutil
-    from pathlib import Path
 
-    try:
-        import triton.backends.nvidia as nvidia_backend
+    from .toolchain import bundled_tool
 
-        bundled = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
-        if bundled.is_file():
-            return str(bundled)
-    except ImportError:
-        pass
-    return shutil.which("cuobjdump")
+    bundled = bundled_tool("triton", "cuobjdump")
+    return str(bundled) if bundled is not None else shutil.which("cuobjdump")
 
 
 def _run_cuobjdump(cubin: bytes) -> str:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PTXAS_VARIABLE = "TRITON_PTXAS_PATH"
-# Where each package keeps the ptxas it ships, under its folder.
-_BUNDLED = {"torch": ("bin", "ptxas"), "triton": ("backends", "nvidia", "bin", "ptxas")}
+# Where each package keeps the CUDA tools it ships (ptxas; Triton's cuobjdump too), under its folder.
+_TOOLS = {"torch": ("bin",), "triton": ("backends", "nvidia", "bin")}
 
 
 @dataclass(frozen=True)
@@ -43,18 +43,24 @@ class Settled:
     whose: str
 
 
-def bundled_ptxas(package: str) -> Path | None:
-    """The ptxas `package` (torch or triton) ships, when it is installed with one that can run; else None."""
+def bundled_tool(package: str, tool: str) -> Path | None:
+    """The CUDA tool (ptxas, cuobjdump) that `package` (torch or triton) ships, when it is installed with one that
+    can run; else None. Found from the package's spec: nothing is imported."""
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:
-        path = Path(folder).joinpath(*_BUNDLED[package])
+        path = Path(folder).joinpath(*_TOOLS[package], tool)
         if path.is_file() and os.access(path, os.X_OK):
             return path
     return None
+
+
+def bundled_ptxas(package: str) -> Path | None:
+    """The ptxas `package` (torch or triton) ships, when it is installed with one that can run; else None."""
+    return bundled_tool(package, "ptxas")
 
 
 @functools.lru_cache(maxsize=8)
@@ -108,4 +114,4 @@ def settle_ptxas(arch: int | None, environ: MutableMapping[str, str] | None = No
     return Settled(str(triton_ptxas), ptxas_version(str(triton_ptxas)), "triton")
 
 
-__all__ = ["PTXAS_VARIABLE", "Settled", "bundled_ptxas", "ptxas_version", "read_triton_key_version", "settle_ptxas"]
+__all__ = ["PTXAS_VARIABLE", "Settled", "bundled_ptxas", "bundled_tool", "ptxas_version", "read_triton_key_version", "settle_ptxas"]
