@@ -330,8 +330,9 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
     run_env = {k: v for k, v in (os.environ if env is None else env).items() if k not in (SLOWDOWN_ENV, SPINS_ENV)}
     if slowdown:
         run_env[SLOWDOWN_ENV] = str(slowdown)
-        run_env[SPINS_ENV] = str(spins_file(out, label).resolve())
-        spins_file(out, label).unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
+        spins = spins_file(out, label)
+        run_env[SPINS_ENV] = str(spins.resolve())
+        spins.unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
     cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.study",
            "--speedgate-json", str(report)]
     try:
