@@ -28,8 +28,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Under -n the suite keeps xdist's own schedule: sent one at a time, the compiled cases ran slower and read more
-    # inductor picks of their own (docs/results/suite-time.md, "the schedule, measured").
+    # Under -n the suite sets no chunk of its own: speedgate hands the longest work out first (docs/running.md); sent
+    # one at a time, the compiled cases ran slower and read more inductor picks of their own
+    # (docs/results/suite-time.md, "the schedule, measured").
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
         # xdist workers on a 2-core runner: one torch thread each, not two each.
         import torch

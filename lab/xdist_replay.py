@@ -1,6 +1,7 @@
 """A whole-suite run's `-n 2` schedule replayed on the CPU: xdist's own load scheduler, fed a report's test times.
 
     python -m lab.xdist_replay REPORT.json [REPORT.json ...] [--collection FILE] [--workers 2] [--chunks none,1]
+                                [--longest-first]
 
 Each REPORT is a `--speedgate-json` report of a run of the suite (its `test_seconds`: each test's seconds, setup to
 teardown, as its worker ran it). The collection is the order pytest collected the tests in (FILE: the node ids of
@@ -8,7 +9,8 @@ teardown, as its worker ran it). The collection is the order pytest collected th
 skip) counts as 0.05 s. The replay drives xdist's `LoadScheduling` itself (the class `-n 2` uses under `--dist load`,
 its default), with one fake worker per GPU that runs its queue in order and reports each test done after the test's
 recorded seconds, and prints, for each `--maxschedchunk` (none: xdist's default), the seconds each worker ran tests
-and the last to finish.
+and the last to finish. `--longest-first` replays speedgate's own scheduler (speedgate.schedule, what `-n` uses where
+the baseline file records tests' seconds) too, given the same report's seconds as the file's.
 
 What it leaves out: each worker's start (imports, collection, the run's first device setup), the same for both
 workers, and that a test's time on a worker may depend on what ran before it there (caches, the GPU's heat) and
@@ -47,17 +49,29 @@ class _Worker:
         self.shutting_down = True
 
 
+class _Quiet:
+    """A scheduler's log, which prints every step: callable, and each attribute another such log."""
+
+    def __call__(self, *args: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+
 def replay(collection: Sequence[str], seconds: Mapping[str, float], workers: int = 2,
-           chunk: int | None = None) -> dict[str, Any]:
-    """The schedule xdist's LoadScheduling makes of `collection` on `workers` workers, each test taking its
-    `seconds` (SKIPPED_SECONDS when absent): {"makespan": the last worker's finish, "busy": {worker: seconds},
-    "tests": {worker: count}}."""
+           chunk: int | None = None, longest_first: bool = False) -> dict[str, Any]:
+    """The schedule xdist's LoadScheduling (or, longest_first, speedgate's scheduler given `seconds` as the file's)
+    makes of `collection` on `workers` workers, each test taking its `seconds` (SKIPPED_SECONDS when absent):
+    {"makespan": the last worker's finish, "busy": {worker: seconds}, "tests": {worker: count}}."""
     from xdist.scheduler.load import LoadScheduling
+
+    from speedgate.schedule import scheduler_class
 
     options = {"tx": [f"{workers}*popen"], "maxschedchunk": chunk}
     config = SimpleNamespace(getvalue=options.__getitem__, getoption=options.__getitem__)
-    quiet = SimpleNamespace(loadsched=lambda *args: None)  # its log, which prints every step
-    scheduler = LoadScheduling(config, quiet)  # type: ignore[arg-type]
+    scheduler = (scheduler_class()(config, _Quiet(), seconds, lambda nodeid: nodeid, lambda made, count: None)
+                 if longest_first else LoadScheduling(config, _Quiet()))  # type: ignore[arg-type]
     nodes = [_Worker(f"gw{i}") for i in range(workers)]
     for node in nodes:
         scheduler.add_node(node)  # type: ignore[arg-type]
@@ -106,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--collection", help="node ids in collection order, one a line (default: collected here)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunks", default="none,1", help="--maxschedchunk values to replay (none: the default)")
+    parser.add_argument("--longest-first", action="store_true", help="speedgate's scheduler too")
     args = parser.parse_args(argv)
     collection = (Path(args.collection).read_text().split() if args.collection else collected())
     chunks = [None if c == "none" else int(c) for c in args.chunks.split(",")]
@@ -123,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              for name, value in result["busy"].items())
             print(f"  --maxschedchunk {chunk or 'default'}: the last worker done at {result['makespan']:.0f} s; "
                   f"{busy}")
+        if args.longest_first:
+            result = replay(collection, seconds, args.workers, longest_first=True)
+            print(f"  longest first: the last worker done at {result['makespan']:.0f} s; "
+                  + ", ".join(f"{n} {v:.0f} s ({result['tests'][n]} tests)" for n, v in result["busy"].items()))
     return 0
 
 

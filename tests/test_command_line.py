@@ -35,7 +35,7 @@ def test_each_subcommand_answers_its_own_help(name: str) -> None:
 def test_an_unknown_command_is_a_usage_error_naming_the_choices() -> None:
     done = speedgate("comapre", "a.json", "b.json")
     assert done.returncode == 2
-    assert "unknown command 'comapre' (choose from compare, history, evidence, study)" in done.stderr
+    assert "unknown command 'comapre' (choose from compare, history, evidence, schedule, study)" in done.stderr
 
 
 def test_the_version_is_the_packages() -> None:

@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {
                        "speedup shifted, draw a page"),
     "evidence": Command("speedgate.evidence_cli:main", "add gate runs' speedups to a baseline file's calibration "
                         "evidence, show that evidence by card, or restart an entry's evidence"),
+    "schedule": Command("speedgate.schedule:main", "the seconds a baseline file records for each test (the order an "
+                        "xdist run hands tests out in), or record them from reports"),
     "study": Command("speedgate.study:main", "what a gate catches: clean and slowed gate runs of a selection, per "
                      "comparison"),
 }

@@ -7,7 +7,7 @@ import math
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -20,6 +20,12 @@ SCHEMA_RESOURCE = "baseline-v1.schema.json"
 # How long update() waits for another process blessing into the same file. A bless holds the lock for a read,
 # a merge and a write (fractions of a second: docs/results/plugin-constants.md), so running out means a stuck holder.
 LOCK_TIMEOUT_S = 300.0
+# A test's recorded seconds (the file's test_seconds: the order xdist's workers get tests in, speedgate.schedule) are
+# rewritten only when they moved by more than this fraction and SECONDS_REWRITE_MIN, or were missing: a compile-bound
+# test's seconds move by a third between hosts of one kind (docs/results/suite-time.md), which orders nothing anew.
+SECONDS_REWRITE_FRACTION = 0.5
+SECONDS_REWRITE_MIN = 1.0
+SECONDS_DIGITS = 1
 
 
 class BaselineError(Exception):
@@ -156,6 +162,25 @@ def _merge_section(
     return merged, changes
 
 
+def recorded_seconds(doc: Mapping[str, Any] | None) -> dict[str, float]:
+    """A baseline document's test id -> the seconds the test took when last blessed (empty when it records none)."""
+    return {str(k): float(v) for k, v in ((doc or {}).get("test_seconds") or {}).items()}
+
+
+def merge_seconds(old: Mapping[str, float], new: Mapping[str, float]) -> tuple[dict[str, float], list[str]]:
+    """(old with new's seconds where a test had none, or moved by more than SECONDS_REWRITE_FRACTION of its old
+    seconds and more than SECONDS_REWRITE_MIN; the test ids rewritten). Tests new does not name keep theirs."""
+    merged = dict(old)
+    rewritten = []
+    for test, seconds in sorted(new.items()):
+        value = round(float(seconds), SECONDS_DIGITS)
+        before = merged.get(test)
+        if before is None or abs(value - before) > max(SECONDS_REWRITE_FRACTION * before, SECONDS_REWRITE_MIN):
+            merged[test] = value
+            rewritten.append(test)
+    return merged, rewritten
+
+
 def merge(
     existing: dict[str, Any] | None,
     *,
@@ -165,12 +190,14 @@ def merge(
     rewrite_fraction: dict[str, float],
     metrics: dict[str, dict[str, Any]] | None = None,
     metric_rewrite_fraction: dict[str, float] | None = None,
+    test_seconds: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], list[Change]]:
     """Fold blessed entries into a baseline document; cases and metrics not given are kept as they are.
 
     An entry already present is rewritten only when its value (a case's speedup, a metric's value) moved by more
     than its rewrite fraction (a third of its tolerance), or its configuration or way of timing changed (config,
-    graphed, timer), so a re-bless shows real moves, not noise.
+    graphed, timer), so a re-bless shows real moves, not noise. test_seconds: the blessed tests' seconds, merged by
+    merge_seconds; the document's own are kept whatever the bless.
     """
     cases, changes = _merge_section(existing["cases"] if existing else {}, entries, rewrite_fraction, "speedup")
     old_metrics = (existing or {}).get("metrics", {})
@@ -187,6 +214,9 @@ def merge(
     }
     if merged_metrics:
         doc["metrics"] = merged_metrics
+    seconds, _rewritten = merge_seconds(recorded_seconds(existing), test_seconds or {})
+    if seconds:
+        doc["test_seconds"] = seconds
     return doc, changes
 
 

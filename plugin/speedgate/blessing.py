@@ -126,8 +126,10 @@ def bless(
     cases: Sequence[CompareResult],
     metrics: Sequence[MetricResult],
     measured_at: str,
+    test_seconds: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], list[baseline_file.Change]]:
-    """The baseline document after blessing these results into existing (None: a new file)."""
+    """The baseline document after blessing these results into existing (None: a new file). test_seconds: the
+    seconds each blessed test took, by test id (baseline.merge_seconds keeps them)."""
     software = fingerprint.get("software", {})
     old = existing["cases"] if existing else {}
 
@@ -147,6 +149,7 @@ def bless(
         rewrite_fraction={case_id: e["tolerance"] * REWRITE_SHARE_OF_TOLERANCE for case_id, e in entries.items()},
         metrics={m.metric_id: metric_entry(m, software, measured_at) for m in metrics},
         metric_rewrite_fraction={m.metric_id: m.tolerance * REWRITE_SHARE_OF_TOLERANCE for m in metrics},
+        test_seconds=test_seconds,
     )
 
 
@@ -164,15 +167,18 @@ class Blessed:
 def bless_into(
     path: Path, *, hardware_key: str, fingerprint: dict[str, Any], cases: Sequence[CompareResult],
     metrics: Sequence[MetricResult], measured_at: str, known: Collection[str] | None = None,
+    test_seconds: Mapping[str, float] | None = None,
 ) -> Blessed:
     """Read, bless and write path under its lock; another process blessing the same file waits its turn. measured_at:
-    the run's time, as its reports give it; known: the entries the file held when this run read it (see summary)."""
+    the run's time, as its reports give it; known: the entries the file held when this run read it (see summary);
+    test_seconds: the blessed tests' seconds, by test id."""
     outcome: dict[str, Any] = {}
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
         doc, changes = bless(existing, hardware_key=hardware_key, fingerprint=fingerprint, cases=cases,
-                             metrics=metrics, measured_at=measured_at)
+                             metrics=metrics, measured_at=measured_at, test_seconds=test_seconds)
         outcome.update(doc=doc, changes=changes, existing=existing)
+        # The tests' seconds ride along with a rewrite, never make one: nothing moved, the file is left as it was.
         touched = any(c.action != "kept" for c in changes)
         return doc if touched or existing is None else None
 

@@ -82,6 +82,12 @@ HELP_PIN_WORKERS = (
     "conftest loads); for runs that time GPU work. Off, every worker sees every GPU and tests that use perf take "
     "turns on the first one (default: off)"
 )
+HELP_SCHEDULE = (
+    "under xdist's --dist load (what -n picks), the order tests are handed to workers: longest-first sends the "
+    "longest work first, by the seconds each test took when last blessed on this hardware (a file's tests together "
+    "unless the file alone is more than a worker's share), where the baseline file records them; xdist keeps xdist's "
+    "own order (default: longest-first)"
+)
 
 
 def _fraction(text: str) -> float:
@@ -132,6 +138,14 @@ def _hardware_key(text: str) -> str:
         return hardware.validate_key(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _schedule(text: str) -> str:
+    from .schedule import SCHEDULES
+
+    if text not in SCHEDULES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a schedule; choose one of {', '.join(SCHEDULES)}")
+    return text
 
 
 def _timer(text: str) -> str:
@@ -185,6 +199,8 @@ def add_options(parser: pytest.Parser) -> ReportRegistry:
     group.addoption("--speedgate-history", default=None, metavar="PATH", help=HELP_HISTORY)
     group.addoption("--speedgate-pin-workers", action="store_true", default=None, help=HELP_PIN_WORKERS)
     group.addoption("--speedgate-deadline", default=None, type=deadline_seconds, metavar="SECONDS", help=HELP_DEADLINE)
+    group.addoption("--speedgate-schedule", default=None, type=_schedule, metavar="{longest-first,xdist}",
+                    help=HELP_SCHEDULE)
     # Values are parsed by read_settings, so that a bad one's message names its key. The switches keep pytest's
     # bool type, which also takes a TOML true/false in pytest.toml (a "string" key rejects those).
     parser.addini("speedgate_baseline_dir", HELP_BASELINE_DIR, default=None)
@@ -197,6 +213,7 @@ def add_options(parser: pytest.Parser) -> ReportRegistry:
     parser.addini("speedgate_history", HELP_HISTORY, default=None)
     parser.addini("speedgate_pin_workers", HELP_PIN_WORKERS, type="bool", default=False)
     parser.addini("speedgate_deadline", HELP_DEADLINE, default=None)
+    parser.addini("speedgate_schedule", HELP_SCHEDULE, default=None)
     return reports
 
 
@@ -256,6 +273,7 @@ class Settings:
     history_path: Path | None = None  # --speedgate-history / ini speedgate_history: the store to record into; None: off
     pin_workers: bool = False  # --speedgate-pin-workers: one GPU per xdist worker (applied before conftests load)
     deadline_s: float | None = None  # --speedgate-deadline: 0 for none; None: unset (each test's from its entries)
+    schedule: str = "longest-first"  # --speedgate-schedule: the order xdist's workers are sent tests in
 
     def default_tolerance(self, hardware_key: str) -> float:
         """The tolerance of a case that names none and has no calibrated entry (speedgate.tolerance's rule)."""
@@ -387,6 +405,7 @@ def read_settings(config: pytest.Config) -> Settings:
         history_path=cli_path("speedgate_history") or _ini_path(config, "speedgate_history", home),
         pin_workers=bool(opt("speedgate_pin_workers")) or _ini_switch(config, "speedgate_pin_workers"),
         deadline_s=pick("speedgate_deadline", "speedgate_deadline", deadline_seconds, None),
+        schedule=pick("speedgate_schedule", "speedgate_schedule", _schedule, "longest-first"),
     )
     if settings.calibrate_runs is not None and not settings.update_baselines:
         raise SettingsError("--speedgate-calibrate writes tolerances into the baseline file; it needs "

@@ -1,19 +1,19 @@
 """speedgate's side of pytest-xdist's exchange: the controller checks the baseline file before workers start, takes
 each worker's results when it ends (or those its watchdog saved, when it died; or, after Ctrl-C, those the workers
 sent while xdist had stopped listening), and explains a worker that speedgate ended; a worker ends itself after a
-report that poisoned its CUDA context. Registered only where xdist is installed."""
+report that poisoned its CUDA context. The controller's scheduler hands out the longest work first where the
+baseline file records tests' seconds (speedgate.schedule). Registered only where xdist is installed."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from .faults import FaultWatch, WorkerCrashes
     from .session import SpeedgateSession
 
@@ -61,6 +61,39 @@ class XdistHooks:
         state = self._session()
         if state.book.path_for(state.bench.hardware_key).is_file():
             self._load_baseline(state, pytest.UsageError)
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own, which makes its scheduler for --dist
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        # speedgate.schedule: the longest work first, where this hardware's baseline file records tests' seconds.
+        # Only where speedgate's folder holds baseline files (as above): a project without them keeps xdist's
+        # scheduler, and loads nothing of speedgate's for it.
+        folder = self._baseline_dir
+        if not (folder.is_dir() and any(folder.glob("*.json"))):
+            return None
+        xdists = config.pluginmanager.get_plugin("dsession")
+        if any(impl.plugin not in (self, xdists) for impl in config.hook.pytest_xdist_make_scheduler.get_hookimpls()):
+            return None  # a project's or another plugin's scheduler: theirs
+        from . import schedule
+        from .baseline import recorded_seconds
+
+        state = self._session()
+        if not schedule.wanted(config, state.settings.schedule):
+            return None
+        key = state.bench.hardware_key
+        seconds = recorded_seconds(state.book.doc_for(key))  # checked by pytest_sessionstart above
+        if not seconds:
+            return None
+        from .case_ids import args_folder
+
+        test_ids = schedule.IdsFromNodes(Path(config.rootpath), config.inipath,
+                                    args_folder(config.args, config.invocation_params.dir))
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+
+        def said(made: schedule.Plan, workers: int) -> None:
+            if made.known and terminal is not None:
+                terminal.write_line(schedule.plan_words(made, workers, state.book.path_for(key)))
+
+        return schedule.scheduler_class()(config, log, seconds, test_ids, said)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         if _worker_id(node) in self._heard:
