@@ -208,24 +208,32 @@ def test_a_bless_under_xdist_records_its_tests_seconds_and_the_next_run_schedule
     project.makepyfile(
         test_one=CASES + "\nimport time\n" + "".join(
             f"\ndef test_{i}(perf):\n    time.sleep(0.3)\n    perf.compare(ref_2ms, opt_1ms)\n" for i in range(2)),
-        test_two=CASES + "\ndef test_0(perf):\n    perf.compare(ref_2ms, opt_1ms)\n")
+        test_two=CASES + "\nimport time\ndef test_0(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
+                         "\ndef test_plain():\n    time.sleep(0.2)\n")
     bless = project.runpytest_subprocess("-n", "2", "--update-baselines")
-    bless.assert_outcomes(passed=3)
+    bless.assert_outcomes(passed=4)
     bless.stdout.no_fnmatch_line("*sent the longest work first*")  # nothing recorded yet: xdist's order
     seconds = json.loads((project.path / "baselines" / "test-box.json").read_text())["test_seconds"]
-    assert set(seconds) == {"test_one.py::test_0", "test_one.py::test_1", "test_two.py::test_0"}
+    # Every test's, the one without perf too (its seconds are the schedule's as much as any).
+    assert set(seconds) == {"test_one.py::test_0", "test_one.py::test_1", "test_two.py::test_0",
+                            "test_two.py::test_plain"}
     assert seconds["test_one.py::test_0"] >= 0.3
-    gate = project.runpytest_subprocess("-n", "2")
-    gate.assert_outcomes(passed=3)
-    gate.stdout.fnmatch_lines(["speedgate: 2 workers sent the longest work first, by the seconds 3 of 3 collected "
+    assert seconds["test_two.py::test_plain"] >= 0.2
+    gate = project.runpytest_subprocess("-n", "2", "--speedgate-json", "r.json")
+    gate.assert_outcomes(passed=4)
+    gate.stdout.fnmatch_lines(["speedgate: 2 workers sent the longest work first, by the seconds 4 of 4 collected "
                                "tests took when blessed (*test-box.json); first test_one.py*"])
     for keep in (["--speedgate-schedule", "xdist"], ["--dist", "loadfile"], ["--maxschedchunk", "1"]):
         kept = project.runpytest_subprocess("-n", "2", *keep)
-        kept.assert_outcomes(passed=3)
+        kept.assert_outcomes(passed=4)
         kept.stdout.no_fnmatch_line("*sent the longest work first*")
     serial = project.runpytest_subprocess()
-    serial.assert_outcomes(passed=3)
+    serial.assert_outcomes(passed=4)
     serial.stdout.no_fnmatch_line("*sent the longest work first*")
+    # The gate's report has every test's seconds by test id, which the command records from.
+    report = json.loads((project.path / "r.json").read_text())
+    assert set(report["durations"]) == set(seconds)
+    assert report_seconds(report, "test-box") == report["durations"]
 
 
 def test_a_projects_own_scheduler_is_kept(project: pytest.Pytester) -> None:

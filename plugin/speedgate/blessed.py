@@ -3,7 +3,6 @@ file (speedgate.blessing), and the cases left unblessed, with why."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .blessing import bless_into
@@ -28,12 +27,11 @@ def blessable(run: RunEnd) -> tuple[dict[str, list[CompareResult]], dict[str, li
     return cases, metrics
 
 
-def blessed_seconds(run: RunEnd, cases: Sequence[CompareResult], metrics: Sequence[MetricResult]) -> dict[str, float]:
-    """The seconds (setup, call and teardown) each test with a blessed result took, by test id: the order an xdist
-    run hands tests out in (speedgate.schedule)."""
-    tests = {r.nodeid: r.case_id[: -len(r.name) - 2] if r.name else r.case_id for r in cases}
-    tests.update({m.nodeid: m.metric_id[: -len(m.name) - 2] for m in metrics})
-    return {test: run.test_seconds[nodeid] for nodeid, test in tests.items() if nodeid in run.test_seconds}
+def blessed_seconds(run: RunEnd, key: str) -> dict[str, float]:
+    """The seconds (setup, call and teardown) the run's tests took, by test id, for key's file: the order an xdist
+    run on this machine hands tests out in (speedgate.schedule), which reads this machine's file. Every test's, with
+    perf or without, goes into this machine's file; another key's (a run's results of several GPUs) gets none."""
+    return dict(run.durations) if key == run.bench.hardware_key else {}
 
 
 def not_blessed(run: RunEnd) -> list[str]:
@@ -77,7 +75,7 @@ def bless_run(run: RunEnd, done: Finish, now: str) -> None:
     for key in sorted(set(cases) | set(metrics)):
         blessed = bless_into(book.path_for(key), hardware_key=key, fingerprint=run.fingerprint_for(key),
                              cases=cases.get(key, []), metrics=metrics.get(key, []), known=book.entries_read.get(key),
-                             measured_at=now, test_seconds=blessed_seconds(run, cases.get(key, []), metrics.get(key, [])))
+                             measured_at=now, test_seconds=blessed_seconds(run, key))
         if blessed.error:
             done.errors.append(blessed.error)
             continue

@@ -43,6 +43,7 @@ class RunEnd:
     ids: CaseIds
     book: BaselineBook
     bench: Bench
+    durations: Mapping[str, float] = field(default_factory=dict)  # test id -> every test's seconds, perf or not
 
     @cached_property
     def result_keys(self) -> list[str]:
@@ -76,6 +77,7 @@ class Finish:
             gpu_state=run.gpu_state_at_start, workers=run.workers, header=self.header,
             warnings=[*self.alerts, *self.warnings], errors=list(self.errors), unmatched=self.unmatched, now=now,
             test_seconds=dict(run.test_seconds), failure_causes=dict(run.failure_causes),
+            durations=dict(run.durations),
         )
 
 

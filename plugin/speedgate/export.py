@@ -158,6 +158,8 @@ class JsonReport:
             doc["unmatched_baseline_entries"] = dict(run.unmatched)
         doc["run_time"] = run.now
         doc["test_seconds"] = {nodeid: round(seconds, 3) for nodeid, seconds in sorted(run.test_seconds.items())}
+        # Every test's, perf or not, by test id: what `python -m speedgate schedule` records from a report.
+        doc["durations"] = {test: round(seconds, 3) for test, seconds in sorted(run.durations.items())}
         # Every failed test that used perf, with or without a record: one that raised before a comparison was judged
         # (an audit's accusation, an exception) has no case to carry test_failed.
         doc["failed_tests"] = sorted(run.failed_nodeids)

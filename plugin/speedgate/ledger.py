@@ -161,8 +161,9 @@ class RunLedger:
         self.used = self.used or bool(report.records) or bool(report.metrics)
 
     def closing(self, settings: Settings, interrupted: bool, *, ids: CaseIds, book: BaselineBook,
-                bench: Bench) -> RunEnd:
-        """The run at its end, for the end's stages (on the controller: every worker absorbed)."""
+                bench: Bench, durations: Mapping[str, float] | None = None) -> RunEnd:
+        """The run at its end, for the end's stages (on the controller: every worker absorbed). durations: every
+        test's seconds, by test id (the plugin's count: those of tests without perf too)."""
         return RunEnd(
             settings=settings, interrupted=interrupted, used=self.used, records=tuple(self.records),
             metric_records=tuple(self.metric_records), failed_nodeids=frozenset(self.failed_nodeids),
@@ -172,7 +173,7 @@ class RunLedger:
             lost_workers=tuple(self.lost_workers), fingerprints=dict(self.fingerprints),
             ceilings_seen=dict(bench.ceilings_seen), gpu_state_at_start=dict(bench.gpu_state_at_start),
             workers=dict(bench.workers), contention=bench.contention_warning(self.records), ids=ids, book=book,
-            bench=bench,
+            bench=bench, durations=dict(durations or {}),
         )
 
 

@@ -51,6 +51,7 @@ SHADOWED_KEY: pytest.StashKey[list[str]] = pytest.StashKey()  # short spellings 
 STDERR_KEY: pytest.StashKey[int] = pytest.StashKey()  # the real stderr, whatever pytest's capture does to fd 2
 WATCHDOG_KEY: pytest.StashKey[Watchdog] = pytest.StashKey()
 INTERRUPTED_KEY: pytest.StashKey[bool] = pytest.StashKey()  # a Ctrl-C reached pytest (_InterruptNote)
+DURATIONS_KEY: pytest.StashKey[dict[str, float]] = pytest.StashKey()  # node id -> every test's seconds (_Durations)
 # Ctrl-C noted, not raised, from the run's end to pytest_unconfigure (speedgate.interrupts), and the session to mark
 DEFERRED_KEY: pytest.StashKey[tuple[Deferred, pytest.Session]] = pytest.StashKey()
 REPORTS_PLUGIN = "speedgate-reports"  # the ReportRegistry, registered so that pytest_configure finds it
@@ -116,6 +117,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", DEADLINE_MARKER_HELP)
     config.stash[STDERR_KEY] = os.dup(2)  # now, while fd 2 is the terminal: a deadline's story must reach it
     config.pluginmanager.register(_InterruptNote(config), "speedgate-interrupt-note")
+    if not hasattr(config, "workerinput"):  # the process that ends the run: a serial run, or xdist's controller
+        config.pluginmanager.register(_Durations(config), "speedgate-durations")
     if config.pluginmanager.hasplugin("xdist"):
         _register_xdist_hooks(config)
 
@@ -130,6 +133,18 @@ class _InterruptNote:
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         self.config.stash[INTERRUPTED_KEY] = True
+
+
+class _Durations:
+    """Every test's seconds (setup, call and teardown), whether it uses perf or not, as the process that ends the run
+    sees its reports (xdist's controller gets its workers'): what a bless records for the schedule of -n
+    (speedgate.schedule). A sum per node id; nothing is imported."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.seconds: dict[str, float] = config.stash.setdefault(DURATIONS_KEY, {})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration or 0.0)
 
 
 def _register_xdist_hooks(config: pytest.Config) -> None:
@@ -394,10 +409,15 @@ def _has_work(config: pytest.Config) -> bool:
 
 def _finish(session: pytest.Session, interrupted: bool) -> None:
     """The end of the run on the controller (speedgate.finish); an error of it fails the run."""
+    from .case_ids import args_folder
     from .export import add_junit_suite_properties
     from .finish import finish_run
+    from .schedule import IdsFromNodes
 
-    run = _session(session.config).closing(interrupted=interrupted)
+    config = session.config
+    test_id = IdsFromNodes(Path(config.rootpath), config.inipath, args_folder(config.args, config.invocation_params.dir))
+    durations = {test_id(nodeid): seconds for nodeid, seconds in config.stash.get(DURATIONS_KEY, {}).items()}
+    run = _session(config).closing(interrupted=interrupted, durations=durations)
     done = session.config.stash[FINISH_KEY] = finish_run(run, session.config.stash[REPORTS_KEY])
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -60,6 +60,7 @@ class RunView:
     now: str = ""
     test_seconds: Mapping[str, float] = field(default_factory=dict)  # node id -> its pytest durations
     failure_causes: Mapping[str, str] = field(default_factory=dict)  # failed node id -> what failed it first
+    durations: Mapping[str, float] = field(default_factory=dict)  # test id -> every test's seconds, perf or not
 
     @property
     def has_results(self) -> bool:

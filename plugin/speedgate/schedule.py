@@ -158,13 +158,16 @@ def plan_words(made: Plan, workers: int, source: Path) -> str:
 
 
 def report_seconds(report: Mapping[str, Any], hardware_key: str) -> dict[str, float]:
-    """A --speedgate-json report's seconds of each test that measured for hardware_key and did not fail, by test
-    id (a report names tests by node id; its cases and metrics give each one's test id)."""
+    """A --speedgate-json report's seconds of each test, by test id, where it measured for hardware_key: every
+    test's (its `durations`, perf or not) where the report has them; else those of the tests that measured for the
+    key and did not fail (a report names them by node id; their cases and metrics give each one's test id)."""
     tests: dict[str, str] = {}
     for records, id_key in ((report.get("cases") or [], "case_id"), (report.get("metrics") or [], "metric_id")):
         for record in records:
             if record.get("hardware_key") == hardware_key and not record.get("test_failed"):
                 tests[str(record["nodeid"])] = test_id(record, id_key)
+    if tests and report.get("durations"):
+        return {str(test): float(seconds) for test, seconds in report["durations"].items()}
     failed = set(report.get("failed_tests") or [])
     seconds = report.get("test_seconds") or {}
     return {test: float(seconds[nodeid]) for nodeid, test in tests.items() if nodeid in seconds and nodeid not in failed}
@@ -198,7 +201,7 @@ def main(argv: Sequence[str]) -> int:
             parser.exit(2, f"speedgate schedule: {path}: cannot be read as JSON: {exc}\n")
         if not isinstance(report, dict) or "speedgate_report_version" not in report:
             parser.exit(2, f"speedgate schedule: {path}: not a --speedgate-json report\n")
-        if "test_seconds" not in report:
+        if "test_seconds" not in report and "durations" not in report:
             parser.exit(2, f"speedgate schedule: {path}: records no test's seconds (its speedgate wrote none)\n")
         reports.append(report)
     said: list[str] = []

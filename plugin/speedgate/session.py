@@ -3,7 +3,7 @@ the bench, the run ledger), what an xdist worker sends and the controller absorb
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,9 +65,11 @@ class SpeedgateSession:
         return (self.ledger.used or bool(self.ledger.lost_workers)
                 or (self.settings.update_baselines and bool(self.ledger.failed_nodeids)))
 
-    def closing(self, interrupted: bool = False) -> RunEnd:
-        """The run at its end (on the controller: every worker absorbed), for speedgate.finish."""
-        return self.ledger.closing(self.settings, interrupted, ids=self.case_ids, book=self.book, bench=self.bench)
+    def closing(self, interrupted: bool = False, durations: Mapping[str, float] | None = None) -> RunEnd:
+        """The run at its end (on the controller: every worker absorbed), for speedgate.finish; durations: every
+        test's seconds, by test id."""
+        return self.ledger.closing(self.settings, interrupted, ids=self.case_ids, book=self.book, bench=self.bench,
+                                   durations=durations)
 
     # -- the run so far, read-only (history.recording reads the run by these names) --------------------------------
     records = property(lambda self: self.ledger.records)
