@@ -3,8 +3,8 @@
     python -m lab.xdist_replay REPORT.json [REPORT.json ...] [--collection FILE] [--workers 2] [--chunks none,1]
                                 [--longest-first]
 
-Each REPORT is a `--speedgate-json` report of a run of the suite (its `test_seconds`: each test's seconds, setup to
-teardown, as its worker ran it). The collection is the order pytest collected the tests in (FILE: the node ids of
+Each REPORT is a `--speedgate-json` report of a run of the suite (its `durations`, every test's seconds, setup to
+teardown, as its worker ran it; a report without them gives `test_seconds`, those of the tests that used perf). The collection is the order pytest collected the tests in (FILE: the node ids of
 `pytest perftests --collect-only -q`, one a line; by default collected here); a test the report has no time for (a
 skip) counts as 0.05 s. The replay drives xdist's `LoadScheduling` itself (the class `-n 2` uses under `--dist load`,
 its default), with one fake worker per GPU that runs its queue in order and reports each test done after the test's
@@ -125,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     collection = (Path(args.collection).read_text().split() if args.collection else collected())
     chunks = [None if c == "none" else int(c) for c in args.chunks.split(",")]
     for path in args.reports:
-        seconds = json.loads(Path(path).read_text())["test_seconds"]
+        report = json.loads(Path(path).read_text())
+        # Every test's seconds where the report has them (its durations, by test id: this repository's node ids),
+        # else those of the tests that used perf.
+        seconds = report.get("durations") or report["test_seconds"]
         unknown = sorted(set(seconds) - set(collection))
         if unknown:
             print(f"{path}: {len(unknown)} timed tests are not in the collection (first: {unknown[0]})", file=sys.stderr)
