@@ -4,13 +4,14 @@
                                 [--longest-first]
 
 Each REPORT is a `--speedgate-json` report of a run of the suite (its `durations`, every test's seconds, setup to
-teardown, as its worker ran it; a report without them gives `test_seconds`, those of the tests that used perf). The collection is the order pytest collected the tests in (FILE: the node ids of
-`pytest perftests --collect-only -q`, one a line; by default collected here); a test the report has no time for (a
-skip) counts as 0.05 s. The replay drives xdist's `LoadScheduling` itself (the class `-n 2` uses under `--dist load`,
-its default), with one fake worker per GPU that runs its queue in order and reports each test done after the test's
-recorded seconds, and prints, for each `--maxschedchunk` (none: xdist's default), the seconds each worker ran tests
-and the last to finish. `--longest-first` replays speedgate's own scheduler (speedgate.schedule, what `-n` uses where
-the baseline file records tests' seconds) too, given the same report's seconds as the file's.
+teardown, as its worker ran it; a report without them gives `test_seconds`, those of the tests that used perf). The
+collection is the order pytest collected the tests in (FILE: the node ids of `pytest perftests --collect-only -q`, one a
+line; by default collected here); a test the report has no time for (a skip) counts as 0.05 s. The replay drives xdist's
+`LoadScheduling` itself (the class `-n 2` uses under `--dist load`, its default), with one fake worker per GPU that runs
+its queue in order and reports each test done after the test's recorded seconds, and prints, for each `--maxschedchunk`
+(none: xdist's default), the seconds each worker ran tests and the last to finish. `--longest-first` replays speedgate's
+own scheduler (speedgate.schedule, what `-n` uses where the baseline file records tests' seconds) too, given the same
+report's seconds as the file's.
 
 What it leaves out: each worker's start (imports, collection, the run's first device setup), the same for both
 workers, and that a test's time on a worker may depend on what ran before it there (caches, the GPU's heat) and
@@ -34,21 +35,6 @@ from typing import Any
 SKIPPED_SECONDS = 0.05
 
 
-class _Worker:
-    """What LoadScheduling asks of a worker: its id, whether it is shutting down, and the tests sent to it."""
-
-    def __init__(self, name: str) -> None:
-        self.gateway = SimpleNamespace(id=name)
-        self.shutting_down = False
-        self.queue: list[int] = []
-
-    def send_runtest_some(self, indices: Sequence[int]) -> None:
-        self.queue.extend(indices)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
-
-
 class _Quiet:
     """A scheduler's log, which prints every step: callable, and each attribute another such log."""
 
@@ -67,12 +53,13 @@ def replay(collection: Sequence[str], seconds: Mapping[str, float], workers: int
     from xdist.scheduler.load import LoadScheduling
 
     from speedgate.schedule import scheduler_class
+    from speedgate.testing import ScriptedWorker
 
     options = {"tx": [f"{workers}*popen"], "maxschedchunk": chunk}
     config = SimpleNamespace(getvalue=options.__getitem__, getoption=options.__getitem__)
     scheduler = (scheduler_class()(config, _Quiet(), seconds, lambda nodeid: nodeid, lambda made, count: None)
                  if longest_first else LoadScheduling(config, _Quiet()))  # type: ignore[arg-type]
-    nodes = [_Worker(f"gw{i}") for i in range(workers)]
+    nodes = [ScriptedWorker(f"gw{i}") for i in range(workers)]
     for node in nodes:
         scheduler.add_node(node)  # type: ignore[arg-type]
     for node in nodes:

@@ -15,6 +15,7 @@ import pytest
 from conftest import CASES, baseline_doc
 from speedgate import baseline
 from speedgate.schedule import IdsFromNodes, main, plan, report_seconds, scheduler_class
+from speedgate.testing import ScriptedWorker
 
 pytest.importorskip("xdist")
 
@@ -57,28 +58,13 @@ def test_test_ids_are_the_baseline_files_ids_whatever_the_rootdir(tmp_path: Path
 
 # -- the scheduler, driven as xdist drives it -------------------------------------------------------------------------
 
-class _Node:
-    """What xdist's schedulers ask of a worker: an id, whether it shuts down, and the tests sent to it."""
-
-    def __init__(self, name: str) -> None:
-        self.gateway = SimpleNamespace(id=name)
-        self.shutting_down = False
-        self.queue: list[int] = []
-
-    def send_runtest_some(self, indices: Sequence[int]) -> None:
-        self.queue.extend(indices)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
-
-
 def _config(dist: str = "load") -> Any:
     options = {"dist": dist, "maxschedchunk": None, "loadscopereorder": True, "tx": ["2*popen"], "numprocesses": 2}
     return SimpleNamespace(getvalue=options.__getitem__, getoption=lambda name, default=None: options.get(name, default),
                            option=SimpleNamespace(**options))
 
 
-def _run(scheduler: Any, nodes: list[_Node], collection: list[str], took: dict[str, float],
+def _run(scheduler: Any, nodes: list[ScriptedWorker], collection: list[str], took: dict[str, float],
          crash: tuple[str, str] | None = None) -> dict[str, Any]:
     """Run the schedule on fake workers, each test taking its seconds; crash=(worker, test): that worker dies while
     running that test. Returns {"finish": the last test's end, "ran": {worker: [test, ...]}, "crashed": the
@@ -148,9 +134,9 @@ def _longest_first() -> Any:
 def test_the_longest_work_goes_first_and_each_test_runs_once() -> None:
     from xdist.scheduler.load import LoadScheduling
 
-    nodes = [_Node("gw0"), _Node("gw1")]
+    nodes = [ScriptedWorker("gw0"), ScriptedWorker("gw1")]
     ours = _run(_longest_first(), nodes, COLLECTION, TOOK)
-    theirs = _run(LoadScheduling(_config(), _Log()), [_Node("gw0"), _Node("gw1")], COLLECTION, TOOK)
+    theirs = _run(LoadScheduling(_config(), _Log()), [ScriptedWorker("gw0"), ScriptedWorker("gw1")], COLLECTION, TOOK)
     assert sorted(ours["ran"]["gw0"] + ours["ran"]["gw1"]) == sorted(COLLECTION)
     # 102 s of tests on two workers: 51 s each at best. xdist's first chunks (6 tests each) give one worker both
     # long files, 60 s.
@@ -164,7 +150,7 @@ def test_the_longest_work_goes_first_and_each_test_runs_once() -> None:
 
 
 def test_a_crashed_workers_unfinished_tests_go_to_the_other_worker() -> None:
-    nodes = [_Node("gw0"), _Node("gw1")]
+    nodes = [ScriptedWorker("gw0"), ScriptedWorker("gw1")]
     out = _run(_longest_first(), nodes, COLLECTION, TOOK, crash=("gw0", "test_a_long.py::t1"))
     assert out["crashed"] == "test_a_long.py::t1"
     ran = out["ran"]["gw0"] + out["ran"]["gw1"]

@@ -15,7 +15,7 @@ from . import baseline as baseline_file
 from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
 
 
-def _load_report(path: Path) -> dict[str, Any]:
+def load_report(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -88,7 +88,7 @@ def main(argv: Sequence[str]) -> int:
     if args.restart and args.reports:
         parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
     try:
-        reports = [_load_report(path) for path in args.reports]
+        reports = [load_report(path) for path in args.reports]
     except ValueError as exc:
         parser.exit(2, f"speedgate evidence: {exc}\n")
     changed: list[str] = []

@@ -173,17 +173,12 @@ def report_seconds(report: Mapping[str, Any], hardware_key: str) -> dict[str, fl
     return {test: float(seconds[nodeid]) for nodeid, test in tests.items() if nodeid in seconds and nodeid not in failed}
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def main(argv: Sequence[str]) -> int:
     import argparse
-    import json
+    from statistics import median
 
     from . import baseline as baseline_file
+    from .evidence_cli import load_report
 
     parser = argparse.ArgumentParser(
         prog="python -m speedgate schedule",
@@ -193,17 +188,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("baseline", type=Path, help="the baseline file (baselines/<hardware_key>.json)")
     parser.add_argument("reports", type=Path, nargs="*", help="--speedgate-json reports of runs on this hardware")
     args = parser.parse_args(argv)
-    reports = []
-    for path in args.reports:
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            parser.exit(2, f"speedgate schedule: {path}: cannot be read as JSON: {exc}\n")
-        if not isinstance(report, dict) or "speedgate_report_version" not in report:
-            parser.exit(2, f"speedgate schedule: {path}: not a --speedgate-json report\n")
+    try:
+        reports = [load_report(path) for path in args.reports]
+    except ValueError as exc:
+        parser.exit(2, f"speedgate schedule: {exc}\n")
+    for path, report in zip(args.reports, reports):
         if "test_seconds" not in report and "durations" not in report:
             parser.exit(2, f"speedgate schedule: {path}: records no test's seconds (its speedgate wrote none)\n")
-        reports.append(report)
     said: list[str] = []
 
     def change(existing: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -214,7 +205,7 @@ def main(argv: Sequence[str]) -> int:
         for report in reports:
             for test, seconds in report_seconds(report, key).items():
                 measured.setdefault(test, []).append(seconds)
-        new = {test: _median(values) for test, values in measured.items()}
+        new = {test: median(values) for test, values in measured.items()}
         merged, rewritten = baseline_file.merge_seconds(baseline_file.recorded_seconds(existing), new)
         said.append(f"{args.baseline}: {len(reports)} report(s) read; {len(new)} tests measured for {key}, "
                     f"{len(rewritten)} of them recorded (new, or moved by more than "

@@ -1,9 +1,11 @@
-"""A scripted timer for testing gates without real clocks: each callable's times come from a table."""
+"""A scripted timer for testing gates without real clocks: each callable's times come from a table; and an xdist
+worker as a scheduler sees it, for driving a scheduler without processes."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from .timers import Fn, Timer
@@ -54,3 +56,19 @@ class ScriptedTimer(Timer):
 
     def describe(self) -> str:
         return "scripted times (tests only)"
+
+
+class ScriptedWorker:
+    """What an xdist scheduler asks of a worker (gateway.id, shutting_down, send_runtest_some, shutdown): the indices
+    of the collection's tests sent to it, in order, in `queue`; running them is the caller's."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.queue: list[int] = []
+
+    def send_runtest_some(self, indices: Sequence[int]) -> None:
+        self.queue.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
