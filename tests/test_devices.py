@@ -364,3 +364,34 @@ def test_plain():
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*speedgate: cannot take the lock of cpu, which this run's xdist workers share "
                                  "([[]Errno 13[]] Permission denied: *cpu.lock')*"])
+
+
+def test_one_gpu_spelled_two_ways_is_one_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES=1 in one run and =GPU-abc in another name one GPU: both take turns on its UUID's lock."""
+    import types
+
+    from speedgate.devices import lock_name
+
+    class NVMLError(Exception):
+        pass
+
+    handles = {"index1": "GPU-abc", "GPU-abc": "GPU-abc", "index0": "GPU-zzz"}
+    pynvml = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: f"index{i}", nvmlDeviceGetHandleByUUID=lambda u: u,
+        nvmlDeviceGetUUID=lambda handle: handles[handle].encode())
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    lock_name.cache_clear()
+    try:
+        assert DeviceLock("1", tmp_path).path == DeviceLock("GPU-abc", tmp_path).path == tmp_path / "GPU-abc.lock"
+        assert DeviceLock("0", tmp_path).path != DeviceLock("1", tmp_path).path
+        assert DeviceLock("cpu", tmp_path).path == tmp_path / "cpu.lock"
+
+        def no_driver() -> None:
+            raise NVMLError("no driver")
+
+        pynvml.nvmlInit = no_driver  # no answer: the token names the lock, as before
+        lock_name.cache_clear()
+        assert DeviceLock("1", tmp_path).path == tmp_path / "1.lock"
+    finally:
+        lock_name.cache_clear()

@@ -4,6 +4,7 @@ one, and who else wanted the CPU while the host clock timed (CpuContention)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -128,6 +129,18 @@ def _share(path: Path, mode: int) -> None:
 WAIT_PATIENCE_S = 1.0  # a wait longer than this is said: a turn of this run's own workers is usually shorter
 
 
+@functools.cache
+def lock_name(device: str) -> str:
+    """What a device's lock is named by: a GPU's UUID (NVML's, asked once per process), so that runs that spell one
+    GPU differently in CUDA_VISIBLE_DEVICES (its index in one, its UUID in another) take turns on one lock; the
+    token itself where NVML gives no UUID; "cpu" for the CPU."""
+    if device == "cpu":
+        return device
+    from .hardware import gpu_uuid
+
+    return gpu_uuid(device) or device
+
+
 class DeviceLock:
     """An advisory file lock per device, held while a test that times on a shared device runs.
 
@@ -139,7 +152,7 @@ class DeviceLock:
 
     def __init__(self, device: str, folder: Path | None = None) -> None:
         folder = shared_folder(folder or Path(tempfile.gettempdir()) / "speedgate-locks")
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in lock_name(device))
         self.device = device
         self.path = folder / f"{safe}.lock"
         self.holder_path = folder / f"{safe}.holder.json"

@@ -105,6 +105,18 @@ def compute_capability(token: str) -> int | None:
         return int(major) * 10 + int(minor)
 
 
+def gpu_uuid(token: str) -> str | None:
+    """The UUID of one visible GPU (a CUDA_VISIBLE_DEVICES entry: an index or a UUID), from NVML; None without NVML,
+    a GPU, or an answer. One GPU has one UUID however CUDA_VISIBLE_DEVICES spells it."""
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
+        try:
+            return _decode(pynvml.nvmlDeviceGetUUID(_nvml_handle(pynvml, token)))
+        except Exception:  # noqa: BLE001  # a token NVML does not know, an old driver: no name but the token's
+            return None
+
+
 def _nvml_handle(pynvml: Any, token: str) -> Any:
     if token.isdigit():
         return pynvml.nvmlDeviceGetHandleByIndex(int(token))
