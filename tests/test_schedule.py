@@ -294,3 +294,28 @@ def test_the_command_refuses_what_is_not_a_report_and_leaves_the_file(tmp_path: 
         assert caught.value.code == 2
         assert says in capsys.readouterr().err
     assert path.read_text() == before
+
+
+def test_a_test_that_kills_its_worker_is_not_run_again_and_the_rest_run(project: pytest.Pytester) -> None:
+    marker = project.path / "killed.txt"
+    project.makepyfile(
+        test_one=CASES + f"""
+import os
+
+def test_kills(perf):
+    with open({str(marker)!r}, "a") as f:
+        f.write("x")
+    os._exit(3)
+
+""" + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n" for i in range(3)),
+        test_two=CASES + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n" for i in range(3)))
+    # Seconds for every test, the killer first: it is handed out first, and its file's tests with it.
+    seconds = {f"test_one.py::test_{i}": 1.0 for i in range(3)} | {f"test_two.py::test_{i}": 1.0 for i in range(3)}
+    doc = {**baseline_doc({}), "test_seconds": {**seconds, "test_one.py::test_kills": 9.0}}
+    (project.path / "baselines").mkdir()
+    (project.path / "baselines" / "test-box.json").write_text(json.dumps(doc))
+    # At most 2 replacement workers: xdist's scope schedulers would hand the killer to each in turn.
+    result = project.runpytest_subprocess("-n", "2", "--max-worker-restart", "2")
+    result.stdout.fnmatch_lines(["*sent the longest work first*first test_one.py*"])
+    result.assert_outcomes(passed=6, failed=1)
+    assert marker.read_text() == "x"  # run once: not handed to the other worker, whom it would kill too
