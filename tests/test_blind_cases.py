@@ -820,6 +820,35 @@ def test_evidence_records_facts_where_an_entry_has_none_and_keeps_another_pick_a
     assert pick["tolerance"] == evidence.tolerance_of(pick["calibration"])
 
 
+def test_a_pick_dropped_for_room_is_said_by_the_evidence_command_and_by_a_bless() -> None:
+    from speedgate import picks
+
+    calibration = evidence.add_process({}, "card-a", 2.0, 0.001, "2026-11-26T00:00:00Z")
+    calibration.update(runs=2, spread=0.001, measured_at="2026-11-26T00:00:00Z")
+    main = sides([{"name": "_k", "registers": 168}])
+    doc = {"hardware_key": "test-box", "cases": {"t.py::test": {**ENTRY, "codegen": main, "calibration": calibration,
+                                                                 "tolerance": evidence.tolerance_of(calibration)}}}
+    other = [sides([{"name": "_k", "registers": 168}], reference=[{"name": f"nvjet_{i}"}])
+             for i in range(picks.PICKS_KEPT + 1)]
+    for i, kernels in enumerate(other[:-1]):
+        doc, _, notes = evidence.add_reports(doc, [report([record(1.9 + i / 100, kernels, f"card-{i}")])])
+        assert not any("dropped" in line for line in notes)
+    assert len(doc["cases"]["t.py::test"]["picks"]) == picks.PICKS_KEPT
+    doc, _, notes = evidence.add_reports(doc, [report([record(1.5, other[-1], "card-z")])])
+    held = doc["cases"]["t.py::test"]["picks"]
+    assert len(held) == picks.PICKS_KEPT and held[-1]["codegen"] == other[-1]
+    assert [line for line in notes if "dropped" in line] == [
+        "t.py::test: 1 earlier pick(s) dropped (1.9x of 2026-11-27): an entry keeps its "
+        f"{picks.PICKS_KEPT} latest other picks; a run that draws one is judged against the main pick"]
+    # A bless of yet another pick keeps the old main among the others, the newest, and drops the oldest.
+    before = doc["cases"]["t.py::test"]
+    newest = sides([{"name": "_k", "registers": 168}], reference=[{"name": "nvjet_new"}])
+    _, others = picks.after_bless({**before, "codegen": newest}, before)
+    assert len(others) == picks.PICKS_KEPT and others[-1]["codegen"] == main
+    gone = picks.dropped(before, {**before, "codegen": newest, "picks": others})
+    assert [float(p["speedup"]) for p in gone] == [1.91]  # the oldest left
+
+
 def test_evidence_adds_the_facts_another_pick_lacks_from_a_run_of_that_pick_even_given_again() -> None:
     # The H200 file's training step: its other picks were recorded before a graph-replaying side's inductor kernels
     # carried their spills, and a gate run of one of those picks records them. They go to that pick, not the main
@@ -1093,3 +1122,10 @@ def test_the_real_inductor_autotuners_run_is_the_method_hooked_and_given_back() 
     with codegen.compiled_launches():
         assert all(klass.__dict__["run"] is not method for klass, method in zip(classes, methods))
     assert [klass.__dict__["run"] for klass in classes] == methods
+
+
+def test_the_schema_holds_as_many_other_picks_as_an_entry_keeps() -> None:
+    from speedgate import picks
+    from speedgate.baseline import schema
+
+    assert schema()["$defs"]["case"]["properties"]["picks"]["maxItems"] == picks.PICKS_KEPT

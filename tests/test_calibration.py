@@ -355,17 +355,17 @@ def test_another_pick_of_the_reference_starts_the_evidence_again_instead_of_wide
     doc = run(doc, compare_result(0.779, calibration_runs=2, calibration_spread=0.0002, codegen=reshaped))
     entry = doc["cases"][FREE]
     assert entry["calibration"]["process_speedups"] == [0.779]
-    assert [p["speedup"] for p in entry["picks"]] == [0.776, 0.808]
+    assert [p["speedup"] for p in entry["picks"]] == [0.808, 0.776]  # oldest first: the newest is last
     # A bless of a pick the entry had seen goes on from that pick's own evidence.
     doc = run(doc, compare_result(0.78, calibration_runs=2, calibration_spread=0.0002, codegen=kernels(264)))
     entry = doc["cases"][FREE]
     assert entry["calibration"]["process_speedups"] == [0.782, 0.776, 0.78]
-    assert [p["speedup"] for p in entry["picks"]] == [0.779, 0.808]
+    assert [p["speedup"] for p in entry["picks"]] == [0.808, 0.779]
     # A plain re-bless (no calibration) of a known pick keeps that pick's evidence and tolerance, not the main's.
     doc = run(doc, compare_result(0.81, codegen=kernels(132)))
     entry = doc["cases"][FREE]
     assert entry["speedup"] == 0.81 and entry["calibration"]["process_speedups"] == [0.808]
-    assert [p["speedup"] for p in entry["picks"]] == [0.78, 0.779]
+    assert [p["speedup"] for p in entry["picks"]] == [0.779, 0.78]
 
 
 def test_a_run_that_jumped_in_an_earlier_process_still_widens_the_tolerance() -> None:

@@ -173,6 +173,29 @@ def evidence_cli(*args: Any) -> subprocess.CompletedProcess[str]:
                           text=True, check=False)
 
 
+def test_case_adds_the_reports_evidence_of_the_named_entry_only(tmp_path: Path) -> None:
+    doc = bless_one(bless_one(None, calibrated(1.348, "card-a")), calibrated(1.346, "card-a"))
+    other = "perftests/test_other.py::test_x::vs_y"
+    doc["cases"][other] = {**doc["cases"][CASE]}
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    run = report(tmp_path, "run.json", 1.30, "card-b")
+    run_doc = json.loads(run.read_text())
+    run_doc["cases"].append({**run_doc["cases"][0], "case_id": other})
+    run.write_text(json.dumps(run_doc))
+    done = evidence_cli(path, run, "--case", CASE)
+    assert done.returncode == 0, done.stderr
+    after = json.loads(path.read_text())
+    assert "card-b" in after["cases"][CASE]["calibration"]["machines"]
+    assert after["cases"][other] == doc["cases"][other]  # in the report, not named: left as it was
+    before = path.read_text()
+    for args, says in (([run, "--case", "no::such::case"], "no report measured no::such::case"),
+                       (["--case", CASE], "--case names the entries whose evidence the reports add")):
+        refused = evidence_cli(path, *args)
+        assert refused.returncode == 2 and says in refused.stderr
+    assert path.read_text() == before
+
+
 def test_restart_starts_an_entrys_evidence_again_from_its_newest_bless(tmp_path: Path) -> None:
     """A case whose code changed, blessed again with calibration: the bless adds the new code's process to the old
     code's evidence, whose spread then sets the tolerance. --restart keeps the newest bless's process alone."""

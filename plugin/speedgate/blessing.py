@@ -226,6 +226,9 @@ def summary(path: Path, doc: dict[str, Any], changes: Iterable[baseline_file.Cha
             dropped = aged_out(old_entry.get("calibration"), (doc["cases"].get(c.case_id) or {}).get("calibration"))
             if dropped:
                 lines.append(f"    {aged_out_line(c.case_id, dropped)}")
+            gone = pick_book.dropped(old_entry, doc["cases"].get(c.case_id))
+            if gone:
+                lines.append(f"    {pick_book.dropped_line(c.case_id, gone)}")
     return lines
 
 

@@ -344,6 +344,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     unsettled: list[str] = []
     recorded: list[str] = []
     other_picks: list[tuple[str, bool]] = []
+    dropped_picks: list[str] = []
     untimed_picks: list[str] = []
     other_software: dict[str, int] = {}
     other_timers: list[str] = []
@@ -408,7 +409,10 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                                  blessed_at):
                     again[identity] = again.get(identity, 0) + 1
                     continue
+                before_pick = entry
                 entry, new = add_other_pick(entry, found, record, run_spread, when, identity)
+                if gone := picks.dropped(before_pick, entry):
+                    dropped_picks.append(picks.dropped_line(record["case_id"], gone))
                 cases[record["case_id"]] = entry
                 other_picks.append((record["case_id"], new))
                 continue
@@ -433,6 +437,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     left_out += [f"{case_id}: its kernels were another pick than the bless's: "
                  f"{'a new other pick of the entry' if new else 'added to that pick'}, its own evidence (speedgate.picks)"
                  for case_id, new in sorted(other_picks)]
+    left_out += dropped_picks
     left_out += [f"left out: {case_id}: another pick without both sides' times" for case_id in sorted(untimed_picks)]
     left_out += [f"left out: {case_id}: its measurement never settled (the device's speed still drifted when its "
                  "rounds ended)" for case_id in sorted(unsettled)]

@@ -31,6 +31,13 @@ def load_report(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _only(report: dict[str, Any], case_ids: Sequence[str]) -> dict[str, Any]:
+    """report with only the named cases' records (all of them when none is named)."""
+    if not case_ids:
+        return report
+    return {**report, "cases": [c for c in report.get("cases") or [] if c.get("case_id") in case_ids]}
+
+
 def show(doc: dict[str, Any]) -> list[str]:
     """A line per calibrated entry: its tolerance and the cards and processes behind it; then a line per other pick
     of it (speedgate.picks), with its own."""
@@ -84,13 +91,22 @@ def main(argv: Sequence[str]) -> int:
                         help="start this entry's evidence again from its newest calibrating bless alone, dropping "
                              "the processes and other picks before it (for a case whose code changed since them); "
                              "repeat for more entries")
+    parser.add_argument("--case", metavar="CASE_ID", action="append", default=[],
+                        help="add the reports' evidence of this entry only, the file's other entries left as they "
+                             "are (an entry whose gate runs drew a pick of the compiler's that it does not hold yet); "
+                             "repeat for more entries")
     args = parser.parse_args(argv)
     if args.restart and args.reports:
         parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
+    if args.case and not args.reports:
+        parser.exit(2, "speedgate evidence: --case names the entries whose evidence the reports add: give reports\n")
     try:
-        reports = [load_report(path) for path in args.reports]
+        reports = [_only(load_report(path), args.case) for path in args.reports]
     except ValueError as exc:
         parser.exit(2, f"speedgate evidence: {exc}\n")
+    missing = [case for case in args.case if not any(c.get("case_id") == case for r in reports for c in r["cases"])]
+    if missing:
+        parser.exit(2, f"speedgate evidence: no report measured {missing[0]}; the file was left untouched\n")
     changed: list[str] = []
     notes: list[str] = []
     writes = bool(reports or args.restart)

@@ -19,10 +19,13 @@ from typing import Any
 
 from . import codegen
 
-# What an entry keeps of each other pick (the schema's `pick`), and how many other picks (the latest).
+# What an entry keeps of each other pick (the schema's `pick`), and how many other picks (the latest). A compiled case
+# draws inductor's picks of several kernels at once, so their combinations add up: the H200 file's large-model entry
+# held 6 picks seen on cards by 2026-11-28 (docs/results/suite-time.md, "the longest work first"), and a pick dropped
+# for room is judged against the main pick again when a run draws it.
 PICK_FIELDS = ("codegen", "speedup", "reference_ms", "optimized_ms", "ci_low", "ci_high", "noise", "rounds",
                "tolerance", "calibration", "measured_at")
-PICKS_KEPT = 4
+PICKS_KEPT = 8
 
 
 def same_pick(blessed: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> bool:
@@ -67,10 +70,29 @@ def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
     return judged, note
 
 
+def dropped(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The picks (main or other) of an entry as it was that it no longer holds: dropped for room (PICKS_KEPT)."""
+    if not before:
+        return []
+    kept = [after, *((after or {}).get("picks") or [])] if after else []
+    held = [before, *(before.get("picks") or [])]
+    return [dict(p) for p in held if isinstance(p, Mapping) and p.get("codegen")
+            and not any(isinstance(q, Mapping) and q.get("codegen") and same_pick(p["codegen"], q["codegen"])
+                        for q in kept)]
+
+
+def dropped_line(case_id: str, gone: list[dict[str, Any]]) -> str:
+    """What a bless or the evidence command says of picks it dropped for room."""
+    which = ", ".join(f"{float(p['speedup']):.4g}x of {str(p.get('measured_at', ''))[:10]}" for p in gone)
+    return (f"{case_id}: {len(gone)} earlier pick(s) dropped ({which}): an entry keeps its {PICKS_KEPT} latest other "
+            "picks; a run that draws one is judged against the main pick")
+
+
 def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
     """What a bless of `new` takes from `old`: (what old recorded of new's pick: old itself when its main pick is
     that one, the other pick that is, else None; the new entry's other picks: old's, and, when new picked other
-    kernels than old's main, old's main first and the one that is new's main left out)."""
+    kernels than old's main, old's main last (the newest, as the evidence command appends a pick) and the one that
+    is new's main left out; the oldest dropped past PICKS_KEPT)."""
     others = [dict(p) for p in (old or {}).get("picks") or [] if isinstance(p, dict)]
     if old is None:
         return None, others
@@ -79,8 +101,8 @@ def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[
     found = matching(old, new.get("codegen"))
     if found is not None:
         del others[found[0]]
-    return (found[1] if found else None), [pick_of(old), *others][:PICKS_KEPT]
+    return (found[1] if found else None), [*others, pick_of(old)][-PICKS_KEPT:]
 
 
-__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "judged_entry", "matching", "pick_of",
+__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "dropped", "dropped_line", "judged_entry", "matching", "pick_of",
            "same_pick"]
