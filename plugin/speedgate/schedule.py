@@ -1,12 +1,12 @@
 """Under `-n N`: xdist's workers sent the longest work first, by the seconds each test took when it was last blessed
 on this hardware (the baseline file's `test_seconds`), so that no worker is left running the long tests alone at the
 end while the others wait. xdist's own `--dist load` sends each worker a run of consecutive tests at the start; a
-suite whose long tests sit together in a few files then hands them to one worker
-(docs/results/suite-time.md says what it cost).
+suite whose long tests sit together in one such run hands them to one worker (docs/results/suite-time.md, "the
+longest work first", measured both on this suite).
 
 A file's tests go to one worker together (its module fixtures are built once), unless the file alone is more than
-a worker's share of the run: then its tests are sent one by one. A test with no recorded seconds (new, or not
-using perf) counts as the shortest recorded one. The schedule is used only under `--dist load` (what `-n` picks),
+a worker's share of the run: then its tests are sent one by one. The seconds are every test's, with perf or without
+(a bless records them all); a test with none recorded (new since) counts as the shortest recorded one. The schedule is used only under `--dist load` (what `-n` picks),
 without `--maxschedchunk`, with `--speedgate-schedule longest-first` (the default) and where this hardware's baseline
 file records the seconds of at least one collected test; otherwise xdist schedules as it would without speedgate.
 Which tests run, and on how many workers, is never changed: only the order they are handed out in.
