@@ -319,3 +319,14 @@ def test_kills(perf):
     result.stdout.fnmatch_lines(["*sent the longest work first*first test_one.py*"])
     result.assert_outcomes(passed=6, failed=1)
     assert marker.read_text() == "x"  # run once: not handed to the other worker, whom it would kill too
+
+
+def test_a_test_counts_once_its_teardown_is_reported() -> None:
+    from speedgate.plugin import DURATIONS_KEY, _Durations
+
+    config = SimpleNamespace(stash=pytest.Stash())
+    durations = _Durations(config)  # type: ignore[arg-type]
+    for nodeid, phases in (("t.py::whole", ("setup", "call", "teardown")), ("t.py::cut_short", ("setup", "call"))):
+        for when in phases:
+            durations.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, when=when, duration=1.5))  # type: ignore[arg-type]
+    assert config.stash[DURATIONS_KEY] == {"t.py::whole": 4.5}

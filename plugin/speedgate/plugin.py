@@ -138,13 +138,19 @@ class _InterruptNote:
 class _Durations:
     """Every test's seconds (setup, call and teardown), whether it uses perf or not, as the process that ends the run
     sees its reports (xdist's controller gets its workers'): what a bless records for the schedule of -n
-    (speedgate.schedule). A sum per node id; nothing is imported."""
+    (speedgate.schedule). A test counts once its teardown is reported: one cut short by Ctrl-C or a dead worker
+    took no whole time. Nothing is imported."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.seconds: dict[str, float] = config.stash.setdefault(DURATIONS_KEY, {})
+        self._running: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration or 0.0)
+        so_far = self._running.pop(report.nodeid, 0.0) + float(report.duration or 0.0)
+        if report.when == "teardown":
+            self.seconds[report.nodeid] = so_far
+        else:
+            self._running[report.nodeid] = so_far
 
 
 def _register_xdist_hooks(config: pytest.Config) -> None:
