@@ -222,6 +222,25 @@ def test_a_bless_under_xdist_records_its_tests_seconds_and_the_next_run_schedule
     assert report_seconds(report, "test-box") == report["durations"]
 
 
+def test_asked_on_the_command_line_a_kept_order_says_why(project: pytest.Pytester) -> None:
+    project.makepyfile(test_one=CASES + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
+                                                for i in range(2)))
+    plain = project.runpytest_subprocess("-n", "2")  # not asked: nothing said
+    plain.assert_outcomes(passed=2)
+    plain.stdout.no_fnmatch_line("*xdist's order kept*")
+    asked = project.runpytest_subprocess("-n", "2", "--speedgate-schedule", "longest-first")
+    asked.assert_outcomes(passed=2)
+    asked.stdout.fnmatch_lines(["speedgate: --speedgate-schedule longest-first: xdist's order kept (no baseline file "
+                                "in *baselines: a bless records each test's seconds)"])
+    (project.path / "baselines").mkdir()
+    (project.path / "baselines" / "test-box.json").write_text(json.dumps(baseline_doc({})))
+    asked = project.runpytest_subprocess("-n", "2", "--speedgate-schedule", "longest-first", "--dist", "loadfile")
+    asked.stdout.fnmatch_lines(["*xdist's order kept (it applies under --dist load, without --maxschedchunk)"])
+    asked = project.runpytest_subprocess("-n", "2", "--speedgate-schedule", "longest-first")
+    asked.stdout.fnmatch_lines(["*xdist's order kept (*test-box.json records no test's seconds: a bless that "
+                                "rewrites it records them)"])
+
+
 def test_a_projects_own_scheduler_is_kept(project: pytest.Pytester) -> None:
     project.makepyfile(test_one=CASES + "".join(f"\ndef test_{i}(perf):\n    perf.compare(ref_2ms, opt_1ms)\n"
                                                 for i in range(3)))

@@ -66,28 +66,35 @@ class XdistHooks:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         # speedgate.schedule: the longest work first, where this hardware's baseline file records tests' seconds.
         # Only where speedgate's folder holds baseline files (as above): a project without them keeps xdist's
-        # scheduler, and loads nothing of speedgate's for it.
+        # scheduler, and loads nothing of speedgate's for it. Where the command line asked for the schedule and
+        # xdist's order is kept all the same, the run says why.
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        asked = config.getoption("speedgate_schedule", None) == "longest-first"
+
+        def kept(why: str) -> None:
+            if asked and terminal is not None:
+                terminal.write_line(f"speedgate: --speedgate-schedule longest-first: xdist's order kept ({why})")
+
         folder = self._baseline_dir
         if not (folder.is_dir() and any(folder.glob("*.json"))):
-            return None
+            return kept(f"no baseline file in {folder}: a bless records each test's seconds")
         xdists = config.pluginmanager.get_plugin("dsession")
         if any(impl.plugin not in (self, xdists) for impl in config.hook.pytest_xdist_make_scheduler.get_hookimpls()):
-            return None  # a project's or another plugin's scheduler: theirs
+            return kept("the project or another plugin makes xdist's scheduler")
         from . import schedule
         from .baseline import recorded_seconds
 
         state = self._session()
         if not schedule.wanted(config, state.settings.schedule):
-            return None
+            return kept("it applies under --dist load, without --maxschedchunk")
         key = state.bench.hardware_key
         seconds = recorded_seconds(state.book.doc_for(key))  # checked by pytest_sessionstart above
         if not seconds:
-            return None
+            return kept(f"{state.book.path_for(key)} records no test's seconds: a bless that rewrites it records them")
         from .case_ids import args_folder
 
         test_ids = schedule.IdsFromNodes(Path(config.rootpath), config.inipath,
-                                    args_folder(config.args, config.invocation_params.dir))
-        terminal = config.pluginmanager.get_plugin("terminalreporter")
+                                         args_folder(config.args, config.invocation_params.dir))
 
         def said(made: schedule.Plan, workers: int) -> None:
             if made.known and terminal is not None:
