@@ -14,7 +14,8 @@ import pytest
 
 from conftest import CASES, baseline_doc
 from speedgate import baseline
-from speedgate.schedule import IdsFromNodes, main, plan, report_seconds, scheduler_class
+from speedgate.case_ids import AnchoredIds
+from speedgate.schedule import main, plan, report_seconds, scheduler_class
 from speedgate.testing import ScriptedWorker
 
 pytest.importorskip("xdist")
@@ -52,7 +53,7 @@ def test_test_ids_are_the_baseline_files_ids_whatever_the_rootdir(tmp_path: Path
     (project / "pyproject.toml").write_text("")
     (project / "perf" / "test_x.py").write_text("")
     # pytest's rootdir is the folder above the project here (no ini file there): node ids start with "proj/".
-    ids = IdsFromNodes(tmp_path, None, None)
+    ids = AnchoredIds(None, None, tmp_path)
     assert ids("proj/perf/test_x.py::test_a[1]") == "perf/test_x.py::test_a[1]"
 
 
@@ -127,7 +128,7 @@ class _Log:
 
 
 def _longest_first() -> Any:
-    # The node ids are the test ids here (IdsFromNodes is tested above).
+    # The node ids are the test ids here (AnchoredIds is tested above).
     return scheduler_class()(_config(), _Log(), dict(TOOK), lambda nodeid: nodeid, lambda made, workers: None)
 
 

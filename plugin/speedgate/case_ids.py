@@ -60,6 +60,30 @@ def case_base(nodeid: str, test_file: Path, anchor: Path | None) -> str:
     return f"{path}::{rest}" if rest else path
 
 
+class AnchoredIds:
+    """Test ids (case_base) of one run's tests, each test folder's anchor found once. A node id without its file
+    (what an xdist controller, which collects nothing, has) finds the file under the run's rootdir."""
+
+    def __init__(self, inipath: Path | None, args_folder: Path | None, rootpath: Path | None = None) -> None:
+        self._ini, self._args, self._root = inipath, args_folder, rootpath
+        self._anchor_of: dict[Path, Path | None] = {}
+
+    @classmethod
+    def of_run(cls, config: Any) -> AnchoredIds:
+        """The ids of a pytest run's tests (its ini file, rootdir and arguments)."""
+        return cls(config.inipath, args_folder(config.args, config.invocation_params.dir), Path(config.rootpath))
+
+    def anchor(self, folder: Path) -> Path | None:
+        if folder not in self._anchor_of:
+            self._anchor_of[folder] = case_anchor(folder, self._ini, self._args)
+        return self._anchor_of[folder]
+
+    def __call__(self, nodeid: str, test_file: Path | None = None) -> str:
+        if test_file is None:
+            test_file = (self._root or Path.cwd()) / nodeid.partition("::")[0]
+        return case_base(nodeid, test_file, self.anchor(test_file.parent))
+
+
 def matches_a_case(entry: str, cases: set[str]) -> bool:
     """Whether a baseline entry belongs to one of the cases: it is one, or one followed by '::<name>'."""
     if entry in cases:
@@ -105,19 +129,17 @@ class CaseIds:
         self.collected_files: set[str] = set()  # test files that yielded tests, as case ids write them
         self.anchors: set[str] = set()  # the folders those case ids are relative to
         self.unmarked_anchors: set[str] = set()  # those that are only the folder of the paths the run was given
-        self._anchor_of: dict[Path, Path | None] = {}  # test folder -> its anchor, found once
 
     def note_collected(self, items: Iterable[tuple[str, Path, bool]], inipath: Path | None,
                        args_folder: Path | None = None, whole_files: bool = True) -> None:
         """Record the collected tests, (node id, test file, uses perf), and give each one its case id (args_folder:
         see case_anchor). whole_files=False: collection took only some tests of each file (--lf), so an entry of a
         collected file that matches no collected test is out of view, not orphaned."""
+        ids = AnchoredIds(inipath, args_folder)
         for nodeid, test_file, uses_perf in items:
             folder = test_file.parent
-            if folder not in self._anchor_of:
-                self._anchor_of[folder] = case_anchor(folder, inipath, args_folder)
-            anchor = self._anchor_of[folder]
-            base = case_base(nodeid, test_file, anchor)
+            anchor = ids.anchor(folder)
+            base = ids(nodeid, test_file)
             if whole_files:
                 self.collected_files.add(base.partition("::")[0])
             if uses_perf:
@@ -147,5 +169,5 @@ class CaseIds:
         return orphaned_entries(entries, self.collected_cases, self.collected_files, self.anchors)
 
 
-__all__ = ["CaseIds", "args_folder", "case_anchor", "case_base", "matches_a_case", "orphaned_entries",
+__all__ = ["AnchoredIds", "CaseIds", "args_folder", "case_anchor", "case_base", "matches_a_case", "orphaned_entries",
            "whole_files_collected"]

@@ -415,13 +415,12 @@ def _has_work(config: pytest.Config) -> bool:
 
 def _finish(session: pytest.Session, interrupted: bool) -> None:
     """The end of the run on the controller (speedgate.finish); an error of it fails the run."""
-    from .case_ids import args_folder
+    from .case_ids import AnchoredIds
     from .export import add_junit_suite_properties
     from .finish import finish_run
-    from .schedule import IdsFromNodes
 
     config = session.config
-    test_id = IdsFromNodes(Path(config.rootpath), config.inipath, args_folder(config.args, config.invocation_params.dir))
+    test_id = AnchoredIds.of_run(config)
     durations = {test_id(nodeid): seconds for nodeid, seconds in config.stash.get(DURATIONS_KEY, {}).items()}
     run = _session(config).closing(interrupted=interrupted, durations=durations)
     done = session.config.stash[FINISH_KEY] = finish_run(run, session.config.stash[REPORTS_KEY])

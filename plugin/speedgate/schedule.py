@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .case_ids import case_anchor, case_base
-
 SCHEDULES = ("longest-first", "xdist")
 
 
@@ -60,22 +58,6 @@ def plan(collection: Sequence[str], seconds: Mapping[str, float], workers: int) 
             units.append((file, nodeids))
     order = sorted(range(len(units)), key=lambda i: (-sum(estimate[n] for n in units[i][1]), i))
     return Plan([units[i] for i in order], estimate, len(known))
-
-
-class IdsFromNodes:
-    """A collected node id's test id, as baseline files write it (speedgate.case_ids): what the controller, which
-    collects nothing, computes from the node id alone."""
-
-    def __init__(self, rootpath: Path, inipath: Path | None, args_folder: Path | None) -> None:
-        self._root, self._ini, self._args = rootpath, inipath, args_folder
-        self._anchors: dict[Path, Path | None] = {}
-
-    def __call__(self, nodeid: str) -> str:
-        test_file = self._root / nodeid.partition("::")[0]
-        folder = test_file.parent
-        if folder not in self._anchors:
-            self._anchors[folder] = case_anchor(folder, self._ini, self._args)
-        return case_base(nodeid, test_file, self._anchors[folder])
 
 
 def scheduler_class() -> type:
@@ -239,5 +221,5 @@ def wanted(config: Any, schedule: str) -> bool:
             and config.getoption("maxschedchunk", None) is None)
 
 
-__all__ = ["Plan", "SCHEDULES", "IdsFromNodes", "main", "plan", "plan_words", "report_seconds", "scheduler_class", "test_id",
+__all__ = ["Plan", "SCHEDULES", "main", "plan", "plan_words", "report_seconds", "scheduler_class", "test_id",
            "wanted"]

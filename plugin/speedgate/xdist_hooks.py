@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .faults import FaultWatch, WorkerCrashes
     from .session import SpeedgateSession
 
@@ -91,10 +92,9 @@ class XdistHooks:
         seconds = recorded_seconds(state.book.doc_for(key))  # checked by pytest_sessionstart above
         if not seconds:
             return kept(f"{state.book.path_for(key)} records no test's seconds: a bless that rewrites it records them")
-        from .case_ids import args_folder
+        from .case_ids import AnchoredIds
 
-        test_ids = schedule.IdsFromNodes(Path(config.rootpath), config.inipath,
-                                         args_folder(config.args, config.invocation_params.dir))
+        test_ids = AnchoredIds.of_run(config)
 
         def said(made: schedule.Plan, workers: int) -> None:
             if made.known and terminal is not None:
