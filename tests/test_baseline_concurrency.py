@@ -1,4 +1,4 @@
-"""Concurrent blesses into one baseline file: update() loses no process's entries.
+"""Concurrent blesses into one baseline file: update() loses no process's entries, nor their tests' seconds.
 
 Run as a script (`python tests/test_baseline_concurrency.py`) to see the race the lock prevents: the same
 blesses with a plain read, merge, write_atomic lose entries. The test does not assert that a race happens
@@ -41,7 +41,8 @@ def _bless(path: str, worker: int, locked: bool, start: Any) -> None:
         def change(existing: dict[str, Any] | None, case_id: str = case_id) -> dict[str, Any]:
             time.sleep(HOLD_S)
             doc, _ = baseline.merge(existing, hardware_key="test-box", fingerprint=FINGERPRINT,
-                                    entries={case_id: _entry(2.0)}, rewrite_fraction={})
+                                    entries={case_id: _entry(2.0)}, rewrite_fraction={},
+                                    test_seconds={case_id: 1.0 + i})
             return doc
 
         if locked:
@@ -70,6 +71,8 @@ def test_concurrent_updates_lose_no_entry(tmp_path: Path) -> None:
     assert bless_at_once(path, locked=True) == PROCESSES * ENTRIES_EACH
     doc = baseline.read(path)
     assert doc is not None and {f"w{w}.py::case_{i}" for w in range(PROCESSES) for i in range(ENTRIES_EACH)} == set(doc["cases"])
+    # Each test's seconds (the -n schedule's) too: a bless merges them into the file as it holds them under the lock.
+    assert doc["test_seconds"] == {f"w{w}.py::case_{i}": 1.0 + i for w in range(PROCESSES) for i in range(ENTRIES_EACH)}
 
 
 if __name__ == "__main__":
