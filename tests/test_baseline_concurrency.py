@@ -38,7 +38,7 @@ def _bless(path: str, worker: int, locked: bool, start: Any) -> None:
     for i in range(ENTRIES_EACH):
         case_id = f"w{worker}.py::case_{i}"
 
-        def change(existing: dict[str, Any] | None, case_id: str = case_id) -> dict[str, Any]:
+        def change(existing: dict[str, Any] | None, case_id: str = case_id, i: int = i) -> dict[str, Any]:
             time.sleep(HOLD_S)
             doc, _ = baseline.merge(existing, hardware_key="test-box", fingerprint=FINGERPRINT,
                                     entries={case_id: _entry(2.0)}, rewrite_fraction={},
