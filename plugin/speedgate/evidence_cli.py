@@ -79,14 +79,28 @@ def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str
     return {**existing, "cases": cases}
 
 
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m speedgate evidence",
-        description="add the speedups of gate runs (--speedgate-json reports of the code the file was blessed from) to "
-                    "the calibration evidence of a baseline file's calibrated entries, one process per report and "
-                    "card, and rewrite their tolerances; without reports, show the evidence by card")
+def file_and_reports(command: str, description: str, reports_help: str) -> argparse.ArgumentParser:
+    """The parser of a command that reads a baseline file and --speedgate-json reports (evidence, schedule)."""
+    parser = argparse.ArgumentParser(prog=f"python -m speedgate {command}", description=description)
     parser.add_argument("baseline", type=Path, help="the baseline file (baselines/<hardware_key>.json)")
-    parser.add_argument("reports", type=Path, nargs="*", help="--speedgate-json reports of gate runs")
+    parser.add_argument("reports", type=Path, nargs="*", help=reports_help)
+    return parser
+
+
+def read_reports(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The reports at paths (load_report); a path that is none ends the command (exit 2), naming it."""
+    try:
+        return [load_report(path) for path in paths]
+    except ValueError as exc:
+        parser.exit(2, f"speedgate {parser.prog.rpartition(' ')[2]}: {exc}\n")
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = file_and_reports(
+        "evidence", "add the speedups of gate runs (--speedgate-json reports of the code the file was blessed from) to "
+                    "the calibration evidence of a baseline file's calibrated entries, one process per report and "
+                    "card, and rewrite their tolerances; without reports, show the evidence by card",
+        "--speedgate-json reports of gate runs")
     parser.add_argument("--restart", metavar="CASE_ID", action="append", default=[],
                         help="start this entry's evidence again from its newest calibrating bless alone, dropping "
                              "the processes and other picks before it (for a case whose code changed since them); "
@@ -100,10 +114,7 @@ def main(argv: Sequence[str]) -> int:
         parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
     if args.case and not args.reports:
         parser.exit(2, "speedgate evidence: --case names the entries whose evidence the reports add: give reports\n")
-    try:
-        reports = [_only(load_report(path), args.case) for path in args.reports]
-    except ValueError as exc:
-        parser.exit(2, f"speedgate evidence: {exc}\n")
+    reports = [_only(report, args.case) for report in read_reports(parser, args.reports)]
     missing = [case for case in args.case if not any(c.get("case_id") == case for r in reports for c in r["cases"])]
     if missing:
         parser.exit(2, f"speedgate evidence: no report measured {missing[0]}; the file was left untouched\n")

@@ -156,24 +156,18 @@ def report_seconds(report: Mapping[str, Any], hardware_key: str) -> dict[str, fl
 
 
 def main(argv: Sequence[str]) -> int:
-    import argparse
     from statistics import median
 
     from . import baseline as baseline_file
-    from .evidence_cli import load_report
+    from .evidence_cli import file_and_reports, read_reports
 
-    parser = argparse.ArgumentParser(
-        prog="python -m speedgate schedule",
-        description="the seconds a baseline file records for each test, which order an xdist run hands tests out in "
+    parser = file_and_reports(
+        "schedule", "the seconds a baseline file records for each test, which order an xdist run hands tests out in "
                     "(--speedgate-schedule longest-first); with reports, record their tests' seconds (the median "
-                    "over the reports) into the file, as a bless records its own")
-    parser.add_argument("baseline", type=Path, help="the baseline file (baselines/<hardware_key>.json)")
-    parser.add_argument("reports", type=Path, nargs="*", help="--speedgate-json reports of runs on this hardware")
+                    "over the reports) into the file, as a bless records its own",
+        "--speedgate-json reports of runs on this hardware")
     args = parser.parse_args(argv)
-    try:
-        reports = [load_report(path) for path in args.reports]
-    except ValueError as exc:
-        parser.exit(2, f"speedgate schedule: {exc}\n")
+    reports = read_reports(parser, args.reports)
     for path, report in zip(args.reports, reports):
         if "test_seconds" not in report and "durations" not in report:
             parser.exit(2, f"speedgate schedule: {path}: records no test's seconds (its speedgate wrote none)\n")
