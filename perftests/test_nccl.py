@@ -154,21 +154,16 @@ import json, re
 from perftests.kernels.oneshot_allreduce import MAX_SPINS, _oneshot_kernel
 from perftests.kernels.quant import QBLOCK
 from perftests.support.gluon_build import compile_to, ptxas_report
-from perftests.test_nccl import oneshot_configs
 signature = {"x_ptr": "*bf16", "out_ptr": "*bf16", "peer_codes_ptr": "*i8", "peer_scales_ptr": "*fp32",
              "peer_flags_ptr": "*i32", "codes_ptr": "*i8", "scales_ptr": "*fp32", "flags_ptr": "*i32",
              "state_ptr": "*i32", "n_blocks": "i32", "SLOT_CODES": "i32", "SLOT_SCALES": "i32", "SENDERS": "i32"}
-found = []
-for config in oneshot_configs():
-    for rank in (0, 1):
-        built = compile_to(_oneshot_kernel, signature, dict(RANK=rank, QBLOCK=QBLOCK, ROWS=config["rows"],
-                           WAVES=config["waves"], MAX_SPINS=MAX_SPINS), config["warps"], 1, "ptx",
-                           aligned=tuple(signature))
-        ptx = built["ptx"]
-        found.append(dict(config=config, rank=rank, shared=built["shared"],
-                          release=len(re.findall(r"atom[.]global[.]sys[.]release[.]", ptx)),
-                          acquire=len(re.findall(r"(?:ld|atom)[.]global[.]sys[.]acquire[.]", ptx)), **ptxas_report(ptx)))
-print(json.dumps(found))
+config, rank = ITEM
+built = compile_to(_oneshot_kernel, signature, dict(RANK=rank, QBLOCK=QBLOCK, ROWS=config["rows"],
+                   WAVES=config["waves"], MAX_SPINS=MAX_SPINS), config["warps"], 1, "ptx", aligned=tuple(signature))
+ptx = built["ptx"]
+print(json.dumps(dict(config=config, rank=rank, shared=built["shared"],
+                      release=len(re.findall(r"atom[.]global[.]sys[.]release[.]", ptx)),
+                      acquire=len(re.findall(r"(?:ld|atom)[.]global[.]sys[.]acquire[.]", ptx)), **ptxas_report(ptx))))
 """
 
 
@@ -177,8 +172,9 @@ def test_oneshot_kernel_builds_for_hopper() -> None:
     both ranks, at every config the suite times: no spill, and registers and shared memory that let one program sit
     on every SM at once (the kernel's waits need every program resident); a sender's flags are released and a
     reducer's acquired at system scope (the peer's GPU sees them)."""
-    found = gluon_build.build(ONESHOT_BUILD)
-    assert len(found) == 2 * len(oneshot_configs()), found
+    found = gluon_build.build_each(ONESHOT_BUILD, [(config, rank) for config in oneshot_configs() for rank in (0, 1)])
+    assert [(built["config"], built["rank"]) for built in found] == [
+        (config, rank) for config in oneshot_configs() for rank in (0, 1)], found
     for built in found:
         config, where = built["config"], f"rank {built['rank']} at {built['config']}"
         threads = config["warps"] * 32

@@ -133,13 +133,10 @@ GLUON_BUILD = """
 import json
 from perftests.kernels.attention_gluon import CHOICE
 from perftests.support.gluon_build import dot_ops, gluon_attention, ptxas_report
-found = {}
-for head_dim, causal in CHOICE:
-    built = gluon_attention(head_dim, causal, "ptx")
-    schedule = CHOICE[head_dim, causal][0]
-    found[f"{schedule} {head_dim} {'causal' if causal else 'full'}"] = dict(ops=dot_ops(built["ttgir"]),
-                                                                        **ptxas_report(built["ptx"]))
-print(json.dumps(found))
+head_dim, causal = ITEM
+built = gluon_attention(head_dim, causal, "ptx")
+print(json.dumps(dict(name=f"{CHOICE[head_dim, causal][0]} {head_dim} {'causal' if causal else 'full'}",
+                      ops=dot_ops(built["ttgir"]), **ptxas_report(built["ptx"]))))
 """
 
 
@@ -149,7 +146,9 @@ def test_gluon_kernel_builds_for_hopper() -> None:
     undoes the overlap the kernel exists for), spilling nothing. In pv_under's loop (two_warpgroups_loader runs it in
     each consumer warpgroup) p v stays in flight while the scores are waited for (a wait for 1 pending MMA, then for
     0). The lab's schedules are built by lab/tests."""
-    found = gluon_build.build(GLUON_BUILD)
+    from perftests.kernels import attention_gluon
+
+    found = {built.pop("name"): built for built in gluon_build.build_each(GLUON_BUILD, list(attention_gluon.CHOICE))}
     assert len(found) == 4
     pv_under = ["dot async", "dot async", "wait pendings=1", "wait pendings=0"]
     expected = {"pv_under": [pv_under], "two_warpgroups_loader": [pv_under, pv_under]}
