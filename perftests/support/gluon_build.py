@@ -41,8 +41,8 @@ def build(script: str, timeout: float = 900) -> Any:
 
 def build_each(script: str, items: Sequence[Any], timeout: float = 900) -> list[Any]:
     """`build` once for each item, with the item (JSON) bound to `ITEM` in the script, the builds at once (at most
-    one a core): each kernel's compile and ptxas run in one thread, so a build of several kernels one after another
-    took their sum (the one-shot all-reduce's four, about half a minute). The results in the items' order."""
+    one a core): each kernel's compile and ptxas run in one thread, so several kernels built one after another take
+    the sum of their times (docs/results/suite-time.md). The results in the items' order."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     prelude = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nITEM = __import__('json').loads(sys.argv[1])\n"
     width = max(1, min(len(items), os.cpu_count() or 1))
