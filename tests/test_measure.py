@@ -146,8 +146,8 @@ class HeldTimer(ScriptedTimer):
         self.idle = ScriptedTimer({"ref": 4.0, "opt": 3.0})
         self.idle.name = "idle-start"
 
-    def for_sides(self, reference, optimized, latency=False):
-        self.asked.append(latency)
+    def for_sides(self, reference, optimized, latency=False, replayed=False):
+        self.asked.append((latency, replayed))
         return self.idle if latency else self
 
 
@@ -157,7 +157,9 @@ def test_the_rounds_use_the_timer_the_sides_call_for() -> None:
     assert held.timer == "held" and held.speedup == pytest.approx(2.0)
     idle = measure_pair(ref, opt, timer, Policy(warmup_s=0), latency=True)
     assert idle.timer == "idle-start" and idle.reference_ms == 4.0 and idle.speedup == pytest.approx(4 / 3)
-    assert timer.asked == [False, True]
+    # Rounds of graph replays (prepare_rounds, graph=True) tell the timer so: it does not probe the sides as given.
+    measure_pair(ref, opt, timer, Policy(warmup_s=0), prepare_rounds=lambda fn: fn)
+    assert timer.asked == [(False, False), (True, False), (False, True)]
 
 
 class _Outrun(ScriptedTimer):

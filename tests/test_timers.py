@@ -236,6 +236,36 @@ def test_such_a_side_is_timed_from_an_idle_device_and_never_grows_the_hold():
     assert timer.for_sides(plain, plain) is timer
 
 
+def stalled_once(cuda: SimCuda, stall_ms: float, on_call: int):
+    """A side that does not wait for the device, whose host is stalled (another process's work) in one call."""
+    calls = []
+
+    def side() -> None:
+        calls.append(1)
+        if len(calls) == on_call:
+            cuda.host += stall_ms
+        cuda.run("side")
+    return side
+
+
+def test_a_host_stalled_in_one_probe_is_no_wait():
+    # The probe's second call is the one behind the hold: a 15 ms stall there reads as waiting behind a 20 ms hold.
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    assert timer._waits_once(stalled_once(cuda, stall_ms=15.0, on_call=2))  # one probe alone is fooled
+    assert not timer.synchronizes(stalled_once(cuda, stall_ms=15.0, on_call=2))
+    assert timer.for_sides(stalled_once(cuda, 15.0, 2), stalled_once(cuda, 15.0, 2)) is timer
+    assert timer.synchronizes(syncing(cuda))  # a side that waits does so in every probe
+
+
+def test_graph_replays_are_held_whatever_the_sides_do_as_given():
+    # The rounds time replays (one launch a call; a side that waits could not be captured): nothing to probe.
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    spins = len(cuda.spins)
+    assert timer.for_sides(syncing(cuda), syncing(cuda), replayed=True) is timer
+    assert len(cuda.spins) == spins  # no probe's hold
+    assert timer.for_sides(syncing(cuda), syncing(cuda), latency=True, replayed=True).name == "cuda-events-idle-start"
+
+
 def test_latency_is_asked_for_by_the_case():
     timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
     plain = lambda: cuda.run("side")  # noqa: E731

@@ -304,7 +304,7 @@ def time_pair(
     intervals (the gate's checkpoints). compute_floor_ms: the roofline floor of work the case declared compute-bound;
     a pair it makes tensor-core-bound (counts_cycles) is counted in SM cycles where the timer can (Timer.in_cycles).
     """
-    rounds_timer = as_timer(timer).for_sides(reference, optimized, latency=latency)
+    rounds_timer = as_timer(timer).for_sides(reference, optimized, latency=latency, replayed=prepare is not None)
     warm = warm_up(rounds_timer, [reference, optimized], policy, clock)
     counter = rounds_timer.in_cycles() if counts_cycles(warm, compute_floor_ms, SUSTAINED_PAIR_MS) else None
     rounds_timer = counter or rounds_timer

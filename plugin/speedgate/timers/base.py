@@ -63,8 +63,9 @@ class Timer(abc.ABC):
     def describe(self) -> str:
         """One line for reports: what is timed and how."""
 
-    def for_sides(self, reference: Fn, optimized: Fn, latency: bool = False) -> Timer:
-        """The timer for the rounds of these two sides (this one, for a plain clock)."""
+    def for_sides(self, reference: Fn, optimized: Fn, latency: bool = False, replayed: bool = False) -> Timer:
+        """The timer for the rounds of these two sides (this one, for a plain clock). replayed: the rounds time CUDA
+        graph replays of the sides (graph=True), not the sides as given."""
         return self
 
     def graphed(self, fn: Fn) -> Fn:

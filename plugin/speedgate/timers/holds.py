@@ -19,6 +19,9 @@ HOLD_CAP_MS = 100.0
 # A call whose host work alone lasts half the longest reads as waiting: it is launch-bound, timed from idle anyway.
 SYNC_PROBE_MS = 20.0
 SYNC_PROBE_CAP_MS = 1000.0
+# A call that waits for the device waits every time; a host stalled in one probe (other work, a collection) makes a
+# call that does not wait read as waiting. So a side waits only where each of this many probes says so.
+SYNC_PROBES = 3
 
 
 def wanted_hold_ms(behind_per_call: float, calls: int) -> float:
