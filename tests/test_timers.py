@@ -257,6 +257,30 @@ def test_a_host_stalled_in_one_probe_is_no_wait():
     assert timer.synchronizes(syncing(cuda))  # a side that waits does so in every probe
 
 
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_ranks_in_lockstep_call_their_sides_alike_whatever_a_probe_reads(lockstep: bool):
+    # A multi-rank case's sides are collectives: a rank whose probe stopped early would leave its peers waiting in a
+    # collective it never queues. In lockstep every probe runs; alone, the probes stop at the first that says no.
+    cuda = SimCuda({"flush": 0.03, "side": 0.185}, {"flush": 0.005, "side": 0.30})
+    timer = CudaTimer(SimTorch(cuda), lockstep=lockstep)
+    timer.clock = lambda: cuda.host / 1e3
+    counted: list[int] = []
+    stalled = stalled_once(cuda, stall_ms=15.0, on_call=2)
+
+    def plain() -> None:
+        counted.append(1)
+        cuda.run("side")
+
+    def counted_stalled() -> None:
+        counted.append(1)
+        stalled()
+
+    assert not timer.synchronizes(plain) and len(counted) == (2 * timers.SYNC_PROBES if lockstep else 2)
+    counted.clear()
+    assert not timer.synchronizes(counted_stalled)
+    assert len(counted) == (2 * timers.SYNC_PROBES if lockstep else 4)  # alone: stopped by the second probe
+
+
 def test_graph_replays_are_held_whatever_the_sides_do_as_given():
     # The rounds time replays (one launch a call; a side that waits could not be captured): nothing to probe.
     timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)

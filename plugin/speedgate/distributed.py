@@ -194,9 +194,9 @@ def held_timer(reference: Callable[[], Any], optimized: Callable[[], Any]) -> An
 
     from .timers.cuda import CudaTimer
 
-    timer = CudaTimer(torch)
+    timer = CudaTimer(torch, lockstep=True)
     # for_sides: the one-GPU clock's own answer (itself, or an idle start when a side makes the host wait), agreed
-    # across ranks so that every rank takes the same path and queues the same collectives.
+    # across ranks so that every rank takes the same path and queues the same collectives (its probes too: lockstep).
     waits = slowest([float(timer.for_sides(reference, optimized) is not timer)])
     return None if any(waits) else timer
 

@@ -23,15 +23,17 @@ from .holds import (
     HOLD_MARGIN_MS,
     HOLD_SLACK,
     SYNC_PROBE_CAP_MS,
+    SYNC_PROBES,
     device_floor_ms,
     hold_ms,
     learn_hold,
     wanted_hold_ms,
 )
 
-__all__ = ["HOLD_CAP_MS", "HOLD_MARGIN_MS", "HOLD_SLACK", "PROFILED_CALLS", "PROFILE_HOLD_MS", "SYNC_PROBE_CAP_MS", "TIMER_CHOICES", "CpuTimer", "CudaTimer",
-           "Fn", "IdleStart", "Timer", "TimerKind", "as_timer", "cuda_usable", "device_floor_ms", "hold_ms", "learn_hold",
-           "make_timer", "median_event_ms", "spin_cycles_per_ms", "wanted_hold_ms"]
+__all__ = ["HOLD_CAP_MS", "HOLD_MARGIN_MS", "HOLD_SLACK", "PROFILED_CALLS", "PROFILE_HOLD_MS", "SYNC_PROBE_CAP_MS",
+           "SYNC_PROBES", "TIMER_CHOICES", "CpuTimer", "CudaTimer", "Fn", "IdleStart", "Timer", "TimerKind",
+           "as_timer", "cuda_usable", "device_floor_ms", "hold_ms", "learn_hold", "make_timer", "median_event_ms",
+           "spin_cycles_per_ms", "wanted_hold_ms"]
 
 
 def cuda_usable() -> bool:

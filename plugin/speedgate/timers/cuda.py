@@ -130,10 +130,13 @@ class CudaTimer(Timer):
     sustains = True
     on_gpu = True
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: Any, lockstep: bool = False) -> None:
+        """lockstep: every probe of synchronizes runs whatever the earlier ones said, so that ranks whose sides are
+        collectives queue the same calls (speedgate.distributed)."""
         if not torch.cuda.is_available():
             raise RuntimeError("speedgate: the CUDA timer was asked for, but torch.cuda.is_available() is False")
         self._torch = torch
+        self.lockstep = lockstep
         device = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(device)
         l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or 64 * 2**20
@@ -273,8 +276,11 @@ class CudaTimer(Timer):
 
         Behind a hold several times its own length, a call that does not wait returns long before the hold ends;
         one that waits returns after it. Holding cannot put the host ahead of such a call. It waits only where every
-        one of SYNC_PROBES probes says so: a host stalled during one probe is no wait.
+        one of SYNC_PROBES probes says so: a host stalled during one probe is no wait. The probes stop at the first
+        that says no, unless the timer is in lockstep (then every one runs).
         """
+        if self.lockstep:
+            return all([self._waits_once(fn) for _ in range(SYNC_PROBES)])
         return all(self._waits_once(fn) for _ in range(SYNC_PROBES))
 
     def _waits_once(self, fn: Fn) -> bool:
