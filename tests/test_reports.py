@@ -431,8 +431,8 @@ def test_a_failure_cause_is_the_crash_message_first_line_cut_short() -> None:
     long = failure_cause(SimpleNamespace(longrepr="E" * 1000))
     assert long is not None and len(long) == CAUSE_CHARS and long.endswith("...")
     ledger = RunLedger()  # the first failed phase's cause is the one kept (a teardown's error after a failed call)
-    ledger.note_outcome("t.py::test_a", "call", False, True, 0.1, "AssertionError: slower")
-    ledger.note_outcome("t.py::test_a", "teardown", False, True, 0.1, "RuntimeError: cleanup")
+    ledger.note_outcome("t.py::test_a", "call", False, True, "AssertionError: slower")
+    ledger.note_outcome("t.py::test_a", "teardown", False, True, "RuntimeError: cleanup")
     assert ledger.failure_causes == {"t.py::test_a": "AssertionError: slower"}
 
 

@@ -33,7 +33,7 @@ class RunEnd:
     failure_causes: Mapping[str, str]  # failed node id -> what failed it first (pytest's crash message)
     finished: frozenset[str]  # node ids of the tests that finished and passed
     passed_cases: frozenset[str]  # their case ids
-    test_seconds: Mapping[str, float]
+    test_seconds: Mapping[str, float]  # node id -> the seconds of a test that used perf (durations, by node id)
     lost_workers: Sequence[str]
     fingerprints: Mapping[str, dict[str, Any]]
     ceilings_seen: Mapping[str, dict[str, Any]]

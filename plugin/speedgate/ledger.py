@@ -49,7 +49,6 @@ class WorkerReport:
     failure_causes: dict[str, str]  # node id -> what failed it first (pytest's one-line crash message)
     passed: list[str]  # ... that finished and passed (call and teardown)
     passed_cases: list[str]  # their case ids (the controller collects nothing, so cannot name them)
-    test_seconds: dict[str, float]  # node id -> its setup, call and teardown
     fingerprints: dict[str, dict[str, Any]]  # hardware key -> the fingerprint its results were measured under
     ceilings: dict[str, dict[str, Any]]  # hardware key -> the ceilings measured on it
     gpu_state: dict[str, str]  # hardware key -> the GPU's state when timing began
@@ -97,7 +96,6 @@ class RunLedger:
         self.passed_nodeids: set[str] = set()  # finished: their call passed and their teardown ran to the end
         self._passed_cases_absorbed: set[str] = set()  # workers' passed tests, as case ids
         self._call_passed: set[str] = set()  # tests whose call passed, their teardown not yet reported
-        self.test_seconds: dict[str, float] = {}  # node id of a test using perf -> its setup, call and teardown
         self.lost_workers: list[str] = []  # xdist workers that ended without their closing report
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.call_sites: dict[str, list[tuple[str, int, int]]] = {}  # case or metric id -> where it was asked for
@@ -120,10 +118,8 @@ class RunLedger:
         if self.progress is not None:
             self.progress(result_id)
 
-    def note_outcome(self, nodeid: str, when: str, passed: bool, failed: bool, seconds: float,
-                     cause: str | None = None) -> None:
+    def note_outcome(self, nodeid: str, when: str, passed: bool, failed: bool, cause: str | None = None) -> None:
         """A phase's outcome of a test that used perf; cause: what failed it (kept for its first failed phase)."""
-        self.test_seconds[nodeid] = self.test_seconds.get(nodeid, 0.0) + seconds
         if when == "call" and passed:
             self._call_passed.add(nodeid)
         if when == "teardown" and passed and nodeid in self._call_passed:
@@ -153,7 +149,6 @@ class RunLedger:
             self.failure_causes.setdefault(nodeid, cause)
         self.passed_nodeids.update(report.passed)
         self._passed_cases_absorbed.update(report.passed_cases)
-        self.test_seconds.update(report.test_seconds)
         for key, fp in report.fingerprints.items():
             known = self.fingerprints.get(key)
             if known is None or len(fp["hardware"]) > len(known["hardware"]):
@@ -161,19 +156,24 @@ class RunLedger:
         self.used = self.used or bool(report.records) or bool(report.metrics)
 
     def closing(self, settings: Settings, interrupted: bool, *, ids: CaseIds, book: BaselineBook,
-                bench: Bench, durations: Mapping[str, float] | None = None) -> RunEnd:
-        """The run at its end, for the end's stages (on the controller: every worker absorbed). durations: every
-        test's seconds, by test id (the plugin's count: those of tests without perf too)."""
+                bench: Bench, seconds: Mapping[str, float] | None = None,
+                test_id: Callable[[str], str] = str) -> RunEnd:
+        """The run at its end, for the end's stages (on the controller: every worker absorbed). seconds: every
+        finished test's seconds by node id, with perf or without (the plugin's one count, as the process that ends
+        the run saw the reports); test_id: a node id's test id (the baseline files' form of it)."""
+        seconds = dict(seconds or {})
+        used_perf = self.passed_nodeids | self.failed_nodeids  # every test using perf that reached its teardown
         return RunEnd(
             settings=settings, interrupted=interrupted, used=self.used, records=tuple(self.records),
             metric_records=tuple(self.metric_records), failed_nodeids=frozenset(self.failed_nodeids),
             failure_causes=dict(self.failure_causes),
             finished=frozenset(self.passed_nodeids - self.failed_nodeids),
-            passed_cases=frozenset(self.passed_case_ids(ids.case_bases)), test_seconds=dict(self.test_seconds),
+            passed_cases=frozenset(self.passed_case_ids(ids.case_bases)),
+            test_seconds={nodeid: s for nodeid, s in seconds.items() if nodeid in used_perf},
             lost_workers=tuple(self.lost_workers), fingerprints=dict(self.fingerprints),
             ceilings_seen=dict(bench.ceilings_seen), gpu_state_at_start=dict(bench.gpu_state_at_start),
             workers=dict(bench.workers), contention=bench.contention_warning(self.records), ids=ids, book=book,
-            bench=bench, durations=dict(durations or {}),
+            bench=bench, durations={test_id(nodeid): s for nodeid, s in seconds.items()},
         )
 
 

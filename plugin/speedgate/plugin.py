@@ -420,9 +420,8 @@ def _finish(session: pytest.Session, interrupted: bool) -> None:
     from .finish import finish_run
 
     config = session.config
-    test_id = AnchoredIds.of_run(config)
-    durations = {test_id(nodeid): seconds for nodeid, seconds in config.stash.get(DURATIONS_KEY, {}).items()}
-    run = _session(config).closing(interrupted=interrupted, durations=durations)
+    run = _session(config).closing(interrupted=interrupted, seconds=config.stash.get(DURATIONS_KEY, {}),
+                                   test_id=AnchoredIds.of_run(config))
     done = session.config.stash[FINISH_KEY] = finish_run(run, session.config.stash[REPORTS_KEY])
     if done.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -49,8 +49,7 @@ class SpeedgateSession:
     def note_outcome(self, nodeid: str, rep: Any, perf: Any, project_root: Path) -> Path | None:
         """Record a phase's outcome of a test that used perf; keep its artifacts when it failed and they were asked
         for (returns where)."""
-        self.ledger.note_outcome(nodeid, rep.when, bool(rep.passed), bool(rep.failed),
-                                 float(getattr(rep, "duration", 0.0) or 0.0), failure_cause(rep))
+        self.ledger.note_outcome(nodeid, rep.when, bool(rep.passed), bool(rep.failed), failure_cause(rep))
         if not rep.failed or self.settings.artifacts_dir is None:
             return None
         from . import artifacts
@@ -65,11 +64,12 @@ class SpeedgateSession:
         return (self.ledger.used or bool(self.ledger.lost_workers)
                 or (self.settings.update_baselines and bool(self.ledger.failed_nodeids)))
 
-    def closing(self, interrupted: bool = False, durations: Mapping[str, float] | None = None) -> RunEnd:
-        """The run at its end (on the controller: every worker absorbed), for speedgate.finish; durations: every
-        test's seconds, by test id."""
+    def closing(self, interrupted: bool = False, seconds: Mapping[str, float] | None = None,
+                test_id: Callable[[str], str] = str) -> RunEnd:
+        """The run at its end (on the controller: every worker absorbed), for speedgate.finish; seconds: every
+        finished test's seconds by node id; test_id: a node id's test id (RunLedger.closing)."""
         return self.ledger.closing(self.settings, interrupted, ids=self.case_ids, book=self.book, bench=self.bench,
-                                   durations=durations)
+                                   seconds=seconds, test_id=test_id)
 
     # -- the run so far, read-only (history.recording reads the run by these names) --------------------------------
     records = property(lambda self: self.ledger.records)
@@ -88,7 +88,7 @@ class SpeedgateSession:
             records=[r.to_json() for r in ledger.records], metrics=[m.to_json() for m in ledger.metric_records],
             failed=sorted(ledger.failed_nodeids), failure_causes=dict(ledger.failure_causes),
             passed=sorted(ledger.passed_nodeids),
-            passed_cases=sorted(ledger.passed_case_ids(ids.case_bases)), test_seconds=ledger.test_seconds,
+            passed_cases=sorted(ledger.passed_case_ids(ids.case_bases)),
             fingerprints=ledger.fingerprints, ceilings=self.bench.ceilings_seen, gpu_state=self.bench.gpu_state_at_start,
             collected_cases=sorted(ids.collected_cases), collected_files=sorted(ids.collected_files),
             anchors=sorted(ids.anchors), unmarked_anchors=sorted(ids.unmarked_anchors),
