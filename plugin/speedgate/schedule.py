@@ -6,9 +6,10 @@ longest work first", measured both on this suite).
 
 A file's tests go to one worker together (its module fixtures are built once), unless the file alone is more than
 a worker's share of the run: then its tests are sent one by one. The seconds are every test's, with perf or without
-(a bless records them all); a test with none recorded (new since) counts as the shortest recorded one. The schedule is used only under `--dist load` (what `-n` picks),
-without `--maxschedchunk`, with `--speedgate-schedule longest-first` (the default) and where this hardware's baseline
-file records the seconds of at least one collected test; otherwise xdist schedules as it would without speedgate.
+(a bless records them all); a test with none recorded (new since) counts as the shortest recorded one. The schedule
+is used only under `--dist load` (what `-n` picks), without `--maxschedchunk`, with `--speedgate-schedule
+longest-first` (the default) and where this hardware's baseline file records the seconds of at least one collected
+test; otherwise xdist schedules as it would without speedgate.
 Which tests run, and on how many workers, is never changed: only the order they are handed out in.
 """
 
