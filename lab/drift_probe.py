@@ -1,7 +1,7 @@
 """Does a latency-timed case's speed drift over a process's calls, and with what? (GPU)
 
-Usage: python -m lab.drift_probe OUT --case training|regional [--rounds 300] [--window 25] [--profile-at N]
-                                  [--busy-at N --busy K]
+Usage: python -m lab.drift_probe OUT --case training|regional|graph_break [--rounds 300] [--window 25]
+                                  [--profile-at N] [--busy-at N --busy K] [--cpus any|near|far]
 
 Issue 46: two cases timed from an idle device vary more than their kernels do. On two H200 cards the training step's
 two calibrating runs in one process differed by 14-15% (a 45% tolerance), and regional compilation's whole-model
@@ -16,6 +16,11 @@ calibrating run's second, come after its audit).
 --busy-at N --busy K starts K host processes that spin in Python after round N, until the end: whether other work
 on the host (another xdist worker compiling, say) moves a launch-bound pass. Each round also records the clock of the
 core that launched it (its cpufreq reading, where the host shows one) and the host's load average.
+--case graph_break: test_graph_break_fix[branch_cond]'s pair (the data-dependent branch, broken, against torch.cond),
+whose two sides' times doubled together in some gate runs' processes (docs/results/gate-study-h200.md).
+--cpus near|far runs the process on the cores NVML names as near the GPU (its NUMA node), or on every other core,
+before anything is built: whether the host's states are the launching core's distance from the GPU. Each round records
+the core's NUMA node. The run exits 2, saying so, where the host has no far cores.
 """
 
 from __future__ import annotations
@@ -68,6 +73,52 @@ def regional_sides(torch: Any) -> dict[str, Callable[[int], Any]]:
     return sides
 
 
+def graph_break_sides(torch: Any) -> dict[str, Callable[[int], Any]]:
+    """test_graph_break_fix[branch_cond]'s sides as the test builds them on the GPU (width 1024, 256 rows, bf16, one
+    config per pointwise kernel): the compiled model with the data-dependent branch (a break and a sync) and the
+    compiled torch.cond form, each called under no_grad on a rotating input set."""
+    import torch._inductor.config as inductor_config
+
+    from perftests.support.inputs import generator
+    from perftests.test_compile_graph_breaks import PAIRS
+
+    inductor_config.triton.autotune_pointwise = False
+    broken_cls, fixed_cls = PAIRS["branch_cond"]
+    broken = broken_cls(1024).to(device="cuda", dtype=torch.bfloat16).eval()
+    fixed = fixed_cls(1024).to(device="cuda", dtype=torch.bfloat16).eval()
+    fixed.load_state_dict(broken.state_dict())
+    sets = [torch.randn(256, 1024, generator=generator("cuda", seed), device="cuda", dtype=torch.bfloat16)
+            for seed in range(8)]
+    torch._dynamo.reset()
+    models = {"broken": torch.compile(broken), "fixed": torch.compile(fixed, fullgraph=True)}
+
+    def call(model: Any, i: int) -> Any:
+        with torch.no_grad():
+            return model(sets[i % len(sets)])
+
+    return {name: (lambda i, m=m: call(m, i)) for name, m in models.items()}
+
+
+def gpu_cores(index: int) -> tuple[set[int], set[int]]:
+    """(the cores NVML names as near GPU `index`, the host's other usable cores)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    words = pynvml.nvmlDeviceGetCpuAffinity(handle, ((os.cpu_count() or 64) + 63) // 64)
+    near = {64 * w + bit for w, mask in enumerate(words) for bit in range(64) if mask >> bit & 1}
+    usable = os.sched_getaffinity(0)
+    return near & usable, usable - near
+
+
+def numa_node(core: int) -> int | None:
+    """The NUMA node of a core, from sysfs; None where the host does not show it."""
+    for node in Path("/sys/devices/system/node").glob("node[0-9]*"):
+        if (node / f"cpu{core}").exists():
+            return int(node.name[4:])
+    return None
+
+
 def warm(torch: Any, sides: dict[str, Callable[[int], Any]]) -> None:
     """Three calls of each side (compiling what they compile), then the device drained."""
     for i in range(3):
@@ -88,6 +139,7 @@ def host_state() -> dict[str, Any]:
     try:
         core = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36])
         state["core"] = core
+        state["node"] = numa_node(core)
         state["core_mhz"] = int(Path(f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_cur_freq").read_text()) / 1e3
     except (OSError, ValueError, IndexError):
         pass
@@ -97,14 +149,25 @@ def host_state() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--case", choices=("training", "regional"), required=True)
+    parser.add_argument("--case", choices=("training", "regional", "graph_break"), required=True)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--profile-at", type=int, default=None,
                         help="after this round, profile both sides as speedgate's audit does (CudaTimer.profile_calls)")
     parser.add_argument("--busy-at", type=int, default=None, help="after this round, start --busy spinning host processes")
     parser.add_argument("--busy", type=int, default=0, help="how many spinning host processes --busy-at starts")
+    parser.add_argument("--cpus", choices=("any", "near", "far"), default="any",
+                        help="the cores this process runs on: any (as the gate does), near the GPU, or the others")
     args = parser.parse_args()
+    gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+    near, far = gpu_cores(gpu)
+    if args.cpus != "any":
+        chosen = near if args.cpus == "near" else far
+        if not chosen:
+            raise SystemExit(f"--cpus {args.cpus}: GPU {gpu} has no such cores here (near: {sorted(near)}, far: none)")
+        os.sched_setaffinity(0, chosen)
+    print(f"GPU {gpu}: {len(near)} near cores, {len(far)} far; this process runs on {len(os.sched_getaffinity(0))} "
+          f"({args.cpus})", flush=True)
     import multiprocessing
 
     import torch
@@ -114,7 +177,8 @@ def main() -> None:
     from speedgate.recompiles import compiled_frames
     from speedgate.timers.cuda import CudaTimer
 
-    sides = (training_sides if args.case == "training" else regional_sides)(torch)
+    build = {"training": training_sides, "regional": regional_sides, "graph_break": graph_break_sides}[args.case]
+    sides = build(torch)
     t0 = time.perf_counter()
     warm(torch, sides)
     warm_s = time.perf_counter() - t0
@@ -155,7 +219,8 @@ def main() -> None:
     names = list(sides)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"drift-{args.case}.json").write_text(json.dumps(
-        {"case": args.case, "card": fp.card, "hardware_key": fp.key, "warm_s": warm_s, "rounds": rounds}))
+        {"case": args.case, "card": fp.card, "hardware_key": fp.key, "warm_s": warm_s, "cpus": args.cpus,
+         "near_cores": sorted(near), "far_cores": sorted(far), "rounds": rounds}))
     print(f"{args.case} on {fp.key} card {fp.card}: warm-up {warm_s:.1f} s; windows of {args.window} rounds "
           f"(medians; speedup = {names[0]} / {names[1]})")
     for lo in range(0, len(rounds), args.window):
@@ -170,7 +235,8 @@ def main() -> None:
         print(f"rounds {lo:4d}-{lo + len(part) - 1:4d}: {names[0]} {a:.3f} ms, {names[1]} {b:.3f} ms, {a / b:.3f}x; "
               f"wall {med(f'{names[0]}_wall_ms'):.3f}/{med(f'{names[1]}_wall_ms'):.3f} ms; {med('mhz'):.0f} MHz "
               f"{med('watts'):.0f} W; host core {med('core_mhz'):.0f} MHz, load {med('load1'):.1f}, "
-              f"busy {part[-1]['busy']}; frames {part[-1]['frames']}; {loss}", flush=True)
+              f"busy {part[-1]['busy']}; nodes {sorted({r.get('node') for r in part}, key=str)}; "
+              f"frames {part[-1]['frames']}; {loss}", flush=True)
 
 
 if __name__ == "__main__":
