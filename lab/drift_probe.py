@@ -196,7 +196,7 @@ def main() -> None:
             row[f"{name}_ms"] = timer.time_each([lambda fn=fn, name=name, i=i: losses.__setitem__(name, fn(i))], idle=True)[0]
             row[f"{name}_wall_ms"] = (time.perf_counter() - start) * 1e3
         for name, loss in losses.items():
-            if isinstance(loss, torch.Tensor):
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                 row[f"{name}_loss"] = float(loss)
         if monitor is not None:
             state = monitor.read()
