@@ -6,7 +6,8 @@ STUDY_DIR holds a `python -m speedgate study` folder's reports (clean*.json, slo
 comparison's recorded interval (ci_low, speedup, ci_high: the measurement its verdict was given on) is judged against
 BASELINE.json's entry as the plugin judges it now: the entry's other pick when the kernels are one
 (speedgate.picks), the entry's calibrated tolerance (or the case's pinned one), the cards' center, and the
-pick-changed rules (speedgate.judging.check_pick, passed_on_another_pick). Then the study's table and its catch line.
+pick-changed rules (speedgate.judging.check_pick, pass_on_race, passed_on_another_pick). Then the study's table
+and its catch line.
 
 --rule NAME (one of lab.evidence_center.RULES) writes every calibrated entry's tolerance, and its other picks', from
 its evidence by that rule's spread before judging: what another tolerance rule would have caught and cried wolf on.
@@ -31,7 +32,7 @@ from speedgate import picks
 from speedgate import tolerance as tolerances
 from speedgate.attribution import which_side_moved
 from speedgate.evidence import calibrated_tolerance, judged_against, round_value
-from speedgate.judging import check_pick, passed_on_another_pick
+from speedgate.judging import check_pick, pass_on_race, passed_on_another_pick
 from speedgate.stats import RatioEstimate
 from speedgate.study import table
 from speedgate.verdict import Verdict, judge
@@ -71,9 +72,13 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
     if found in (Verdict.REGRESSED, Verdict.IMPROVED):
         _, ref, opt = which_side_moved(record.get("reference_ms"), record.get("optimized_ms"), judged)
         pick = check_pick(judgement, float(record["speedup"]), {"reference_change": ref, "optimized_change": opt},
-                          judged.get("codegen"), record.get("codegen"))
+                          judged.get("codegen"), record.get("codegen"), optimized_ms=record.get("optimized_ms"),
+                          busy_ms=record.get("optimized_busy_ms"))
         if pick is not None and pick.explains:
             found = Verdict.PICK_CHANGED
+    elif raced := pass_on_race(judgement, float(record["speedup"]), judged.get("codegen"), record.get("codegen"),
+                               optimized_ms=record.get("optimized_ms"), busy_ms=record.get("optimized_busy_ms")):
+        found = raced[0]
     elif passed_on_another_pick(found, judged.get("codegen"), record.get("codegen")):
         found = Verdict.PICK_CHANGED
     return found.value

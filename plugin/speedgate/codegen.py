@@ -78,11 +78,15 @@ def _metadata(event_json: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def trace_kernels(events: Iterable[tuple[str, Any, str]], skip_stream: Any = None) -> list[dict[str, Any]]:
+def trace_kernels(events: Iterable[tuple[Any, ...]], skip_stream: Any = None) -> list[dict[str, Any]]:
     """The distinct kernels of a profiler trace, in the order of their first launch: (name, stream, metadata JSON)
-    of each kernel activity, the flush stream's left out. Each: name, grid, block, registers, shared_bytes."""
+    of each kernel activity, or (name, stream, metadata JSON, duration), the flush stream's left out. Each: name, grid,
+    block, registers, shared_bytes; and where every event has a duration, `share`: that kernel's part of the traced
+    kernels' time (its launches together), what unraced_factor weighs an autotuner's other config by."""
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for name, stream, meta_json in events:
+    spent: dict[tuple[Any, ...], float] = {}
+    timed = True
+    for name, stream, meta_json, *duration in events:
         if skip_stream is not None and stream == skip_stream:
             continue
         meta = _metadata(meta_json)
@@ -97,6 +101,15 @@ def trace_kernels(events: Iterable[tuple[str, Any, str]], skip_stream: Any = Non
             facts["shared_bytes"] = int(meta["shared memory"])
         key = (name, tuple(facts.get("grid", ())), tuple(facts.get("block", ())))
         seen.setdefault(key, facts)
+        dur = duration[0] if duration else None
+        if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur >= 0:
+            spent[key] = spent.get(key, 0.0) + dur
+        else:
+            timed = False
+    total = sum(spent.values())
+    if timed and total > 0:
+        for key, facts in seen.items():
+            facts["share"] = round(spent.get(key, 0.0) / total, 4)
     return list(seen.values())
 
 
@@ -167,16 +180,46 @@ def inductor_facts(tuner: Any) -> dict[str, Any]:
     fn = getattr(tuner, "fn", None)
     meta = getattr(tuner, "inductor_meta", None)
     name = str(getattr(fn, "__name__", None) or (meta.get("kernel_name") if isinstance(meta, Mapping) else None) or "?")
+    race = race_of(tuner)
     launchers = getattr(tuner, "launchers", None)
     if not isinstance(launchers, Sequence) or len(launchers) != 1:
-        return {"name": name}
+        return {"name": name, **race}
     launcher = launchers[0]
     config = getattr(launcher, "config", None)
     kept = [getattr(launcher, "bin", None)] + [getattr(result, "kernel", None)
                                                for result in getattr(tuner, "compile_results", None) or ()
                                                if config is not None and getattr(result, "config", None) is config]
     # The launcher holds registers, spills and shared memory; its config, warps and stages.
-    return _own_facts(name, launcher, launcher, config, kept)
+    return {**_own_facts(name, launcher, launcher, config, kept), **race}
+
+
+def race_of(tuner: Any) -> dict[str, str]:
+    """{"race": a short hash of what inductor's autotuner chose a config of a kernel from} (the kernel's generated
+    source, its size hints, its kind of heuristics and the settings inductor passed it, which name the candidates:
+    autotune_pointwise, max_autotune, deterministic, ...), or {} where the tuner does not show its source. Two runs
+    whose kernel has one race and other launch facts ran another config of the same kernel: the autotuner's pick in
+    that process, not an edit of the kernel (raced_kernels)."""
+    src = getattr(getattr(tuner, "fn", None), "src", None)
+    if not isinstance(src, str):
+        return {}
+    meta = getattr(tuner, "inductor_meta", None)
+    plain = sorted((str(k), repr(v)) for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+                   if _plain(v))
+    identity = json.dumps([src, repr(getattr(tuner, "size_hints", None)), repr(getattr(tuner, "heuristic_type", None)),
+                           plain])
+    import hashlib
+
+    return {"race": hashlib.sha256(identity.encode()).hexdigest()[:16]}
+
+
+def _plain(value: Any) -> bool:
+    """A setting's value that says the same in every process: numbers, strings, None and lists or tuples of them (a
+    device's properties object, a path to a process's own folder, a function do not enter a race)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _is_cute(compiled: Any) -> bool:
@@ -530,8 +573,9 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     """The sides whose kernels are another pick than blessed, which no edit of the case's own code explains: the
     reference's kernels changed in any fact (a library's heuristics, inductor's or an autotuner's choice of a compiled
     reference), or the optimized side launches other kernels in place of blessed ones (a compiled side's other
-    template or library call). The optimized side's own kernel with other registers or launch shape is what an edit
-    of that kernel makes too: a slowdown of it stays a regression, with the change named. A kernel only added beside
+    template or library call), or ran another config of inductor's kernels whose race is the bless's (raced_kernels).
+    The optimized side's own kernel with other registers or launch shape and no race to show it is what an edit of
+    that kernel makes too: a slowdown of it stays a regression, with the change named. A kernel only added beside
     the blessed ones is new work, no pick."""
     if not blessed or not measured:
         return []
@@ -544,9 +588,48 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         replaced = bool(added) and bool(gone)
         reshaped = any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                        for name in set(was) & set(now) for key in PICK_FACTS)
-        if replaced or (reshaped and side == "reference"):
+        if replaced or (reshaped and side == "reference") or (side == "optimized" and raced_kernels(was, now)):
             found.append(side)
     return found
+
+
+def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The kernels of one side (by numbered name, _by_name) that ran another config than blessed as an autotuner's
+    pick: [] unless the side launched the blessed kernels and no other, at least one with other PICK_FACTS, and each
+    such kernel records one race (race_of) in both. A kernel whose launch facts moved with no race recorded, or with
+    another (its source, its size hints or inductor's settings changed: an edit), makes it [] whatever the others
+    did."""
+    added, gone = _added_and_gone(was, now)
+    if added or gone:
+        return []
+    reshaped = [name for name in now if any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
+                                            for key in PICK_FACTS)]
+    raced = [name for name in reshaped if was[name].get("race") is not None and was[name].get("race") == now[name].get("race")]
+    return raced if raced and raced == reshaped else []
+
+
+def raced_on(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+             measured: Mapping[str, Sequence[Mapping[str, Any]]] | None, side: str = "optimized") -> list[str]:
+    """raced_kernels of one side of two sets of kernels' facts (a bless's, a run's); [] where either has none."""
+    was, now = _by_name((blessed or {}).get(side)), _by_name((measured or {}).get(side))
+    return raced_kernels(was, now) if was and now else []
+
+
+def unraced_factor(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                   measured: Mapping[str, Sequence[Mapping[str, Any]]] | None, side: str = "optimized") -> float | None:
+    """How much of a side's measured time its raced kernels' other configs account for, as the factor that puts the
+    side back at its blessed kernels' time: the share of the side's kernel time its other kernels took now over the
+    share they took when blessed (`share`, trace_kernels). The side's other kernels ran as blessed, so a card's own
+    pace, in both shares alike, cancels; time that is no kernel's (the host's, between launches) is in neither share
+    and stays. None unless the side raced (raced_kernels), every kernel records its share in both, and the side's other
+    kernels took some share in both."""
+    was, now = _by_name((blessed or {}).get(side)), _by_name((measured or {}).get(side))
+    raced = raced_on(blessed, measured, side)
+    if not raced or not all(isinstance(k.get("share"), (int, float)) for k in (*was.values(), *now.values())):
+        return None
+    before = sum(float(was[name]["share"]) for name in was if name not in raced)
+    after = sum(float(now[name]["share"]) for name in now if name not in raced)
+    return after / before if before > 0 and after > 0 else None
 
 
 def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
@@ -563,5 +646,5 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 
 __all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting", "changes",
            "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
-           "parse_resource_usage", "ptx_mix", "repicked_sides", "resource_usage", "side_facts", "sides_of",
-           "trace_kernels", "with_first_calls"]
+           "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides", "resource_usage", "side_facts",
+           "sides_of", "trace_kernels", "unraced_factor", "with_first_calls"]

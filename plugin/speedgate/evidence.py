@@ -320,7 +320,8 @@ def _share(share: Any) -> str:
     return f"{share:.0%}" if isinstance(share, (int, float)) else str(share)
 
 
-def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
+def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]], *,
+                facts_only: bool = False) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the kernels' codegen facts of gate runs' --speedgate-json reports recorded in the
     entries that have none, or added where an entry's kernels lack a fact the run read and every fact both hold is the
     same (same software; never replacing recorded ones: a re-bless does), and their speedups added
@@ -334,7 +335,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
     not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
     recorded (an autotuner's other choice: another kernel, on every side it runs), nor a comparison whose
     measurement never settled (settled: false, the device's speed still drifting). A report already in an entry's
-    evidence (the same file given again) is not added twice."""
+    evidence (the same file given again) is not added twice. facts_only: the facts alone, no speedup added anywhere."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     again: dict[str, int] = {}
     changed: dict[str, tuple[float, float]] = {}
@@ -380,6 +381,8 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]]) ->
                 if (filled := with_facts(entry, record["codegen"])) is not None:
                     entry = cases[record["case_id"]] = filled
                     recorded.append(record["case_id"])
+            if facts_only:
+                continue
             if not entry or "calibration" not in entry or not record.get("timed") or not record.get("speedup"):
                 continue
             if failed_otherwise:

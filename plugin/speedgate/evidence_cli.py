@@ -109,7 +109,13 @@ def main(argv: Sequence[str]) -> int:
                         help="add the reports' evidence of this entry only, the file's other entries left as they "
                              "are (an entry whose gate runs drew a pick of the compiler's that it does not hold yet); "
                              "repeat for more entries")
+    parser.add_argument("--facts-only", action="store_true",
+                        help="record only the kernels' facts the entries lack from runs of the same kernels (a race "
+                             "and a share, read since the bless), and none of the reports' speedups: no tolerance "
+                             "moves")
     args = parser.parse_args(argv)
+    if args.facts_only and not args.reports:
+        parser.exit(2, "speedgate evidence: --facts-only records the facts of reports: give reports\n")
     if args.restart and args.reports:
         parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
     if args.case and not args.reports:
@@ -127,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
             raise baseline_file.BaselineError(f"{args.baseline}: no such baseline file")
         if args.restart:
             return _restarted(existing, args.restart, changed)
-        doc, lines, left_out = add_reports(existing, reports)
+        doc, lines, left_out = add_reports(existing, reports, facts_only=args.facts_only)
         changed.extend(lines)
         notes.extend(left_out)
         return doc if reports else None

@@ -4,7 +4,7 @@ failure text."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,19 +96,30 @@ def judge_measurement(
             note = (f"{note} (the entry does not say which {' or '.join(unsaid)} made its kernels: blessed before "
                     "speedgate recorded it; a re-bless records it)")
         if not drift and verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE) and \
-                (pick := check_pick(judgement, measurement.speedup, moved, blessed_kernels, measured_kernels)):
+                (pick := check_pick(judgement, measurement.speedup, moved, blessed_kernels, measured_kernels,
+                                    optimized_ms=measurement.optimized_ms, busy_ms=fields.get("optimized_busy_ms"))):
             said = f"the {' and '.join(pick.repicked)} side ran other kernels than blessed"
+            if pick.raced:
+                said = (f"{said} (the optimized side another of inductor's configs of {', '.join(pick.raced)}: the "
+                        "same kernel source and settings, the autotuner's pick in this process, not an edit)")
             if pick.explains:
                 # The same software picked other kernels (an autotuner's race, inductor's, a library's
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
                 # blessed one.
                 verdict = Verdict.PICK_CHANGED
-                note = (f"{said}: another pick, not the blessed kernels slower or faster (at its blessed time the "
+                at = ("with those kernels at their blessed share of the side's kernel time" if pick.raced
+                      else "at its blessed time")
+                note = (f"{said}: another pick, not the blessed kernels slower or faster ({at} the "
                         f"speedup reads {pick.undone:.3f}x, inside the band); hold the pick (an autotuner: "
                         f"hold_blessed) or re-bless ({judgement.verdict.value} as measured). {note}")
             else:
-                why = pick_not_explaining(judgement, pick.undone, moved, pick.repicked, pick.new_work)
+                why = pick_not_explaining(judgement, pick.undone, moved, pick.repicked, pick.new_work, pick.raced)
                 note = f"{note}; {said}, {why}"
+        elif not drift and (raced := pass_on_race(judgement, measurement.speedup, blessed_kernels, measured_kernels,
+                                                  optimized_ms=measurement.optimized_ms,
+                                                  busy_ms=fields.get("optimized_busy_ms"))):
+            verdict, words = raced
+            note = f"{note}; {words}".lstrip("; ")
         elif not drift and (repicked := passed_on_another_pick(verdict, blessed_kernels, measured_kernels)):
             verdict = Verdict.PICK_CHANGED
             note = (f"the {' and '.join(repicked)} side ran other kernels than blessed, a pick this entry never saw: "
@@ -147,25 +158,47 @@ def judge_measurement(
 class PickCheck:
     """What other kernels than blessed do to a verdict: the sides that ran them (codegen.repicked_sides), the speedup
     with those sides at their blessed times (at_blessed_picks), the kernels the optimized side launched beside its
-    blessed ones (codegen.added_kernels), and whether the pick explains the verdict (pick_explains)."""
+    blessed ones (codegen.added_kernels), whether the pick explains the verdict (pick_explains), and the optimized
+    side's kernels that ran another of inductor's configs of themselves (codegen.raced_kernels; [] where the side
+    launched other kernels, or none)."""
 
     repicked: list[str]
     undone: float | None
     new_work: list[str]
     explains: bool
+    raced: list[str] = field(default_factory=list)
 
 
 def check_pick(judgement: Judgement, speedup: float, moved: Mapping[str, Any],
                blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
-               measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> PickCheck | None:
+               measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None, *,
+               optimized_ms: float | None = None, busy_ms: Any = None) -> PickCheck | None:
     """The pick-changed rule, in one place for the gate and for re-judging recorded runs (lab/rejudge.py): None when
-    no side ran other kernels than blessed."""
+    no side ran other kernels than blessed. An optimized side that raced (codegen.raced_kernels) is undone by its
+    kernels' shares (undo_race), the rest of its time kept as measured."""
     repicked = codegen.repicked_sides(blessed_kernels, measured_kernels)
     if not repicked:
         return None
-    undone = at_blessed_picks(speedup, moved, repicked)
+    raced = codegen.raced_on(blessed_kernels, measured_kernels)
+    undone = at_blessed_picks(speedup, moved, [side for side in repicked if not (side == "optimized" and raced)])
+    if raced and undone is not None:
+        undone = undo_race(undone, codegen.unraced_factor(blessed_kernels, measured_kernels), optimized_ms, busy_ms)
     new_work = codegen.added_kernels(blessed_kernels, measured_kernels, "optimized")
-    return PickCheck(repicked, undone, new_work, pick_explains(judgement, undone, moved, repicked, new_work))
+    return PickCheck(repicked, undone, new_work, pick_explains(judgement, undone, moved, repicked, new_work, raced),
+                     raced)
+
+
+def undo_race(speedup: float, factor: float | None, optimized_ms: float | None, busy_ms: Any) -> float | None:
+    """The speedup with the optimized side's raced kernels at their blessed share of its kernel time
+    (codegen.unraced_factor): where the side's kernel time per call is known (`busy_ms`, the audit's), only that part
+    of `optimized_ms` is scaled, the rest (the host's, between launches) kept; else the whole side. None without a
+    factor (an entry blessed before kernels' shares were recorded)."""
+    if factor is None:
+        return None
+    if isinstance(busy_ms, (int, float)) and optimized_ms and 0 < busy_ms <= optimized_ms:
+        undone_ms = optimized_ms - float(busy_ms) * (1.0 - factor)
+        return speedup * optimized_ms / undone_ms if undone_ms > 0 else None
+    return speedup / factor
 
 
 def passed_on_another_pick(verdict: Verdict, blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
@@ -176,6 +209,33 @@ def passed_on_another_pick(verdict: Verdict, blessed_kernels: Mapping[str, Seque
     study's +5% under max-autotune's unheld pick passed so: docs/results/gate-study.md, section 10); it is named
     pick-changed. One rule for the gate and for re-judging recorded runs (lab/rejudge.py)."""
     return codegen.repicked_sides(blessed_kernels, measured_kernels) if verdict == Verdict.PASS else []
+
+
+def pass_on_race(judgement: Judgement, speedup: float,
+                 blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                 measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None, *,
+                 optimized_ms: float | None = None, busy_ms: Any = None) -> tuple[Verdict, str] | None:
+    """A pass whose optimized side, alone, ran another of inductor's configs of its own kernels
+    (codegen.raced_kernels), judged as the blessed kernels would have read (undo_race): still inside the band, a pass
+    of the code, said; under the floor, a regression a faster config hid. None where that cannot be told (another side
+    repicked too, new work, no shares recorded, or a reading over the band): passed_on_another_pick decides. One rule
+    for the gate and for re-judging recorded runs (lab/rejudge.py)."""
+    if judgement.verdict != Verdict.PASS or judgement.baseline is None or judgement.floor is None:
+        return None
+    raced = codegen.raced_on(blessed_kernels, measured_kernels)
+    if not raced or codegen.repicked_sides(blessed_kernels, measured_kernels) != ["optimized"] or \
+            codegen.added_kernels(blessed_kernels, measured_kernels, "optimized"):
+        return None
+    undone = undo_race(speedup, codegen.unraced_factor(blessed_kernels, measured_kernels), optimized_ms, busy_ms)
+    if undone is None or undone > 2 * judgement.baseline - judgement.floor:
+        return None
+    said = (f"the optimized side ran another of inductor's configs of {', '.join(raced)} (the same kernel source and "
+            f"settings: the autotuner's pick in this process); with those kernels at their blessed share of the "
+            f"side's kernel time the speedup reads {undone:.3f}x")
+    if undone >= judgement.floor:
+        return Verdict.PASS, f"{said}, inside the band: a pass of the blessed kernels"
+    return Verdict.REGRESSED, (f"{said}, under the floor {judgement.floor:.3f}x: the faster config hid a slowdown of "
+                               "the rest of the side, regressed")
 
 
 def config_change(blessed: Any, measured: Any, *, shown: int = 160) -> str:
@@ -213,7 +273,7 @@ def at_blessed_picks(speedup: float, moved: Mapping[str, Any], repicked: Sequenc
 
 
 def pick_explains(judgement: Judgement, undone: float | None, moved: Mapping[str, Any], repicked: Sequence[str],
-                  new_work: Sequence[str] = ()) -> bool:
+                  new_work: Sequence[str] = (), raced: Sequence[str] = ()) -> bool:
     """Whether another pick accounts for a speedup outside its band: the speedup with every repicked side at its
     blessed time (`undone`, at_blessed_picks) lies back inside the band, and, for a drop, the optimized side took its
     blessed time (within MOVED) doing its blessed work (`new_work`: the kernels it launched beside the blessed ones,
@@ -229,33 +289,42 @@ def pick_explains(judgement: Judgement, undone: float | None, moved: Mapping[str
     reference picked: a study's 5% slowdown read "pick-changed" and passed that way (docs/results/gate-study.md).
     Nor is a drop excused where the optimized side did new work: the time of a launch-bound side moves with the host's
     state between processes, so an extra kernel can cost 5% and the side still read within MOVED of its blessed time
-    (docs/results/gate-study-h200.md)."""
+    (docs/results/gate-study-h200.md).
+
+    An optimized side that ran another of inductor's configs of its own kernels (`raced`: the same source and settings,
+    codegen.raced_kernels) is that process's autotuner, not the code: its drop is explained where `undone` (its
+    raced kernels at their blessed share of its kernel time, undo_race; the host's time and its other kernels' as
+    measured) lies inside the band and it did no new work."""
     if undone is None or judgement.baseline is None or judgement.floor is None:
         return False
     ceiling = 2 * judgement.baseline - judgement.floor
     if judgement.verdict == Verdict.IMPROVED:
         return undone <= ceiling
     change = moved.get("optimized_change")
-    held = isinstance(change, (int, float)) and abs(change) <= MOVED and not new_work and "optimized" not in repicked
-    return held and judgement.floor <= undone <= ceiling
+    own = bool(raced) or (isinstance(change, (int, float)) and abs(change) <= MOVED and "optimized" not in repicked)
+    return own and not new_work and judgement.floor <= undone <= ceiling
 
 
 def pick_not_explaining(judgement: Judgement, undone: float | None, moved: Mapping[str, Any],
-                        repicked: Sequence[str], new_work: Sequence[str] = ()) -> str:
+                        repicked: Sequence[str], new_work: Sequence[str] = (), raced: Sequence[str] = ()) -> str:
     """Why another pick does not account for a verdict (pick_explains said no), in words."""
     change = moved.get("optimized_change")
-    if judgement.verdict != Verdict.IMPROVED and "optimized" in repicked:
+    if raced and undone is None and not new_work:
+        return ("but the entry records no share of the side's kernel time for its kernels to weigh the other config by "
+                f"(blessed before speedgate recorded them; a re-bless records them): {judgement.verdict.value}")
+    if judgement.verdict != Verdict.IMPROVED and "optimized" in repicked and not raced:
         against = f"{change:+.1%} against the bless" if isinstance(change, (int, float)) else "no blessed time"
         return f"and that is the optimized side's own speed, which the case gates ({against}): {judgement.verdict.value}"
     if judgement.verdict != Verdict.IMPROVED and new_work:
         return (f"but the optimized side did new work beside its blessed kernels ({', '.join(new_work)}): the pick "
                 f"does not explain the drop, {judgement.verdict.value}")
-    if judgement.verdict != Verdict.IMPROVED and isinstance(change, (int, float)) and abs(change) > MOVED:
+    if judgement.verdict != Verdict.IMPROVED and not raced and isinstance(change, (int, float)) and abs(change) > MOVED:
         return (f"but the optimized side's own time moved too ({change:+.1%}): the pick does not explain the drop, "
                 f"{judgement.verdict.value}")
     if undone is None:
         return f"with no blessed time to undo the pick against: {judgement.verdict.value}"
-    return (f"but at its blessed time the speedup would still read {undone:.3f}x, outside the band: the pick does not "
+    at = "with those kernels at their blessed share of the side's kernel time" if raced else "at its blessed time"
+    return (f"but {at} the speedup would still read {undone:.3f}x, outside the band: the pick does not "
             f"explain it, {judgement.verdict.value}")
 
 

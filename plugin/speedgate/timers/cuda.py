@@ -78,7 +78,8 @@ def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, An
 
 def traced_kernels(prof: Any) -> list[dict[str, Any]]:
     """The kernels of a finished torch.profiler trace of profiled calls, as speedgate.codegen's facts (name, grid,
-    block, registers, shared memory), the flush stream's left out (its first activity: the hold's spin kernel).
+    block, registers, shared memory, and each one's share of the kernels' time), the flush stream's left out (its
+    first activity: the hold's spin kernel).
 
     The launch facts are in the trace's own file (the profiler's chrome trace), where this torch's raw events leave
     their metadata empty (torch 2.11): exported once per side, a few kilobytes. [] when the trace cannot be read."""
@@ -104,7 +105,7 @@ def traced_kernels(prof: Any) -> list[dict[str, Any]]:
     if not events:
         return []
     flush_stream = (events[0].get("args") or {}).get("stream")
-    kernels = [(str(e.get("name")), (e.get("args") or {}).get("stream"), json.dumps(e.get("args") or {}))
+    kernels = [(str(e.get("name")), (e.get("args") or {}).get("stream"), json.dumps(e.get("args") or {}), e.get("dur"))
                for e in events if e.get("cat") == "kernel"]
     return trace_kernels(kernels, skip_stream=flush_stream)
 
