@@ -96,8 +96,8 @@ def test_a_drop_that_is_the_optimized_sides_autotuner_picking_another_config_is_
     slower = measured(2.0 / 1.1)  # the optimized side 1.0 -> 1.1 ms, all of it the reduction's other config
     result = judged(slower, RACED, busy_ms=1.1)
     assert result.verdict == Verdict.PICK_CHANGED, result.note
-    assert ("another of inductor's configs of triton_red_fused_gelu_1: the same kernel source and settings, the "
-            "autotuner's pick in this process, not an edit") in result.note
+    assert ("the optimized side ran another of inductor's configs of triton_red_fused_gelu_1 (the same kernel "
+            "source and settings: the autotuner's pick in this process, not an edit)") in result.note
     assert "with those kernels at their blessed share of the side's kernel time the speedup reads 2.00" in result.note
     assert "triton_red_fused_gelu_1: registers 32 -> 50" in result.note  # the change stays named
     assert not fails(result.verdict, strict=False) and fails(result.verdict, strict=True)
@@ -150,7 +150,7 @@ def test_an_entry_blessed_without_shares_cannot_weigh_a_race_and_says_so() -> No
                  for side, facts in BLESSED.items()}
     result = judged(measured(2.0 / 1.1), RACED, entry_kernels=unweighed, busy_ms=1.1)
     assert result.verdict == Verdict.REGRESSED, result.note
-    assert "the entry records no share of the side's kernel time" in result.note
+    assert "the other config cannot be weighed: the entry records no share of the side's kernel time" in result.note
     # An entry blessed before races were recorded: the side's own kernel reshaped, a regression as before.
     unraced = {side: [{k: v for k, v in kernel.items() if k != "race"} for kernel in facts]
                for side, facts in BLESSED.items()}

@@ -100,8 +100,10 @@ def judge_measurement(
                                     optimized_ms=measurement.optimized_ms, busy_ms=fields.get("optimized_busy_ms"))):
             said = f"the {' and '.join(pick.repicked)} side ran other kernels than blessed"
             if pick.raced:
-                said = (f"{said} (the optimized side another of inductor's configs of {', '.join(pick.raced)}: the "
-                        "same kernel source and settings, the autotuner's pick in this process, not an edit)")
+                others = [side for side in pick.repicked if side != "optimized"]
+                said = (f"{'the reference side ran other kernels than blessed, and ' if others else ''}the optimized "
+                        f"side ran another of inductor's configs of {', '.join(pick.raced)} (the same kernel source "
+                        "and settings: the autotuner's pick in this process, not an edit)")
             if pick.explains:
                 # The same software picked other kernels (an autotuner's race, inductor's, a library's
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
@@ -310,8 +312,9 @@ def pick_not_explaining(judgement: Judgement, undone: float | None, moved: Mappi
     """Why another pick does not account for a verdict (pick_explains said no), in words."""
     change = moved.get("optimized_change")
     if raced and undone is None and not new_work:
-        return ("but the entry records no share of the side's kernel time for its kernels to weigh the other config by "
-                f"(blessed before speedgate recorded them; a re-bless records them): {judgement.verdict.value}")
+        return ("but the other config cannot be weighed: the entry records no share of the side's kernel time for its "
+                "kernels (blessed before speedgate recorded them; `python -m speedgate evidence FILE REPORT "
+                f"--facts-only` or a re-bless records them), or a side's blessed time is unknown: {judgement.verdict.value}")
     if judgement.verdict != Verdict.IMPROVED and "optimized" in repicked and not raced:
         against = f"{change:+.1%} against the bless" if isinstance(change, (int, float)) else "no blessed time"
         return f"and that is the optimized side's own speed, which the case gates ({against}): {judgement.verdict.value}"
