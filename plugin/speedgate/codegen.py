@@ -604,7 +604,8 @@ def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mappin
         return []
     reshaped = [name for name in now if any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                                             for key in PICK_FACTS)]
-    raced = [name for name in reshaped if was[name].get("race") is not None and was[name].get("race") == now[name].get("race")]
+    raced = [name for name in reshaped
+             if was[name].get("race") is not None and was[name].get("race") == now[name].get("race")]
     return raced if raced and raced == reshaped else []
 
 
@@ -646,5 +647,5 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 
 __all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting", "changes",
            "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
-           "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides", "resource_usage", "side_facts",
-           "sides_of", "trace_kernels", "unraced_factor", "with_first_calls"]
+           "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides", "resource_usage",
+           "side_facts", "sides_of", "trace_kernels", "unraced_factor", "with_first_calls"]

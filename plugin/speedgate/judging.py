@@ -314,7 +314,8 @@ def pick_not_explaining(judgement: Judgement, undone: float | None, moved: Mappi
     if raced and undone is None and not new_work:
         return ("but the other config cannot be weighed: the entry records no share of the side's kernel time for its "
                 "kernels (blessed before speedgate recorded them; `python -m speedgate evidence FILE REPORT "
-                f"--facts-only` or a re-bless records them), or a side's blessed time is unknown: {judgement.verdict.value}")
+                "--facts-only` or a re-bless records them), or a side's blessed time is unknown: "
+                f"{judgement.verdict.value}")
     if judgement.verdict != Verdict.IMPROVED and "optimized" in repicked and not raced:
         against = f"{change:+.1%} against the bless" if isinstance(change, (int, float)) else "no blessed time"
         return f"and that is the optimized side's own speed, which the case gates ({against}): {judgement.verdict.value}"
