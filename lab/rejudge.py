@@ -77,7 +77,8 @@ def verdict(record: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str:
         if pick is not None and pick.explains:
             found = Verdict.PICK_CHANGED
     elif raced := pass_on_race(judgement, float(record["speedup"]), judged.get("codegen"), record.get("codegen"),
-                               optimized_ms=record.get("optimized_ms"), busy_ms=record.get("optimized_busy_ms")):
+                               sides_ms={side: record.get(f"{side}_ms") for side in ("reference", "optimized")},
+                               busy_ms={side: record.get(f"{side}_busy_ms") for side in ("reference", "optimized")}):
         found = raced[0]
     elif passed_on_another_pick(found, judged.get("codegen"), record.get("codegen")):
         found = Verdict.PICK_CHANGED

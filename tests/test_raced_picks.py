@@ -178,10 +178,45 @@ def test_a_pass_on_a_raced_config_is_judged_as_the_blessed_kernels_would_have_re
     hid = kernels({"block": [512, 1, 1], "registers": 50, "shared_bytes": 8192, "race": RACE}, 0.9502)
     result = judged(measured(2.0 / 1.004), hid, busy_ms=1.004)  # 0.954 + 0.05 ms: a pass as measured
     assert result.verdict == Verdict.REGRESSED and fails(result.verdict, strict=False), result.note
-    assert "the faster config hid a slowdown of the rest of the side, regressed" in result.note
+    assert "the other configs hid a slowdown, regressed" in result.note
+    # The reference launched another library kernel beside the race: pick-changed, as any pass on another pick.
     both = {**RACED, "reference": [{"name": "nvjet_gemm", "grid": [33, 2, 1], "share": 1.0}]}
     result = judged(measured(2.0), both, busy_ms=1.0)
     assert result.verdict == Verdict.PICK_CHANGED and "a pick this entry never saw" in result.note
+
+
+# A compiled reference of two kernels: inductor's GELU (raced, or not) and a GEMM, 2.0 ms in all when blessed.
+REF_BLESSED = [{"name": "triton_poi_fused_gelu_0", "block": [256, 1, 1], "race": "aaaaaaaaaaaaaaaa", "share": 0.1},
+               {"name": "nvjet_gemm", "grid": [66, 2, 1], "share": 0.9}]
+
+
+def reference_race(gelu_share: float) -> list[dict[str, Any]]:
+    return [{**REF_BLESSED[0], "block": [128, 1, 1], "share": gelu_share}, {**REF_BLESSED[1], "share": 1 - gelu_share}]
+
+
+def test_a_pass_on_the_compiled_references_race_is_judged_as_the_blessed_kernels_would_have_read() -> None:
+    """The second processes of the race check (rung 4's vs_compile): the compiled reference ran another config of
+    one kernel, and the optimized side of its reduction. A pass on those read pick-changed, which fails a strict gate;
+    judged as the blessed kernels would have read, it is a pass, said. A reference race that hid an optimized slowdown
+    (its GELU 0.2 ms slower, the optimized side 10% slower on its blessed kernels: 2.0x as measured) is a regression.
+    A drop that both races account for is pick-changed."""
+    blessed = {"reference": REF_BLESSED, "optimized": BLESSED["optimized"]}
+    both = {"reference": reference_race(0.1), "optimized": RACED["optimized"]}
+    result = judged(measured(2.0), {"reference": reference_race(0.1), "optimized": BLESSED["optimized"]},
+                    entry_kernels=blessed)
+    assert result.verdict == Verdict.PASS, result.note
+    assert ("the reference side ran another of inductor's configs of triton_poi_fused_gelu_0 (the same kernel source "
+            "and settings") in result.note and "inside the band: a pass of the blessed kernels" in result.note
+    as_fast = kernels({"block": [512, 1, 1], "registers": 50, "shared_bytes": 8192, "race": RACE}, 0.9)["optimized"]
+    result = judged(measured(2.0), {"reference": reference_race(0.1), "optimized": as_fast}, entry_kernels=blessed,
+                    busy_ms=1.0)  # both sides raced, each config as fast as the blessed one
+    assert result.verdict == Verdict.PASS and "and the optimized side another of inductor's configs" in result.note
+    hid = {"reference": reference_race(0.1818), "optimized": BLESSED["optimized"]}  # reference 2.0 -> 2.2 ms
+    result = judged(measured(2.0, reference_ms=2.2), hid, entry_kernels=blessed)  # optimized 1.0 -> 1.1 ms
+    assert result.verdict == Verdict.REGRESSED and fails(result.verdict, strict=False), result.note
+    assert "the speedup reads 1.818x, under the floor" in result.note and "the other configs hid a slowdown" in result.note
+    result = judged(measured(2.0 / 1.1), both, entry_kernels=blessed, busy_ms=1.1)  # the optimized race's drop
+    assert result.verdict == Verdict.PICK_CHANGED, result.note
 
 
 def test_the_baseline_schema_takes_a_race_and_a_share_and_refuses_malformed_ones() -> None:

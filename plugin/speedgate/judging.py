@@ -117,9 +117,10 @@ def judge_measurement(
             else:
                 why = pick_not_explaining(judgement, pick.undone, moved, pick.repicked, pick.new_work, pick.raced)
                 note = f"{note}; {said}, {why}"
-        elif not drift and (raced := pass_on_race(judgement, measurement.speedup, blessed_kernels, measured_kernels,
-                                                  optimized_ms=measurement.optimized_ms,
-                                                  busy_ms=fields.get("optimized_busy_ms"))):
+        elif not drift and (raced := pass_on_race(
+                judgement, measurement.speedup, blessed_kernels, measured_kernels,
+                sides_ms={"reference": measurement.reference_ms, "optimized": measurement.optimized_ms},
+                busy_ms={side: fields.get(f"{side}_busy_ms") for side in ("reference", "optimized")})):
             verdict, words = raced
             note = f"{note}; {words}".lstrip("; ")
         elif not drift and (repicked := passed_on_another_pick(verdict, blessed_kernels, measured_kernels)):
@@ -190,17 +191,22 @@ def check_pick(judgement: Judgement, speedup: float, moved: Mapping[str, Any],
                      raced)
 
 
-def undo_race(speedup: float, factor: float | None, optimized_ms: float | None, busy_ms: Any) -> float | None:
-    """The speedup with the optimized side's raced kernels at their blessed share of its kernel time
-    (codegen.unraced_factor): where the side's kernel time per call is known (`busy_ms`, the audit's), only that part
-    of `optimized_ms` is scaled, the rest (the host's, between launches) kept; else the whole side. None without a
-    factor (an entry blessed before kernels' shares were recorded)."""
+def undo_race(speedup: float, factor: float | None, side_ms: float | None, busy_ms: Any,
+              side: str = "optimized") -> float | None:
+    """The speedup with one side's raced kernels at their blessed share of its kernel time (codegen.unraced_factor):
+    where the side's kernel time per call is known (`busy_ms`, the audit's), only that part of `side_ms` is scaled,
+    the rest (the host's, between launches) kept; else the whole side. None without a factor (an entry blessed before
+    kernels' shares were recorded)."""
     if factor is None:
         return None
-    if isinstance(busy_ms, (int, float)) and optimized_ms and 0 < busy_ms <= optimized_ms:
-        undone_ms = optimized_ms - float(busy_ms) * (1.0 - factor)
-        return speedup * optimized_ms / undone_ms if undone_ms > 0 else None
-    return speedup / factor
+    if isinstance(busy_ms, (int, float)) and side_ms and 0 < busy_ms <= side_ms:
+        undone_ms = side_ms - float(busy_ms) * (1.0 - factor)
+        if undone_ms <= 0:
+            return None
+        scale = side_ms / undone_ms
+    else:
+        scale = 1.0 / factor
+    return speedup * scale if side == "optimized" else speedup / scale  # speedup = reference / optimized
 
 
 def passed_on_another_pick(verdict: Verdict, blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
@@ -216,28 +222,37 @@ def passed_on_another_pick(verdict: Verdict, blessed_kernels: Mapping[str, Seque
 def pass_on_race(judgement: Judgement, speedup: float,
                  blessed_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None,
                  measured_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None, *,
-                 optimized_ms: float | None = None, busy_ms: Any = None) -> tuple[Verdict, str] | None:
-    """A pass whose optimized side, alone, ran another of inductor's configs of its own kernels
-    (codegen.raced_kernels), judged as the blessed kernels would have read (undo_race): still inside the band, a pass
-    of the code, said; under the floor, a regression a faster config hid. None where that cannot be told (another side
-    repicked too, new work, no shares recorded, or a reading over the band): passed_on_another_pick decides. One rule
-    for the gate and for re-judging recorded runs (lab/rejudge.py)."""
+                 sides_ms: Mapping[str, float | None] | None = None,
+                 busy_ms: Mapping[str, Any] | None = None) -> tuple[Verdict, str] | None:
+    """A pass whose every side that ran other kernels than blessed ran another of inductor's configs of its own
+    kernels (codegen.raced_kernels: a compiled reference's, a compiled optimized side's), judged as the blessed kernels
+    would have read (undo_race, side by side; `sides_ms` and `busy_ms` by side): still inside the band, a pass of the
+    code, said; under the floor, a regression the other configs hid. None where that cannot be told (a side launched
+    other kernels, the optimized side new work, no shares recorded, or a reading over the band):
+    passed_on_another_pick decides. One rule for the gate and for re-judging recorded runs (lab/rejudge.py)."""
     if judgement.verdict != Verdict.PASS or judgement.baseline is None or judgement.floor is None:
         return None
-    raced = codegen.raced_on(blessed_kernels, measured_kernels)
-    if not raced or codegen.repicked_sides(blessed_kernels, measured_kernels) != ["optimized"] or \
-            codegen.added_kernels(blessed_kernels, measured_kernels, "optimized"):
+    sides = codegen.repicked_sides(blessed_kernels, measured_kernels)
+    raced = {side: codegen.raced_on(blessed_kernels, measured_kernels, side) for side in sides}
+    if not sides or not all(raced.values()) or codegen.added_kernels(blessed_kernels, measured_kernels, "optimized"):
         return None
-    undone = undo_race(speedup, codegen.unraced_factor(blessed_kernels, measured_kernels), optimized_ms, busy_ms)
-    if undone is None or undone > 2 * judgement.baseline - judgement.floor:
+    undone = speedup
+    for side in sides:
+        factor = codegen.unraced_factor(blessed_kernels, measured_kernels, side)
+        step = undo_race(undone, factor, (sides_ms or {}).get(side), (busy_ms or {}).get(side), side)
+        if step is None:
+            return None
+        undone = step
+    if undone > 2 * judgement.baseline - judgement.floor:
         return None
-    said = (f"the optimized side ran another of inductor's configs of {', '.join(raced)} (the same kernel source and "
-            f"settings: the autotuner's pick in this process); with those kernels at their blessed share of the "
-            f"side's kernel time the speedup reads {undone:.3f}x")
+    which = " and ".join(f"the {side} side another of inductor's configs of {', '.join(raced[side])}" for side in sides)
+    said = (f"{which.replace(' side another', ' side ran another', 1)} (the same kernel source and settings: the "
+            f"autotuner's pick in this process); with those kernels at their blessed share of the side's kernel time "
+            f"the speedup reads {undone:.3f}x")
     if undone >= judgement.floor:
         return Verdict.PASS, f"{said}, inside the band: a pass of the blessed kernels"
-    return Verdict.REGRESSED, (f"{said}, under the floor {judgement.floor:.3f}x: the faster config hid a slowdown of "
-                               "the rest of the side, regressed")
+    return Verdict.REGRESSED, (f"{said}, under the floor {judgement.floor:.3f}x: the other configs hid a slowdown, "
+                               "regressed")
 
 
 def config_change(blessed: Any, measured: Any, *, shown: int = 160) -> str:
