@@ -325,3 +325,33 @@ def test_facts_only_evidence_gives_an_entry_its_kernels_races_and_shares_and_mov
     with pytest.raises(SystemExit) as usage:
         main([str(tmp_path / "f.json"), "--facts-only"])
     assert usage.value.code == 2
+
+
+def test_a_bless_is_not_rewritten_by_shares_alone_and_a_kept_entry_gains_the_facts_it_lacked() -> None:
+    """A kernel's share moves a little from run to run: a bless of the same kernels that moved its speedup less than
+    the rewrite fraction keeps the entry (no ratchet by noise), and gives it the races and shares it lacked. Kernels
+    that differ in an exact fact rewrite it, as other kernels always did."""
+    from speedgate import baseline
+
+    def bare(facts: dict[str, Any]) -> dict[str, Any]:
+        return {side: [{k: v for k, v in kernel.items() if k not in ("race", "share")} for kernel in kernels_]
+                for side, kernels_ in facts.items()}
+
+    fingerprint = {"hardware": {"kind": "cpu", "name": "x"}, "software": SOFTWARE}
+    noisier = {side: [{**kernel, "share": round(kernel["share"] * 1.01, 4)} for kernel in facts]
+               for side, facts in BLESSED.items()}
+
+    def bless(old_facts: dict[str, Any], new_facts: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        existing = {"schema_version": 1, "hardware_key": "test-box", "fingerprint": fingerprint,
+                    "cases": {"t.py::test": {**ENTRY, "codegen": old_facts}}}
+        doc, changes = baseline.merge(existing, hardware_key="test-box", fingerprint=fingerprint,
+                                      entries={"t.py::test": {**ENTRY, "speedup": 2.01, "codegen": new_facts}},
+                                      rewrite_fraction={"t.py::test": 0.02 / 3})
+        return doc["cases"]["t.py::test"], changes[0].action
+
+    entry, action = bless(BLESSED, noisier)
+    assert action == "kept" and entry["speedup"] == 2.0 and entry["codegen"] == BLESSED
+    entry, action = bless(bare(BLESSED), BLESSED)
+    assert action == "kept" and entry["speedup"] == 2.0 and entry["codegen"] == BLESSED
+    entry, action = bless(BLESSED, RACED)  # another config: exact facts differ
+    assert action == "updated" and entry["codegen"] == RACED

@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import codegen
+
 SCHEMA_VERSION = 1
 SCHEMA_RESOURCE = "baseline-v1.schema.json"
 # How long update() waits for another process blessing into the same file. A bless holds the lock for a read,
@@ -151,13 +153,18 @@ def _merge_section(
         base = abs(previous[value_key]) or 1.0
         moved = abs(new[value_key] - previous[value_key]) / base
         # A new calibration is rewritten whatever the speedup did: its tolerance is what was asked for. So are other
-        # kernels (another pick, the old one kept among the entry's picks): the facts are exact, never noise.
-        method_changed = any(new.get(k) != previous.get(k)
-                             for k in ("config", "graphed", "timer", "calibration", "codegen", "picks"))
+        # kernels (another pick, the old one kept among the entry's picks): the facts are exact, never noise. A
+        # kernel's share of its side's time is a measurement (codegen.MEASURED), and a fact the entry lacks is no
+        # other kernel: neither alone rewrites it (codegen.same_kernels).
+        method_changed = any(new.get(k) != previous.get(k) for k in ("config", "graphed", "timer", "calibration", "picks")) \
+            or not codegen.same_kernels(previous.get("codegen"), new.get("codegen"))
         if moved > rewrite_fraction.get(case_id, 0.0) or method_changed:
             merged[case_id] = new
             changes.append(Change(case_id, "updated", previous[value_key], new[value_key], unit))
         else:
+            # Kept, with the facts the run read that the entry lacks (a race, a share: codegen.completed).
+            if (facts := codegen.completed(previous.get("codegen"), new.get("codegen"))) is not None:
+                merged[case_id] = {**previous, "codegen": facts}
             changes.append(Change(case_id, "kept", previous[value_key], new[value_key], unit))
     return merged, changes
 

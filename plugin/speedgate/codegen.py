@@ -44,6 +44,9 @@ PICK_FACTS = ("grid", "block", "registers", "warps", "stages")
 COMPILERS = ("torch", "triton", "ptxas", "torch_cuda", "cuda_driver", "driver", "nvidia-cutlass-dsl")
 # Facts compared between a bless and a run, in the order a change is told (a kernel's name and launch shape first).
 COMPARED = ("grid", "block", "registers", "spills", "shared_bytes", "warps", "stages", "ptx")
+# Facts that are measurements of a run, not the kernel's own: they move a little from run to run and never tell one
+# kernel from another (same_kernels does not compare them).
+MEASURED = ("share",)
 _OPCODE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)", re.M)
 
 
@@ -609,6 +612,24 @@ def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mappin
     return raced if raced and raced == reshaped else []
 
 
+def same_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+                 measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> bool:
+    """Whether two sets of kernels' facts are the same kernels: none launched or gone and every compared fact both
+    hold equal (changes says nothing), and no kernel's race differs where both record one. A fact one of them did not
+    record tells nothing (codegen.completed adds it), nor do the MEASURED ones; no facts at all is the same only as no
+    facts."""
+    if not blessed or not measured:
+        return not blessed and not measured
+    if changes(blessed, measured):
+        return False
+    for side in set(blessed) & set(measured):
+        was, now = _by_name(blessed[side]), _by_name(measured[side])
+        if any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
+               for name in set(was) & set(now)):
+            return False
+    return True
+
+
 def raced_on(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
              measured: Mapping[str, Sequence[Mapping[str, Any]]] | None, side: str = "optimized") -> list[str]:
     """raced_kernels of one side of two sets of kernels' facts (a bless's, a run's); [] where either has none."""
@@ -645,7 +666,8 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return [] if gone else added
 
 
-__all__ = ["COMPARED", "COMPILERS", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting", "changes",
-           "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts", "noting",
+__all__ = ["COMPARED", "COMPILERS", "MEASURED", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting",
+           "changes", "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts",
+           "noting", "same_kernels",
            "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides", "resource_usage",
            "side_facts", "sides_of", "trace_kernels", "unraced_factor", "with_first_calls"]
