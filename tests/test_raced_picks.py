@@ -138,6 +138,18 @@ def test_a_drop_where_a_kernel_changed_without_its_race_stays_a_regression(now: 
     assert changed in result.codegen_changes and "inductor's configs" not in result.note
 
 
+def test_a_race_beside_another_kernel_whose_source_changed_stays_a_regression() -> None:
+    """The reduction raced, and the side's other kernel of inductor's launched as blessed but with another race (its
+    source or settings edited): an edit in the side, whatever the shares say."""
+    blessed = kernels({"block": [512, 1, 1], "registers": 32, "shared_bytes": 4096, "race": RACE}, 0.9,
+                      gemm={"race": "1111111111111111"})
+    edited = kernels({"block": [512, 1, 1], "registers": 50, "shared_bytes": 8192, "race": RACE}, 0.8182,
+                     gemm={"race": "2222222222222222"})
+    assert codegen.raced_on(blessed, edited) == [] and codegen.repicked_sides(blessed, edited) == []
+    result = judged(measured(2.0 / 1.1), edited, entry_kernels=blessed, busy_ms=1.1)
+    assert result.verdict == Verdict.REGRESSED and "inductor's configs" not in result.note, result.note
+
+
 def test_new_work_beside_a_race_stays_a_regression() -> None:
     spun = {**RACED, "optimized": [{"name": "spin_kernel", "share": 0.05}, *RACED["optimized"]]}
     result = judged(measured(2.0 / 1.1), spun, busy_ms=1.1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import re
 from collections import Counter
@@ -210,8 +211,6 @@ def race_of(tuner: Any) -> dict[str, str]:
                    if _plain(v))
     identity = json.dumps([src, repr(getattr(tuner, "size_hints", None)), repr(getattr(tuner, "heuristic_type", None)),
                            plain])
-    import hashlib
-
     return {"race": hashlib.sha256(identity.encode()).hexdigest()[:16]}
 
 
@@ -599,12 +598,13 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The kernels of one side (by numbered name, _by_name) that ran another config than blessed as an autotuner's
     pick: [] unless the side launched the blessed kernels and no other, at least one with other PICK_FACTS, and each
-    such kernel records one race (race_of) in both. A kernel whose launch facts moved with no race recorded, or with
-    another (its source, its size hints or inductor's settings changed: an edit), makes it [] whatever the others
-    did."""
+    such kernel records one race (race_of) in both. A kernel whose launch facts moved with no race recorded, or any
+    kernel of the side with another race (its source, its size hints or inductor's settings changed: an edit), makes
+    it [] whatever the others did."""
     added, gone = _added_and_gone(was, now)
-    if added or gone:
-        return []
+    if added or gone or any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
+                            for name in now):
+        return []  # another kernel, or one whose source or settings changed: an edit somewhere in the side
     reshaped = [name for name in now if any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                                             for key in PICK_FACTS)]
     raced = [name for name in reshaped
@@ -668,6 +668,6 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 
 __all__ = ["COMPARED", "COMPILERS", "MEASURED", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting",
            "changes", "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts",
-           "noting", "same_kernels",
-           "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides", "resource_usage",
-           "side_facts", "sides_of", "trace_kernels", "unraced_factor", "with_first_calls"]
+           "noting", "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides",
+           "resource_usage", "same_kernels", "side_facts", "sides_of", "trace_kernels", "unraced_factor",
+           "with_first_calls"]
