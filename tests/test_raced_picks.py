@@ -120,6 +120,13 @@ def test_host_time_added_beside_a_race_stays_a_regression() -> None:
     that raced the reduction. Only the kernels' part of the side is undone."""
     result = judged(measured(2.0 / 1.2), RACED, busy_ms=1.1)  # 1.1 ms of kernels, 0.1 ms of host
     assert result.verdict == Verdict.REGRESSED, result.note
+    # Only the kernels' time is scaled: the 0.1 ms of host work stays whole (1.1 ms undone, 2.0 / 1.1), where
+    # scaling the whole side would have excused a tenth of it; a side without a known kernel time is scaled whole.
+    factor = 0.8182 / 0.9
+    assert judging.undo_race(2.0 / 1.2, factor, 1.2, 1.1) == pytest.approx(2.0 / 1.1, rel=1e-3)
+    assert judging.undo_race(2.0 / 1.2, factor, 1.2, None) == pytest.approx(2.0 / (1.2 * factor), rel=1e-3)
+    assert judging.undo_race(2.0, None, 1.0, 1.0) is None  # no shares: nothing to weigh by
+    assert judging.undo_race(2.0, factor, 1.0, 1.0, side="reference") == pytest.approx(2.0 * factor, rel=1e-3)
 
 
 @pytest.mark.parametrize("now, changed", [
