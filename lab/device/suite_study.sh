@@ -13,6 +13,8 @@
 # evidence; PAIR=gate: they are gated against it instead (a pair that gave it no evidence).
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
+# Once the study is done, the clean runs' kernel facts each file's entries lack (races, shares) are recorded into the
+# files, no speedup (--facts-only), so OUT/baselines brings them back completed.
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
 # study is for; on another, nothing starts and the script exits 4 (a machine that asked for one kind can get another).
 set -uo pipefail
@@ -55,7 +57,13 @@ fi
 while [[ ! -f $state/study.rc ]] && (( $(left) > 15 )); do sleep 5; done
 if [[ -f $state/study.rc ]]; then
   grep -q "study: done" "$work/summary.txt" || { echo "== study: done, exit $(cat "$state/study.rc")" >> "$work/summary.txt"
-    tail -4 "$work/study.log" >> "$work/summary.txt"; }
+    tail -4 "$work/study.log" >> "$work/summary.txt"
+    # The clean runs' kernel facts the file's entries lack (races, shares), no speedup: OUT/baselines brings the file
+    # back completed (python -m speedgate evidence --facts-only), for a commit of its own.
+    for file in "$state/baselines/"*.json; do
+      python3 -m speedgate evidence "$file" "$state/study/"clean*.json --facts-only 2>&1 \
+        | grep -E "facts recorded|read;" | sed "s|^|== facts ($(basename "$file")): |" >> "$work/summary.txt"
+    done; }
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
 fi
