@@ -602,8 +602,7 @@ def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mappin
     kernel of the side with another race (its source, its size hints or inductor's settings changed: an edit), makes
     it [] whatever the others did."""
     added, gone = _added_and_gone(was, now)
-    if added or gone or any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
-                            for name in now):
+    if added or gone or _race_changed(was, now):
         return []  # another kernel, or one whose source or settings changed: an edit somewhere in the side
     reshaped = [name for name in now if any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
                                             for key in PICK_FACTS)]
@@ -622,12 +621,15 @@ def same_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
         return not blessed and not measured
     if changes(blessed, measured):
         return False
-    for side in set(blessed) & set(measured):
-        was, now = _by_name(blessed[side]), _by_name(measured[side])
-        if any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
-               for name in set(was) & set(now)):
-            return False
-    return True
+    return not any(_race_changed(_by_name(blessed[side]), _by_name(measured[side]))
+                   for side in set(blessed) & set(measured))
+
+
+def _race_changed(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether a kernel both sets of one side's kernels (by numbered name) hold records another race in each: its
+    source, size hints or inductor's settings changed."""
+    return any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
+               for name in set(was) & set(now))
 
 
 def raced_on(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,

@@ -101,9 +101,8 @@ def judge_measurement(
             said = f"the {' and '.join(pick.repicked)} side ran other kernels than blessed"
             if pick.raced:
                 others = [side for side in pick.repicked if side != "optimized"]
-                said = (f"{'the reference side ran other kernels than blessed, and ' if others else ''}the optimized "
-                        f"side ran another of inductor's configs of {', '.join(pick.raced)} (the same kernel source "
-                        "and settings: the autotuner's pick in this process, not an edit)")
+                said = (f"{'the reference side ran other kernels than blessed, and ' if others else ''}"
+                        f"{race_words({'optimized': pick.raced})}")
             if pick.explains:
                 # The same software picked other kernels (an autotuner's race, inductor's, a library's
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
@@ -245,14 +244,20 @@ def pass_on_race(judgement: Judgement, speedup: float,
         undone = step
     if undone > 2 * judgement.baseline - judgement.floor:
         return None
-    which = " and ".join(f"the {side} side another of inductor's configs of {', '.join(raced[side])}" for side in sides)
-    said = (f"{which.replace(' side another', ' side ran another', 1)} (the same kernel source and settings: the "
-            f"autotuner's pick in this process); with those kernels at their blessed share of the side's kernel time "
-            f"the speedup reads {undone:.3f}x")
+    said = (f"{race_words(raced)}; with those kernels at their blessed share of the side's kernel time the speedup "
+            f"reads {undone:.3f}x")
     if undone >= judgement.floor:
         return Verdict.PASS, f"{said}, inside the band: a pass of the blessed kernels"
     return Verdict.REGRESSED, (f"{said}, under the floor {judgement.floor:.3f}x: the other configs hid a slowdown, "
                                "regressed")
+
+
+def race_words(raced: Mapping[str, Sequence[str]]) -> str:
+    """The sides that ran another of inductor's configs of their own kernels (codegen.raced_kernels, by side), in
+    words."""
+    which = " and ".join(f"the {side} side{' ran' if i == 0 else ''} another of inductor's configs of "
+                         f"{', '.join(names)}" for i, (side, names) in enumerate(raced.items()))
+    return f"{which} (the same kernel source and settings: the autotuner's pick in this process, not an edit)"
 
 
 def config_change(blessed: Any, measured: Any, *, shown: int = 160) -> str:
