@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -374,3 +375,130 @@ def test_a_bless_is_not_rewritten_by_shares_alone_and_a_kept_entry_gains_the_fac
     assert action == "kept" and entry["speedup"] == 2.0 and entry["codegen"] == BLESSED
     entry, action = bless(BLESSED, RACED)  # another config: exact facts differ
     assert action == "updated" and entry["codegen"] == RACED
+
+
+# -- kernels of no pick: judged against the pick they are nearest to ------------------------------------------------
+# reduce-overhead's optimized side in the H200 file: cuBLAS's GEMMs and inductor's GELU, blessed at 1.109x with the
+# GELU at 8 warps (the main pick) and at 1.156x with it at 4 warps (another pick). The sixteenth study's +5% run drew
+# the other pick and a spin kernel beside it: no pick matched, the main pick judged it, and it passed.
+
+def reduce_overhead(warps: int, *, spin: float = 0.0, copy: dict[str, Any] | None = None,
+                    shares: bool = True) -> dict[str, Any]:
+    gelu = {"name": "triton_poi_fused_gelu_2", "grid": [65536 if warps == 8 else 32768, 1, 1],
+            "block": [32 * warps, 1, 1], "warps": warps, "registers": 19 if warps == 8 else 31, "race": RACE}
+    optimized = [*([{"name": "spin_kernel", "share": spin}] if spin else []),
+                 {"name": "nvjet_gemm", "grid": [2, 66, 1], "registers": 168, "share": round(0.80 * (1 - spin), 4)},
+                 {**gelu, "share": round(0.14 * (1 - spin), 4)},
+                 {"name": "triton_poi_fused__to_copy_3", "grid": [512, 1, 1], "share": round(0.06 * (1 - spin), 4),
+                  **(copy or {})}]
+    if not shares:
+        optimized = [{k: v for k, v in kernel.items() if k != "share"} for kernel in optimized]
+    return {"reference": REFERENCE, "optimized": optimized}
+
+
+def two_picks(tolerance: float = 0.02) -> dict[str, Any]:
+    other = {"codegen": reduce_overhead(4), "speedup": 1.156, "reference_ms": 2.0, "optimized_ms": 1.7301,
+             "tolerance": tolerance, "measured_at": "2026-11-27T12:00:00Z"}
+    return {**ENTRY, "speedup": 1.109, "optimized_ms": 1.8034, "ci_low": 1.107, "ci_high": 1.111,
+            "tolerance": tolerance, "codegen": reduce_overhead(8), "picks": [other]}
+
+
+def test_new_work_on_another_pick_is_judged_against_that_pick_not_a_slower_main_pick() -> None:
+    from speedgate import picks
+
+    slowed = reduce_overhead(4, spin=0.05)  # the faster pick's kernels and a spin of 5% of its time
+    index, pick, apart, from_main = picks.nearest(two_picks(), slowed) or (None, {}, 0.0, 0.0)
+    assert index == 0 and pick["speedup"] == 1.156
+    assert apart == pytest.approx(0.05) and from_main == pytest.approx(0.05 + 0.133)
+    entry, note = picks.judged_entry(two_picks(), slowed)
+    assert entry is not None and entry["speedup"] == 1.156 and note is not None
+    assert note.startswith("judged against the entry's other pick 1 (the nearest to this run's kernels: those that "
+                           "differ from it take 5.0% of its kernel time, from the main pick 18.3%")
+    m = measured(2.0 / (1.7301 * 1.05))  # 1.101x: inside the main pick's band, 4.8% under the other pick's
+    result = judged_against(m, slowed, entry)
+    assert result.verdict == Verdict.REGRESSED, result.note
+    assert "optimized side launches more kernels than blessed: +spin_kernel" in result.note
+    # Judged against the main pick, as before, the slowdown passed: the hole the nearest pick closes.
+    assert judged_against(m, slowed, two_picks() | {"picks": []}).verdict == Verdict.PASS
+
+
+def judged_against(m: Measurement, now: dict[str, Any], entry: Mapping[str, Any]) -> Any:
+    fields = {"case_id": "t.py::test", "nodeid": "t.py::test", "name": None, "hardware_key": "test-box",
+              "tolerance": 0.02, "codegen": now}
+    result, _, _ = judging.judge_measurement(
+        m, lambda: m, fields, entry=dict(entry), file_found=True, remeasure=True, graphed=False, throttled={},
+        roofline=lambda _: {}, closeness=[], software=SOFTWARE)
+    return result
+
+
+def test_picks_set_apart_by_less_than_the_tolerance_of_the_time_leave_the_main_pick() -> None:
+    """The training step's picks differ in copies at another grid, a fraction of a percent of the side's kernel time:
+    their speedups differ by the cards that blessed them. A run nearer one of them by less than the entry's tolerance
+    of its kernel time is judged against the main pick, not whichever pick a copy's grid happens to match."""
+    from speedgate import picks
+
+    entry = two_picks()
+    entry["picks"] = [{**entry["picks"][0], "codegen": reduce_overhead(8, copy={"grid": [256, 1, 1]})}]
+    def run(copy_share: float) -> dict[str, Any]:  # the pick's copy, and a little new work: no pick's kernels
+        kernels = reduce_overhead(8, copy={"grid": [256, 1, 1], "share": copy_share})
+        return {**kernels, "optimized": [*kernels["optimized"], {"name": "_tail", "share": 0.001}]}
+
+    assert codegen.differing(entry["picks"][0]["codegen"], run(0.003)) == pytest.approx(0.001)
+    assert codegen.differing(entry["codegen"], run(0.003)) == pytest.approx(0.004)
+    assert picks.nearest(entry, run(0.003)) is None and picks.judged_entry(entry, run(0.003)) == (entry, None)
+    # Set apart by more than the tolerance (the copy 3% of the time), the pick is the nearer.
+    assert picks.nearest(entry, run(0.03)) is not None
+
+
+def test_a_run_without_shares_is_judged_against_the_main_pick() -> None:
+    from speedgate import picks
+
+    run = reduce_overhead(4, spin=0.05, shares=False)
+    assert codegen.differing(two_picks()["codegen"], run) is None
+    assert picks.nearest(two_picks(), run) is None and picks.judged_entry(two_picks(), run)[1] is None
+
+
+def test_the_kernel_time_that_differs_weighs_each_kernel_by_its_share() -> None:
+    """Rung 4's raced run: its big reduction at the config of one pick, a small one at another's. It is nearer the
+    pick whose differing kernel is the small one, whichever number of kernels differ."""
+    pick = reduce_overhead(8)
+    run = reduce_overhead(4)
+    assert codegen.differing(pick, run) == pytest.approx(0.14)  # the GELU, its share in the run
+    gone = {"reference": REFERENCE, "optimized": [*pick["optimized"], {"name": "_tail", "share": 0.02}]}
+    assert codegen.differing(gone, run) == pytest.approx(0.16)  # a kernel the run did not launch: the pick's share
+    assert codegen.differing(run, run) == 0.0
+    edited = reduce_overhead(4)
+    edited["optimized"][1] = {**edited["optimized"][1], "race": "f" * 16}  # the GELU's source changed
+    assert codegen.differing(run, edited) == pytest.approx(0.14)
+
+
+def test_a_gate_run_judges_new_work_on_a_faster_pick_against_that_pick(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from speedgate.hardware import detect
+
+    software = detect("test-box").software
+    pytester.makeconftest(RACE_CONFTEST)
+    pytester.makepyfile(test_cases=RACE_TEST)
+    pytester.makeini("[pytest]\n")
+    entry = {**two_picks(), "software": software,
+             "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-28T00:00:00Z"}}
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "test-box.json").write_text(json.dumps(
+        {"schema_version": 1, "hardware_key": "test-box",
+         "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
+         "cases": {"test_cases.py::test_rung": entry}}))
+    monkeypatch.setenv("OPT_MS", str(1.7301 * 1.05))
+    monkeypatch.setenv("BUSY_MS", str(1.7301 * 1.05))
+    monkeypatch.setenv("KERNELS", json.dumps(reduce_overhead(4, spin=0.05)))
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["verdict"] == "regressed" and result.ret == 1, case["note"]
+    assert "judged against the entry's other pick 1 (the nearest to this run's kernels" in case["note"]
+    # The other pick's own kernels, unslowed: judged against it, a pass.
+    monkeypatch.setenv("OPT_MS", "1.7301")
+    monkeypatch.setenv("BUSY_MS", "1.7301")
+    monkeypatch.setenv("KERNELS", json.dumps(reduce_overhead(4)))
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["verdict"] == "pass" and result.ret == 0, case["note"]
+    assert "its kernels are this run's" in case["note"]

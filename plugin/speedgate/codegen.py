@@ -595,6 +595,29 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     return found
 
 
+def differing(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+              measured: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> float | None:
+    """How much of a run's kernel time (`measured`) another set of kernels' facts (a pick's) does not share, over
+    both sides: the shares (`share`, trace_kernels) of the run's kernels that the pick did not launch or whose
+    compared facts or race differ where both record them, and of the pick's kernels the run did not launch (0 where
+    the pick holds no share: the run's kernels in their place weigh). 0 for a side either recorded nothing for: the
+    facts cannot tell (changes says nothing there either). None unless the run records each kernel's share: a count
+    of kernels would weigh a copy like a matmul."""
+    if not measured or not all(isinstance(k.get("share"), (int, float)) for ks in measured.values() for k in ks):
+        return None
+    total = 0.0
+    for side in ("reference", "optimized"):
+        was, now = _by_name((blessed or {}).get(side)), _by_name(measured.get(side))
+        if not was or not now:
+            continue
+        added, gone = _added_and_gone(was, now)
+        moved = [name for name in set(was) & set(now)
+                 if _kernel_changes(side, was[name], now[name]) or _race_changed({name: was[name]}, {name: now[name]})]
+        total += sum(float(now[name]["share"]) for name in [*added, *moved])
+        total += sum(float(was[name].get("share") or 0.0) for name in gone)
+    return total
+
+
 def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The kernels of one side (by numbered name, _by_name) that ran another config than blessed as an autotuner's
     pick: [] unless the side launched the blessed kernels and no other, at least one with other PICK_FACTS, and each
@@ -670,6 +693,6 @@ def added_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 
 __all__ = ["COMPARED", "COMPILERS", "MEASURED", "PICK_FACTS", "PTX_CLASSES", "added_kernels", "call_noting",
            "changes", "compiled_facts", "compiled_launches", "completed", "cubin_resources", "cubin_usage", "cute_facts",
-           "noting", "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on", "repicked_sides",
-           "resource_usage", "same_kernels", "side_facts", "sides_of", "trace_kernels", "unraced_factor",
-           "with_first_calls"]
+           "differing", "noting", "parse_resource_usage", "ptx_mix", "race_of", "raced_kernels", "raced_on",
+           "repicked_sides", "resource_usage", "same_kernels", "side_facts", "sides_of", "trace_kernels",
+           "unraced_factor", "with_first_calls"]

@@ -5,8 +5,10 @@ next: a compiled reference's GELU at another block size, a compiled side's reduc
 runs at its own speed. An entry holds its main pick (its `codegen`, speedup, times, tolerance and evidence) and,
 under `picks`, each other pick seen with the same software, timer and graph mode, with its own speedup, times,
 tolerance and evidence. A run whose kernels are one of those picks is judged against that pick's numbers, so that a
-slowdown is caught whichever pick the process got, and a flip between known picks is no false alarm; kernels never
-seen are judged against the main pick and named (`pick-changed` only when the other pick explains the whole move:
+slowdown is caught whichever pick the process got, and a flip between known picks is no false alarm. Kernels never
+seen are judged against the pick they are nearest to, the one fewest of their kernels differ from (an edit, or a
+study's injected spin, on top of another pick is judged against that pick's speedup, not a slower main pick's), the
+main pick where none is nearer than it, and named (`pick-changed` only when the other pick explains the whole move:
 speedgate.judging). One pick's speedups never widen another's tolerance.
 
 Pure: entries in, entries out.
@@ -50,11 +52,38 @@ def matching(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | None
     return None
 
 
+def nearest(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> tuple[int, dict[str, Any], float, float] | None:
+    """(index, pick, the run's kernel time that differs from it, from the main pick) of the entry's other pick nearest
+    to kernels that are not the main pick's (codegen.differing: the shares of the run's kernel time its differing
+    kernels take), the first of the nearest, where it is nearer than the main pick by at least the entry's tolerance:
+    kernels that set two picks apart by less of the time could not move a speedup out of its band, and picks so alike
+    (a training step's copies at another grid) differ in speed by the cards that blessed them, not by their kernels.
+    None when the kernels are the main pick's, no other pick is so much nearer, the run records no shares, or the
+    facts cannot tell."""
+    if not entry or not measured or not entry.get("codegen") or same_pick(entry["codegen"], measured):
+        return None
+    from_main = codegen.differing(entry["codegen"], measured)
+    if from_main is None:
+        return None
+    margin = float(entry.get("tolerance") or 0.0)
+    best: tuple[int, dict[str, Any], float, float] | None = None
+    for index, pick in enumerate(entry.get("picks") or []):
+        if isinstance(pick, dict) and pick.get("codegen"):
+            apart = codegen.differing(pick["codegen"], measured)
+            if apart is not None and apart <= from_main - margin and (best is None or apart < best[2]):
+                best = (index, dict(pick), apart, from_main)
+    return best
+
+
 def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
     """The entry a run with `measured` kernels is judged against: the entry itself, or, when its kernels are one of
-    the entry's other picks, that pick's numbers in the entry's place (its tolerance and evidence too; an other
-    pick without evidence is judged with the main pick's tolerance), with a note naming the pick."""
+    the entry's other picks (matching) or nearest to one (nearest), that pick's numbers in the entry's place (its
+    tolerance and evidence too; an other pick without evidence is judged with the main pick's tolerance), with a
+    note naming the pick."""
     found = matching(entry, measured)
+    near = nearest(entry, measured) if found is None else None
+    if near is not None:
+        found = near[:2]
     if entry is None or found is None:
         return entry, None
     index, pick = found
@@ -64,7 +93,10 @@ def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
         judged["calibration"] = {k: v for k, v in entry["calibration"].items()
                                  if k in ("runs", "spread", "measured_at")}
         judged["tolerance"] = entry.get("tolerance", pick.get("tolerance"))
-    note = (f"judged against the entry's other pick {index + 1} (its kernels are this run's; blessed "
+    whose = ("its kernels are this run's" if near is None else
+             f"the nearest to this run's kernels: those that differ from it take {near[2]:.1%} of its kernel time, "
+             f"from the main pick {near[3]:.1%}")
+    note = (f"judged against the entry's other pick {index + 1} ({whose}; blessed "
             f"{float(pick['speedup']):.3f}x on {str(pick.get('measured_at', ''))[:10]}), not the main pick "
             f"({float(entry['speedup']):.3f}x)")
     return judged, note
@@ -104,5 +136,5 @@ def after_bless(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[
     return (found[1] if found else None), [*others, pick_of(old)][-PICKS_KEPT:]
 
 
-__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "dropped", "dropped_line", "judged_entry", "matching", "pick_of",
-           "same_pick"]
+__all__ = ["PICKS_KEPT", "PICK_FIELDS", "after_bless", "dropped", "dropped_line", "judged_entry", "matching", "nearest",
+           "pick_of", "same_pick"]
