@@ -134,4 +134,8 @@ gluon_fp8=(perftests/test_triton_matmul.py -k "fp8_matmul_gluon and not edge")
 # whole suite's study against it.
 graph_breaks_and_gluon_fp8=(perftests/test_compile_graph_breaks.py perftests/test_triton_matmul.py
                             -k "graph_break_fix or fp8_matmul_gluon and not edge")
+# The compiled cases whose entries hold other picks (speedgate.picks): what a change of how a run is matched to a
+# pick is studied on (STUDY=picked).
+picked=(perftests/test_compile_modes.py perftests/test_compile_custom_op.py perftests/test_compile_ladder.py
+        perftests/test_compile_training.py)
 left() { echo $((deadline - $(date +%s))); }
