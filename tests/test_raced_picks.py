@@ -1,8 +1,9 @@
 """An autotuner's race on the optimized side: inductor's kernel of the same source and settings run at another config
 in this process (speedgate.codegen.race_of, raced_kernels, unraced_factor; speedgate.judging.check_pick). Such a
 drop is pick-changed where the raced kernels' share of the side's kernel time accounts for it, and stays a
-regression wherever anything else moved: another kernel, the host's time, the source, the settings, new work.
-CPU only: recorded kernels' facts, scripted times."""
+regression wherever anything else moved: another kernel, the host's time, the source, the settings, new work. And
+kernels of no pick, judged against the pick nearest to them by the shares (speedgate.picks.nearest), so that new work
+on a faster pick cannot pass against a slower main pick. CPU only: recorded kernels' facts, scripted times."""
 
 from __future__ import annotations
 
@@ -413,7 +414,7 @@ def test_new_work_on_another_pick_is_judged_against_that_pick_not_a_slower_main_
     entry, note = picks.judged_entry(two_picks(), slowed)
     assert entry is not None and entry["speedup"] == 1.156 and note is not None
     assert note.startswith("judged against the entry's other pick 1 (the nearest to this run's kernels: those that "
-                           "differ from it take 5.0% of its kernel time, from the main pick 18.3%")
+                           "differ from it take 5.0% of the run's kernel time, from the main pick 18.3%")
     m = measured(2.0 / (1.7301 * 1.05))  # 1.101x: inside the main pick's band, 4.8% under the other pick's
     result = judged_against(m, slowed, entry)
     assert result.verdict == Verdict.REGRESSED, result.note

@@ -6,10 +6,10 @@ runs at its own speed. An entry holds its main pick (its `codegen`, speedup, tim
 under `picks`, each other pick seen with the same software, timer and graph mode, with its own speedup, times,
 tolerance and evidence. A run whose kernels are one of those picks is judged against that pick's numbers, so that a
 slowdown is caught whichever pick the process got, and a flip between known picks is no false alarm. Kernels never
-seen are judged against the pick they are nearest to, the one fewest of their kernels differ from (an edit, or a
-study's injected spin, on top of another pick is judged against that pick's speedup, not a slower main pick's), the
-main pick where none is nearer than it, and named (`pick-changed` only when the other pick explains the whole move:
-speedgate.judging). One pick's speedups never widen another's tolerance.
+seen are judged against the pick they are nearest to, by the share of the run's kernel time that differs from it,
+where nearer than the main pick by the entry's tolerance (an edit, or a study's injected spin, on top of another pick
+is judged against that pick's speedup, not a slower main pick's), else the main pick, and named (`pick-changed` only
+when the other pick explains the whole move: speedgate.judging). One pick's speedups never widen another's tolerance.
 
 Pure: entries in, entries out.
 """
@@ -94,8 +94,8 @@ def judged_entry(entry: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
                                  if k in ("runs", "spread", "measured_at")}
         judged["tolerance"] = entry.get("tolerance", pick.get("tolerance"))
     whose = ("its kernels are this run's" if near is None else
-             f"the nearest to this run's kernels: those that differ from it take {near[2]:.1%} of its kernel time, "
-             f"from the main pick {near[3]:.1%}")
+             f"the nearest to this run's kernels: those that differ from it take {near[2]:.1%} of the run's kernel "
+             f"time, from the main pick {near[3]:.1%}")
     note = (f"judged against the entry's other pick {index + 1} ({whose}; blessed "
             f"{float(pick['speedup']):.3f}x on {str(pick.get('measured_at', ''))[:10]}), not the main pick "
             f"({float(entry['speedup']):.3f}x)")
