@@ -85,11 +85,13 @@ def measured(speedup: float, reference_ms: float = 2.0, rounds: int = 40) -> Mea
 
 
 def judged(m: Measurement, now: dict[str, Any], entry_kernels: dict[str, Any] = BLESSED,
-           busy_ms: float | None = None) -> Any:
+           busy_ms: float | None = None, entry: Mapping[str, Any] | None = None) -> Any:
+    """The verdict of `m` with kernels `now` against ENTRY with `entry_kernels`, or against `entry` where given."""
     fields = {"case_id": "t.py::test", "nodeid": "t.py::test", "name": None, "hardware_key": "test-box",
               "tolerance": 0.02, "codegen": now, "optimized_busy_ms": busy_ms}
     result, _, _ = judging.judge_measurement(
-        m, lambda: m, fields, entry={**ENTRY, "codegen": entry_kernels}, file_found=True, remeasure=True,
+        m, lambda: m, fields, entry=dict(entry) if entry is not None else {**ENTRY, "codegen": entry_kernels},
+        file_found=True, remeasure=True,
         graphed=False, throttled={}, roofline=lambda _: {}, closeness=[], software=SOFTWARE)
     return result
 
@@ -280,6 +282,35 @@ def test_rung(perf):
 """
 
 
+def race_project(pytester: pytest.Pytester, entry: Mapping[str, Any]) -> None:
+    """A project of one comparison (RACE_TEST, timed by RACE_CONFTEST) whose baseline file holds `entry`, calibrated,
+    blessed with this machine's software."""
+    from speedgate.hardware import detect
+
+    software = detect("test-box").software
+    pytester.makeconftest(RACE_CONFTEST)
+    pytester.makepyfile(test_cases=RACE_TEST)
+    pytester.makeini("[pytest]\n")
+    entry = {**entry, "software": software,
+             "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-28T00:00:00Z"}}
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "test-box.json").write_text(json.dumps(
+        {"schema_version": 1, "hardware_key": "test-box",
+         "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
+         "cases": {"test_cases.py::test_rung": entry}}))
+
+
+def gate_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, opt_ms: float, busy_ms: float,
+             kernels: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A gate run of race_project's comparison with the optimized side at `opt_ms` (`busy_ms` of it its kernels'),
+    launching `kernels`: its report's case and the exit code."""
+    monkeypatch.setenv("OPT_MS", str(opt_ms))
+    monkeypatch.setenv("BUSY_MS", str(busy_ms))
+    monkeypatch.setenv("KERNELS", json.dumps(kernels))
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
+    return json.loads((pytester.path / "run.json").read_text())["cases"][0], int(result.ret)
+
+
 @pytest.mark.parametrize("opt_ms, busy_ms, facts, verdict, strict_exit", [
     (1.1, 1.1, RACED, "pick-changed", 1),  # the race alone: a pass of the run, red under strict
     (1.2, 1.1, RACED, "regressed", 1),  # the race and 0.1 ms of host work: red either way
@@ -287,26 +318,10 @@ def test_rung(perf):
 def test_a_gate_run_names_a_race_and_fails_it_only_under_strict(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                                 opt_ms: float, busy_ms: float, facts: dict[str, Any],
                                                                 verdict: str, strict_exit: int) -> None:
-    from speedgate.hardware import detect
-
-    software = detect("test-box").software
-    pytester.makeconftest(RACE_CONFTEST)
-    pytester.makepyfile(test_cases=RACE_TEST)
-    pytester.makeini("[pytest]\n")
-    entry = {**ENTRY, "software": software, "codegen": BLESSED,
-             "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-28T00:00:00Z"}}
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "test-box.json").write_text(json.dumps(
-        {"schema_version": 1, "hardware_key": "test-box",
-         "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
-         "cases": {"test_cases.py::test_rung": entry}}))
-    monkeypatch.setenv("OPT_MS", str(opt_ms))
-    monkeypatch.setenv("BUSY_MS", str(busy_ms))
-    monkeypatch.setenv("KERNELS", json.dumps(facts))
-    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
-    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    race_project(pytester, {**ENTRY, "codegen": BLESSED})
+    case, ret = gate_run(pytester, monkeypatch, opt_ms, busy_ms, facts)
     assert case["verdict"] == verdict, case["note"]
-    assert result.ret == (0 if verdict == "pick-changed" else 1)
+    assert ret == (0 if verdict == "pick-changed" else 1)
     assert pytester.runpytest("--hardware-key", "test-box", "--speedgate-strict").ret == strict_exit
 
 
@@ -416,20 +431,11 @@ def test_new_work_on_another_pick_is_judged_against_that_pick_not_a_slower_main_
     assert note.startswith("judged against the entry's other pick 1 (the nearest to this run's kernels: those that "
                            "differ from it take 5.0% of the run's kernel time, from the main pick 18.3%")
     m = measured(2.0 / (1.7301 * 1.05))  # 1.101x: inside the main pick's band, 4.8% under the other pick's
-    result = judged_against(m, slowed, entry)
+    result = judged(m, slowed, entry=entry)
     assert result.verdict == Verdict.REGRESSED, result.note
     assert "optimized side launches more kernels than blessed: +spin_kernel" in result.note
     # Judged against the main pick, as before, the slowdown passed: the hole the nearest pick closes.
-    assert judged_against(m, slowed, two_picks() | {"picks": []}).verdict == Verdict.PASS
-
-
-def judged_against(m: Measurement, now: dict[str, Any], entry: Mapping[str, Any]) -> Any:
-    fields = {"case_id": "t.py::test", "nodeid": "t.py::test", "name": None, "hardware_key": "test-box",
-              "tolerance": 0.02, "codegen": now}
-    result, _, _ = judging.judge_measurement(
-        m, lambda: m, fields, entry=dict(entry), file_found=True, remeasure=True, graphed=False, throttled={},
-        roofline=lambda _: {}, closeness=[], software=SOFTWARE)
-    return result
+    assert judged(m, slowed, entry=two_picks() | {"picks": []}).verdict == Verdict.PASS
 
 
 def test_picks_set_apart_by_less_than_the_tolerance_of_the_time_leave_the_main_pick() -> None:
@@ -475,31 +481,11 @@ def test_the_kernel_time_that_differs_weighs_each_kernel_by_its_share() -> None:
 
 def test_a_gate_run_judges_new_work_on_a_faster_pick_against_that_pick(pytester: pytest.Pytester,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from speedgate.hardware import detect
-
-    software = detect("test-box").software
-    pytester.makeconftest(RACE_CONFTEST)
-    pytester.makepyfile(test_cases=RACE_TEST)
-    pytester.makeini("[pytest]\n")
-    entry = {**two_picks(), "software": software,
-             "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-28T00:00:00Z"}}
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "test-box.json").write_text(json.dumps(
-        {"schema_version": 1, "hardware_key": "test-box",
-         "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
-         "cases": {"test_cases.py::test_rung": entry}}))
-    monkeypatch.setenv("OPT_MS", str(1.7301 * 1.05))
-    monkeypatch.setenv("BUSY_MS", str(1.7301 * 1.05))
-    monkeypatch.setenv("KERNELS", json.dumps(reduce_overhead(4, spin=0.05)))
-    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
-    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
-    assert case["verdict"] == "regressed" and result.ret == 1, case["note"]
+    race_project(pytester, two_picks())
+    case, ret = gate_run(pytester, monkeypatch, 1.7301 * 1.05, 1.7301 * 1.05, reduce_overhead(4, spin=0.05))
+    assert case["verdict"] == "regressed" and ret == 1, case["note"]
     assert "judged against the entry's other pick 1 (the nearest to this run's kernels" in case["note"]
     # The other pick's own kernels, unslowed: judged against it, a pass.
-    monkeypatch.setenv("OPT_MS", "1.7301")
-    monkeypatch.setenv("BUSY_MS", "1.7301")
-    monkeypatch.setenv("KERNELS", json.dumps(reduce_overhead(4)))
-    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
-    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
-    assert case["verdict"] == "pass" and result.ret == 0, case["note"]
+    case, ret = gate_run(pytester, monkeypatch, 1.7301, 1.7301, reduce_overhead(4))
+    assert case["verdict"] == "pass" and ret == 0, case["note"]
     assert "its kernels are this run's" in case["note"]
