@@ -452,6 +452,38 @@ def test_a_short_landing_on_another_pick_says_so() -> None:
     assert not study.repicked([{"codegen": {}}], [{"codegen": {"optimized": [spin]}}])  # nothing recorded: no pick
 
 
+def test_a_spin_the_traces_saw_take_its_share_on_another_pick_arrived() -> None:
+    """The sixteenth H200 study (2026-11-28): the twelfth's miss again, read from the traces. The side ran +0.4%
+    against the clean run only because its process drew a faster pick than the clean run's; the spin took 5.04% of its
+    kernel time, so the slowdown arrived, and the miss is the gate's (it judged the pick against another's speedup),
+    counted as one, no longer set apart. On the clean run's own kernels a short side stays one the spin did not reach:
+    a spin can fill the gaps between a short side's launches, which no share holds."""
+    spin = {"name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "share": 0.0504}
+
+    def gelu(block: int) -> dict:
+        return {"name": "triton_poi_fused_gelu_view_2", "block": [block, 1, 1], "share": 0.14}
+
+    def record(verdict: str, ms: float, *kernels: dict, timer: str = "cuda-events-held") -> dict:
+        return {**held_record("picked", verdict, ms), "timer": timer, "codegen": {"optimized": list(kernels)}}
+
+    clean = [{"cases": [record("pass", 2.314, gelu(256))]}]
+    text = study.table(clean, {0.05: [{"cases": [record("pass", 2.323, spin, gelu(128))]}]})
+    assert ("| `picked` | 2.0% | cuda-events-held | 0/1 | 0/1, -5.0% (the optimized side +0.4% from the clean run, on "
+            "other kernels than in the clean run (another pick); the spin took +5.3% of its other kernels' time in "
+            "the trace: it arrived) |") in text
+    assert "+5% caught in 0 of 1 comparisons; landed at a median +0.4%" in text  # a miss, not set apart
+    assert text.rstrip().endswith("0 of 1 comparisons catch a 5% regression")
+    # The same kernels as the clean run: short is short, whatever the spin's share.
+    same = study.table(clean, {0.05: [{"cases": [record("pass", 2.323, spin, gelu(256))]}]})
+    assert "(1 missed where the slowdown did not reach the optimized side)" in same
+    # A spin the trace shows at less than half its share, a side timed from an idle device, no share: not arrived.
+    assert study.spun([record("pass", 2.3, {**spin, "share": 0.02}, gelu(128))]) == pytest.approx(0.02 / 0.98)
+    assert "did not reach" in study.table(clean, {0.05: [{"cases": [record("pass", 2.3, {**spin, "share": 0.02},
+                                                                               gelu(128))]}]})
+    assert study.spun([record("pass", 2.3, spin, timer="cuda-events-idle-start")]) is None
+    assert study.spun([record("pass", 2.3, gelu(128))]) is None
+
+
 def test_a_run_failed_where_its_slowdown_did_not_reach_is_no_catch() -> None:
     """The H100 study of 2026-11-28 (`bd0fdee68d64`): reduce-overhead regressed in the clean run (inductor picked
     another config for one pointwise kernel) and again in the +5% run, where its optimized side ran 0.6% slower than

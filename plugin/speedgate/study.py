@@ -15,7 +15,8 @@ count, not counted). Clean runs count false alarms (regressed, improved, inconcl
 apart, of the metrics (each named under the table), and, apart, the tests that failed before a comparison of theirs
 was judged (an audit's accusation, an exception: the report's failed_tests; each named under the table). A slowdown
 that did not reach the optimized side (it ran less than half the share slower than in the clean runs, on the same
-card where there is one; against its reference where the timer counts the host's work) is said in its cell and
+card where there is one; against its reference where the timer counts the host's work; unless it ran other kernels
+than the clean runs and its traces show the spin took half its share or more: then it arrived) is said in its cell and
 counted apart, as a miss even where the run failed if its clean runs failed too (what failed those failed it); so is
 one that landed heavier than asked (more than HEAVY times the share): its catch is a catch of the slowdown it got,
 not of the share. The table goes to OUT/study.md and the terminal, its last line "N of M comparisons catch a 5%
@@ -59,6 +60,9 @@ HOST_TIMED = (IdleStart.name, CpuTimer.name)
 # A slowdown that reached its optimized side at more than this many times its share landed heavier than asked: a catch
 # of it says nothing of the share (docs/results/gate-study.md, "The injection's size").
 HEAVY = 1.5
+# The kernel the injection launches before a slowed side's call (torch.cuda._sleep's), by the name the profiler gives
+# it ("at::cuda::(anonymous namespace)::spin_kernel(long)"): new work of the study's, not another pick.
+SPIN_KERNEL = "spin_kernel"
 # A clock's time_each: each callable called once, its time in ms (speedgate.timers.Timer.time_each).
 TimeEach = Callable[[Sequence[Callable[[], Any]]], list[float]]
 
@@ -396,6 +400,25 @@ def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, 
     return statistics.median(found) if found else None
 
 
+def spun(slowed: Sequence[Mapping[str, Any]]) -> float | None:
+    """What the study's spin added to one comparison's optimized side's kernels, as its traces saw it: per slowed run
+    timed with the device held, the spin kernel's share of the side's kernel time over the other kernels' (share /
+    (1 - share)); the median. It tells that a spin arrived where the side's time cannot (its process drew another pick
+    than the clean run's), not how much it slowed the side: a spin settled on the gate's clock also fills the gaps
+    between a short side's launches, which no kernel's share holds. None unless every slowed run is so timed and
+    records the spin's share."""
+    found = []
+    for run in slowed:
+        shares = [k.get("share") for k in ((run.get("codegen") or {}).get("optimized") or [])
+                  if SPIN_KERNEL in str(k.get("name", ""))]
+        if not str(run.get("timer", "")).endswith("-held") or len(shares) != 1 or not isinstance(shares[0], (int, float)):
+            return None
+        if not 0.0 < shares[0] < 1.0:
+            return None
+        found.append(shares[0] / (1.0 - shares[0]))
+    return statistics.median(found) if found else None
+
+
 def _cost(case: Mapping[str, Any], host_timed: bool) -> float | None:
     """A comparison's optimized side as `delivered` weighs it: its time, or, host-timed, its time over its
     reference's (1 / speedup). None where the record has none."""
@@ -410,11 +433,6 @@ def alarm_words(alarmed: Sequence[Mapping[str, Any]]) -> str:
     said += sorted({f"host load {c['host_load']:.1f} on {c['host_cores']} cores" for c in alarmed
                     if busy(c.get("host_load"), c.get("host_cores"))})
     return f" ({'; '.join(said)})" if said else ""
-
-
-# The kernel the injection launches before a slowed side's call (torch.cuda._sleep's), by the name the profiler gives
-# it ("at::cuda::(anonymous namespace)::spin_kernel(long)"): new work of the study's, not another pick.
-SPIN_KERNEL = "spin_kernel"
 
 
 def repicked(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]]) -> bool:
@@ -447,7 +465,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
 
     A slowdown is checked for having reached the optimized side as asked (`delivered`): where that side ran less
     than half the share slower than in the clean runs (another pick, the host's state or an injection that missed
-    its stream), or more than HEAVY times the share, the cell says so, and the totals count those apart: a miss of a
+    its stream; not a side that ran another pick than the clean runs whose traces show the spin arrived, spun), or
+    more than HEAVY times the share, the cell says so, and the totals count those apart: a miss of a
     slowdown that did not arrive, and a catch of a heavier one, say nothing of what the gate catches at the share. A
     slowed run that failed where its slowdown did not arrive, of a comparison whose clean runs failed too, failed for
     what failed those (another pick): no catch, counted with the misses the slowdown did not reach.
@@ -484,6 +503,14 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 landed[s].append(reached)
             short = reached is not None and reached < s / 2
             heavier = reached is not None and reached > s * HEAVY
+            # Short against a clean run of other kernels, the side's time holds the pick's speed: where the traces
+            # show the spin took its share, it arrived, and a miss is the gate's (a faster pick judged against
+            # another's speedup: docs/results/gate-study-h200.md, the sixteenth and seventeenth studies).
+            arrived = spun(got) if short and repicked(runs, got) else None
+            if arrived is not None and arrived >= s / 2:
+                short = False
+            else:
+                arrived = None
             # Failed where the slowdown did not reach, as its clean runs failed: what failed those (another pick, the
             # host) failed it, not the slowdown. A short reach beside clean runs that passed stays a catch: read on
             # another card, the clean run's time is that card's.
@@ -506,10 +533,12 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 unrecorded[s] += 1
                 causes = sorted({cause for r in slowed_runs[s] if (cause := cause_in(r, case.get("nodeid", "")))})
                 tail = f" (not timed in the slowed run: {'; '.join(causes) if causes else 'see its log'})"
-            elif (short or heavier) and reached is not None:
+            elif (short or heavier or arrived is not None) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
                 pick = ", on other kernels than in the clean run (another pick)" if repicked(runs, got) else ""
-                tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}{pick}"
+                came = (f"; the spin took {arrived:+.1%} of its other kernels' time in the trace: it arrived"
+                        if arrived is not None else "")
+                tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}{pick}{came}"
                         f"{', heavier than asked' if heavier else ''}{', failed as its clean run did: no catch' if otherwise else ''})")
             row.append((f"{said}, {statistics.median(changes):+.1%}" if changes else said) + tail)
         lines.append("| " + " | ".join(row) + " |")
@@ -610,4 +639,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["SLOWDOWN_ENV", "main", "page", "run_pytest", "set_aside", "slowed", "spin_cost", "table"]
+__all__ = ["SLOWDOWN_ENV", "main", "page", "run_pytest", "set_aside", "slowed", "spin_cost", "spun", "table"]
