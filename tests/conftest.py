@@ -128,6 +128,35 @@ def baseline_doc(cases: dict[str, float], key: str = "test-box") -> dict[str, An
     }
 
 
+# One comparison of two constant functions (its node test_cases.py::test_gemm), for a project whose conftest scripts
+# the timer and the kernels each side launched: what the gate then judges is the scripted times and facts alone.
+ONE_COMPARISON = """
+def reference():
+    return 1.0
+
+def optimized():
+    return 1.0
+
+def test_gemm(perf):
+    perf.compare(reference, optimized, waive={"fixed-inputs": "constants: nothing to cache"})
+"""
+
+
+def entries_doc(cases: dict[str, dict[str, Any]], software: dict[str, Any], key: str = "test-box") -> dict[str, Any]:
+    """A baseline document holding the given entries as they are, its fingerprint's software `software`."""
+    return {"schema_version": 1, "hardware_key": key,
+            "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software}, "cases": cases}
+
+
+def write_entries(root: Path, cases: dict[str, dict[str, Any]], software: dict[str, Any],
+                  key: str = "test-box") -> Path:
+    """entries_doc written as root/baselines/<key>.json."""
+    path = root / "baselines" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries_doc(cases, software, key)))
+    return path
+
+
 def write_baseline(root: Path, cases: dict[str, float], key: str = "test-box") -> Path:
     path = root / "baselines" / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

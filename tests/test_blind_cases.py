@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import ONE_COMPARISON, write_entries
 from speedgate import codegen, evidence, judging
 from speedgate.baseline import BaselineError, read, validate
 from speedgate.measure import SUSTAINED_PAIR_MS, Measurement, measurement_from_samples
@@ -720,31 +721,13 @@ def speedgate_timer():
                          profiles={"reference": {**profile, "events_ms": 2.0, "busy_ms": 2.0, "kernels": KERNELS["reference"]},
                                    "optimized": {**profile, "kernels": [{"name": "_k", "registers": 255, "spills": 24}]}})
 """
-TEST = """
-def reference():
-    return 1.0
-
-def optimized():
-    return 1.0
-
-def test_gemm(perf):
-    perf.compare(reference, optimized, waive={"fixed-inputs": "constants: nothing to cache"})
-"""
-
-
 def project(pytester: pytest.Pytester, software: dict[str, str]) -> Path:
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_cases=TEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
     pytester.makeini("[pytest]\n")
-    folder = pytester.path / "baselines"
-    folder.mkdir()
     entry = {**ENTRY, "software": software, "tolerance": 0.05,
              "codegen": {"reference": [{"name": "nvjet_gemm"}], "optimized": [{"name": "_k", "registers": 168, "spills": 0}]}}
-    doc = {"schema_version": 1, "hardware_key": "test-box", "fingerprint": {"hardware": {"kind": "cpu", "name": "x"},
-                                                                           "software": software},
-           "cases": {"test_cases.py::test_gemm": entry}}
-    (folder / "test-box.json").write_text(json.dumps(doc))
-    return folder
+    return write_entries(pytester.path, {"test_cases.py::test_gemm": entry}, software).parent
 
 
 def test_strict_fails_a_case_whose_kernels_changed_with_the_software(pytester: pytest.Pytester) -> None:
@@ -1002,10 +985,8 @@ def pick_project(pytester: pytest.Pytester) -> None:
 
     software = detect("test-box").software
     pytester.makeconftest(PICK_CONFTEST)
-    pytester.makepyfile(test_cases=TEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
     pytester.makeini("[pytest]\n")
-    folder = pytester.path / "baselines"
-    folder.mkdir()
     calibration = {"runs": 2, "spread": 0.001, "measured_at": "2026-11-27T00:00:00Z"}
 
     def numbers(speedup: float) -> dict[str, Any]:
@@ -1021,10 +1002,7 @@ def pick_project(pytester: pytest.Pytester) -> None:
              "picks": [{**numbers(2.1), "tolerance": 0.02, "calibration": calibration, "measured_at": "2026-11-27",
                         "codegen": {"reference": [{"name": "triton_poi_fused_gelu_0", "block": [128, 1, 1]}],
                                     "optimized": [{"name": "_k"}]}}]}
-    doc = {"schema_version": 1, "hardware_key": "test-box",
-           "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
-           "cases": {"test_cases.py::test_gemm": entry}}
-    (folder / "test-box.json").write_text(json.dumps(doc))
+    write_entries(pytester.path, {"test_cases.py::test_gemm": entry}, software)
 
 
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, reference_ms: float, block: int) -> dict[str, Any]:
@@ -1067,7 +1045,7 @@ def test_two_blesses_of_other_picks_keep_both_and_the_gate_judges_each(pytester:
     import sys
 
     pytester.makeconftest(PICK_CONFTEST)
-    pytester.makepyfile(test_cases=TEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
     pytester.makeini("[pytest]\n")
     for reference_ms, block in ((2.0, 256), (2.1, 128)):
         monkeypatch.setenv("REF_MS", str(reference_ms))
@@ -1097,7 +1075,7 @@ def test_two_processes_blessing_other_picks_at_once_keep_both(pytester: pytest.P
     import sys
 
     pytester.makeconftest(PICK_CONFTEST)
-    pytester.makepyfile(test_cases=TEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
     pytester.makeini("[pytest]\n")
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hardware-key", "test-box",
             "--update-baselines", "--speedgate-calibrate", "2"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import ONE_COMPARISON, entries_doc, write_entries
 from speedgate import codegen, judging
 from speedgate.baseline import BaselineError, validate
 from speedgate.measure import Measurement, measurement_from_samples
@@ -244,9 +245,7 @@ def test_a_pass_on_the_compiled_references_race_is_judged_as_the_blessed_kernels
 
 def test_the_baseline_schema_takes_a_race_and_a_share_and_refuses_malformed_ones() -> None:
     def doc(kernel: dict[str, Any]) -> dict[str, Any]:
-        return {"schema_version": 1, "hardware_key": "test-box",
-                "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": SOFTWARE},
-                "cases": {"t.py::test": {**ENTRY, "codegen": {"optimized": [kernel]}}}}
+        return entries_doc({"t.py::test": {**ENTRY, "codegen": {"optimized": [kernel]}}}, SOFTWARE)
 
     validate(doc({"name": "k", "race": RACE, "share": 0.25}), "f.json")
     for bad in ({"name": "k", "race": "not-hex"}, {"name": "k", "share": 1.5}):
@@ -270,34 +269,18 @@ def speedgate_timer():
                                    "optimized": {**profile, "kernels": facts["optimized"]}})
 """
 
-RACE_TEST = """
-def reference():
-    return 1.0
-
-def optimized():
-    return 1.0
-
-def test_rung(perf):
-    perf.compare(reference, optimized, waive={"fixed-inputs": "constants: nothing to cache"})
-"""
-
-
 def race_project(pytester: pytest.Pytester, entry: Mapping[str, Any]) -> None:
-    """A project of one comparison (RACE_TEST, timed by RACE_CONFTEST) whose baseline file holds `entry`, calibrated,
-    blessed with this machine's software."""
+    """A project of one comparison (ONE_COMPARISON, timed by RACE_CONFTEST) whose baseline file holds `entry`,
+    calibrated, blessed with this machine's software."""
     from speedgate.hardware import detect
 
     software = detect("test-box").software
     pytester.makeconftest(RACE_CONFTEST)
-    pytester.makepyfile(test_cases=RACE_TEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
     pytester.makeini("[pytest]\n")
     entry = {**entry, "software": software,
              "calibration": {"runs": 2, "spread": 0.001, "measured_at": "2026-11-28T00:00:00Z"}}
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "test-box.json").write_text(json.dumps(
-        {"schema_version": 1, "hardware_key": "test-box",
-         "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": software},
-         "cases": {"test_cases.py::test_rung": entry}}))
+    write_entries(pytester.path, {"test_cases.py::test_gemm": entry}, software)
 
 
 def gate_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, opt_ms: float, busy_ms: float,
@@ -339,8 +322,7 @@ def test_facts_only_evidence_gives_an_entry_its_kernels_races_and_shares_and_mov
     calibration = evidence.add_process(calibration, "card-b", 2.02, 0.001, "2026-11-26T00:00:00Z")
     calibration.update(runs=2, spread=0.001, measured_at="2026-11-26T00:00:00Z")
     entry = {**ENTRY, "codegen": bare(BLESSED), "calibration": calibration, "tolerance": evidence.tolerance_of(calibration)}
-    doc = {"schema_version": 1, "hardware_key": "test-box",
-           "fingerprint": {"hardware": {"kind": "cpu", "name": "x"}, "software": SOFTWARE}, "cases": {"t.py::test": entry}}
+    doc = entries_doc({"t.py::test": entry}, SOFTWARE)
     run = {"speedgate_report_version": 1, "run_time": "2026-11-28T00:00:00Z",
            "fingerprints": {"test-box": {"software": SOFTWARE}},
            "cases": [{"case_id": "t.py::test", "nodeid": "t.py::test", "hardware_key": "test-box", "timed": True,
