@@ -29,6 +29,8 @@ MEASUREMENTS_TO_DECIDE = 3
 # A case is reported as measured on an unstable GPU when thermal policy held its clocks down for more than this
 # fraction of its comparison (NVML violation counters, read before and after).
 THROTTLE_NOTE_FRACTION = 0.05
+# How a verdict says a race was undone (undo_race), for a drop, a pass and a drop it does not explain alike.
+AT_BLESSED_SHARE = "with those kernels at their blessed share of the side's kernel time"
 
 
 def judge_measurement(
@@ -108,8 +110,7 @@ def judge_measurement(
                 # heuristics), and that side's move is the speedup's: another kernel's speed, not a change of the
                 # blessed one.
                 verdict = Verdict.PICK_CHANGED
-                at = ("with those kernels at their blessed share of the side's kernel time" if pick.raced
-                      else "at its blessed time")
+                at = AT_BLESSED_SHARE if pick.raced else "at its blessed time"
                 note = (f"{said}: another pick, not the blessed kernels slower or faster ({at} the "
                         f"speedup reads {pick.undone:.3f}x, inside the band); hold the pick (an autotuner: "
                         f"hold_blessed) or re-bless ({judgement.verdict.value} as measured). {note}")
@@ -244,8 +245,7 @@ def pass_on_race(judgement: Judgement, speedup: float,
         undone = step
     if undone > 2 * judgement.baseline - judgement.floor:
         return None
-    said = (f"{race_words(raced)}; with those kernels at their blessed share of the side's kernel time the speedup "
-            f"reads {undone:.3f}x")
+    said = f"{race_words(raced)}; {AT_BLESSED_SHARE} the speedup reads {undone:.3f}x"
     if undone >= judgement.floor:
         return Verdict.PASS, f"{said}, inside the band: a pass of the blessed kernels"
     return Verdict.REGRESSED, (f"{said}, under the floor {judgement.floor:.3f}x: the other configs hid a slowdown, "
@@ -347,7 +347,7 @@ def pick_not_explaining(judgement: Judgement, undone: float | None, moved: Mappi
                 f"{judgement.verdict.value}")
     if undone is None:
         return f"with no blessed time to undo the pick against: {judgement.verdict.value}"
-    at = "with those kernels at their blessed share of the side's kernel time" if raced else "at its blessed time"
+    at = AT_BLESSED_SHARE if raced else "at its blessed time"
     return (f"but {at} the speedup would still read {undone:.3f}x, outside the band: the pick does not "
             f"explain it, {judgement.verdict.value}")
 

@@ -506,7 +506,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             # Short against a clean run of other kernels, the side's time holds the pick's speed: where the traces
             # show the spin took its share, it arrived, and a miss is the gate's (a faster pick judged against
             # another's speedup: docs/results/gate-study-h200.md, the sixteenth and seventeenth studies).
-            arrived = spun(got) if short and repicked(runs, got) else None
+            repick = repicked(runs, got)
+            arrived = spun(got) if short and repick else None
             if arrived is not None and arrived >= s / 2:
                 short = False
             else:
@@ -535,7 +536,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                 tail = f" (not timed in the slowed run: {'; '.join(causes) if causes else 'see its log'})"
             elif (short or heavier or arrived is not None) and reached is not None:
                 card = " on another card" if on_another_card(runs, got) else ""
-                pick = ", on other kernels than in the clean run (another pick)" if repicked(runs, got) else ""
+                pick = ", on other kernels than in the clean run (another pick)" if repick else ""
                 came = (f"; the spin took {arrived:+.1%} of its other kernels' time in the trace: it arrived"
                         if arrived is not None else "")
                 tail = (f" (the optimized side {reached:+.1%}{against} from the clean run{card}{pick}{came}"
