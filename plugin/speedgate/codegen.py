@@ -588,8 +588,7 @@ def repicked_sides(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
             continue
         added, gone = _added_and_gone(was, now)
         replaced = bool(added) and bool(gone)
-        reshaped = any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
-                       for name in set(was) & set(now) for key in PICK_FACTS)
+        reshaped = any(_reshaped(was[name], now[name]) for name in set(was) & set(now))
         if replaced or (reshaped and side == "reference") or (side == "optimized" and raced_kernels(was, now)):
             found.append(side)
     return found
@@ -612,7 +611,7 @@ def differing(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
             continue
         added, gone = _added_and_gone(was, now)
         moved = [name for name in set(was) & set(now)
-                 if _kernel_changes(side, was[name], now[name]) or _race_changed({name: was[name]}, {name: now[name]})]
+                 if _kernel_changes(side, was[name], now[name]) or _other_race(was[name], now[name])]
         total += sum(float(now[name]["share"]) for name in [*added, *moved])
         total += sum(float(was[name].get("share") or 0.0) for name in gone)
     return total
@@ -627,8 +626,7 @@ def raced_kernels(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mappin
     added, gone = _added_and_gone(was, now)
     if added or gone or _race_changed(was, now):
         return []  # another kernel, or one whose source or settings changed: an edit somewhere in the side
-    reshaped = [name for name in now if any(key in was[name] and key in now[name] and was[name][key] != now[name][key]
-                                            for key in PICK_FACTS)]
+    reshaped = [name for name in now if _reshaped(was[name], now[name])]
     raced = [name for name in reshaped
              if was[name].get("race") is not None and was[name].get("race") == now[name].get("race")]
     return raced if raced and raced == reshaped else []
@@ -651,8 +649,17 @@ def same_kernels(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
 def _race_changed(was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]]) -> bool:
     """Whether a kernel both sets of one side's kernels (by numbered name) hold records another race in each: its
     source, size hints or inductor's settings changed."""
-    return any("race" in was[name] and "race" in now[name] and was[name]["race"] != now[name]["race"]
-               for name in set(was) & set(now))
+    return any(_other_race(was[name], now[name]) for name in set(was) & set(now))
+
+
+def _other_race(was: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether one kernel records a race in both sets of facts, and not the same."""
+    return "race" in was and "race" in now and was["race"] != now["race"]
+
+
+def _reshaped(was: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether one kernel's launch facts (PICK_FACTS) differ where both sets of facts record them."""
+    return any(key in was and key in now and was[key] != now[key] for key in PICK_FACTS)
 
 
 def raced_on(blessed: Mapping[str, Sequence[Mapping[str, Any]]] | None,
