@@ -423,9 +423,29 @@ def test_a_slowdown_that_did_not_reach_the_optimized_side_is_said_and_counted_ap
     slowed = {0.05: [{"cases": [record("graphed", "pass", 2.299), record("plain", "pass", 1.03)]}]}
     text = study.table(clean, slowed)
     assert "| `graphed` | 5.0% | cuda-events-held | 0/1 | 0/1, -3.0% (the optimized side +0.1% from the clean run) |" in text
-    assert "| `plain` | 5.0% | cuda-events-held | 0/2 | 0/1, -3.0% |" in text  # +3% on its own card: reached
+    # +3% on its own card: reached, and missed; the cell says where the card's clean run read.
+    assert ("| `plain` | 5.0% | cuda-events-held | 0/2 | 0/1, -3.0% (missed: the optimized side +3.0% "
+            "from the clean run, whose speedup read -3.0% from the one judged against) |") in text
     assert "+5% caught in 0 of 2 comparisons (1 missed where the slowdown did not reach the optimized side)" in text
     assert text.rstrip().endswith("0 of 2 comparisons catch a 5% regression")
+
+
+def test_a_miss_where_the_slowdown_landed_says_where_the_cards_clean_run_read() -> None:
+    """The eighteenth H200 study (2026-11-28): the fused MLP's vs_compile read +1.2% from the kind's center clean, on
+    a card at a low clock; +5% slowed its optimized side 5.3% and the speedup read -3.8%, inside its 3.9%. The miss
+    is the band's and the card's offset: the cell says both. A catch says nothing more."""
+    clean = [{"cases": [held_record("mlp", "pass", 1.309, change=0.012, tolerance=0.039, card="fresh"),
+                        held_record("caught", "pass", 1.0, change=0.012, card="fresh")]},
+             {"cases": [held_record("mlp", "pass", 1.4, change=-0.02, tolerance=0.039, card="other")]}]
+    slowed = {0.05: [{"cases": [held_record("mlp", "pass", 1.378, change=-0.038, tolerance=0.039, card="fresh"),
+                                held_record("caught", "regressed", 1.05, change=-0.038, card="fresh")]}]}
+    text = study.table(clean, slowed)
+    assert ("| `mlp` | 3.9% | cuda-events-held | 0/2 | 0/1, -3.8% (missed: the optimized side +5.3% "
+            "from the clean run, whose speedup read +1.2% from the one judged against) |") in text
+    assert "| `caught` | 2.0% | cuda-events-held | 0/1 | 1/1, -3.8% |" in text
+    assert study.clean_offset([held_record("a", "pass", 1.0, change=0.01, card="x")],
+                              [held_record("a", "pass", 1.0, card="y")]) == pytest.approx(0.01)  # no clean run on y
+    assert study.clean_offset([{"case_id": "a", "verdict": "pass"}], [held_record("a", "pass", 1.0)]) is None
 
 
 def test_a_short_landing_on_another_pick_says_so() -> None:
