@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from speedgate import study
+from speedgate import injection, study
 from tests.test_gate_study import fake_gpu_project
 
 
@@ -49,12 +49,12 @@ def test_a_study_of_a_selection_catches_what_it_injects_and_leaves_the_files_alo
     # CPU's clock no spin (the host's wait alone); a clean run sizes none.
     entry = json.loads(blessed)["cases"]["test_case.py::test_double"]
     for label, share in (("slow0.05-0", 0.05), ("slow0.3-0", 0.3)):
-        sized = study.spins_of(tmp_path / "out", label)
+        sized = injection.spins_of(tmp_path / "out", label)
         assert set(sized) == {"test_case.py::test_double"}, sized
         line = sized["test_case.py::test_double"]
         assert line["basis_ms"] == entry["optimized_ms"] and line["cycles"] == 0
         assert abs(line["target_ms"] - share * entry["optimized_ms"]) < 1e-9
-    assert study.spins_of(tmp_path / "out", "clean0") == {}
+    assert injection.spins_of(tmp_path / "out", "clean0") == {}
     # A slowed run's report says so, and `evidence` leaves it out; the clean run's is evidence as any gate run's.
     assert runs["slow0.3-0"]["settings"]["study_slowdown"] == 0.3 and "study_slowdown" not in runs["clean0"]["settings"]
 
@@ -121,7 +121,7 @@ def test_bad_slowdowns_are_a_usage_error(tmp_path: Path) -> None:
 
 
 class FakeGpu:
-    """A CUDA clock for `study.slowed`: the side takes 2 ms; a spin kernel takes its cycles at the clock of the
+    """A CUDA clock for `injection.slowed`: the side takes 2 ms; a spin kernel takes its cycles at the clock of the
     moment plus 4 us; the GPU idles at 345 MHz until the side has run once, then runs at 1980, and a spin queued
     right before the side runs at `capped` MHz (the side's power cap; 1980 by default). The host's wait and the spin
     overlap: a call takes the longer of the two on top of the side, unless the side is GPU-bound (the host's wait
@@ -187,7 +187,7 @@ def test_a_slowdown_is_sized_on_the_warm_gpu_and_without_the_spins_launch_cost()
     # than asked at the side's clock; read after the side's first call, it is the side's clock. The spin's own
     # launch cost comes off, measured on the device's clock, not on calls timed from idle.
     gpu = FakeGpu("gpu")
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait)
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait)
     run()
     assert [round(gpu.call_ms(run), 6) for _ in range(3)] == [2.1] * 3
 
@@ -198,13 +198,13 @@ def test_a_spin_is_settled_at_the_clock_the_side_holds_the_gpu_at() -> None:
     at 1700 MHz where spins alone read 1980: sized from the rate alone it would add 5.8%; settled, 5% within a
     tenth of it."""
     gpu = FakeGpu("gpu", capped=1700.0)
-    sized = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait)
+    sized = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait)
     sized()
     assert abs(gpu.call_ms(sized) - 2.1) <= 0.1 * 0.1
     unsettled = FakeGpu("gpu", capped=1700.0)
-    rate, fixed = study.spin_cost(unsettled)
+    rate, fixed = injection.spin_cost(unsettled)
     unsettled.side()
-    rate, fixed = study.spin_cost(unsettled)
+    rate, fixed = injection.spin_cost(unsettled)
     unsettled.sleep(round((0.1 - fixed) * rate))
     assert unsettled.call_ms(unsettled.side) > 2.1 + 0.1 * 0.1  # what the settling corrects
 
@@ -215,15 +215,15 @@ def test_a_spin_is_not_settled_on_batches_that_cannot_show_it() -> None:
     is no clock's doing, and the cycles stay as sized from the rate."""
     hidden = FakeGpu("host")
     hidden.side()
-    assert study.settle_spin(hidden, hidden.side, 1000, 0.1) == 1000
+    assert injection.settle_spin(hidden, hidden.side, 1000, 0.1) == 1000
     noisy = FakeGpu("gpu", jitter=1.0)  # every spun call 1 ms later: ten times the target
     noisy.side()
-    assert study.settle_spin(noisy, noisy.side, 1000, 0.1) == 1000
+    assert injection.settle_spin(noisy, noisy.side, 1000, 0.1) == 1000
     capped = FakeGpu("gpu", capped=1700.0)
     capped.side()
-    rate, fixed = study.spin_cost(capped)
+    rate, fixed = injection.spin_cost(capped)
     sized = round((0.1 - fixed) * rate)
-    assert study.settle_spin(capped, capped.side, sized, 0.1) < sized  # a clock's doing: settled
+    assert injection.settle_spin(capped, capped.side, sized, 0.1) < sized  # a clock's doing: settled
 
 
 def as_replays(gpu: FakeGpu) -> object:
@@ -245,7 +245,7 @@ def test_a_graph_replayed_side_is_settled_on_replays() -> None:
     a side that cannot be captured is settled on its eager calls, which here cannot show the spin: kept as sized."""
     gpu = FakeGpu("host", capped=1700.0)
     capture = as_replays(gpu)
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, replays=capture)
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait, replays=capture)
     run()
     replayed = capture(run)
     assert abs(gpu.call_ms(replayed) - 2.1) <= 0.1 * 0.1  # type: ignore[arg-type]
@@ -255,7 +255,7 @@ def test_a_graph_replayed_side_is_settled_on_replays() -> None:
 
     eager = FakeGpu("host", capped=1700.0)
     eager.side()
-    assert study.settle_spin(eager, eager.side, 1000, 0.1, replays=cannot) == 1000
+    assert injection.settle_spin(eager, eager.side, 1000, 0.1, replays=cannot) == 1000
 
 
 def gate_clock_of(gpu: FakeGpu) -> object:
@@ -278,12 +278,12 @@ def test_a_spin_is_settled_on_the_gates_own_clock() -> None:
     is settled there to add its target within a tenth."""
     gpu = FakeGpu("host", capped=1700.0)
     clock = gate_clock_of(gpu)
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, timed=clock)
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait, timed=clock)
     run()
     added = [c - 2.0 for c in clock([run] * 3)]  # type: ignore[operator]
     assert all(abs(a - 0.1) <= 0.1 * 0.1 for a in added), added
     unsettled = FakeGpu("host", capped=1700.0)
-    plain = study.slowed(unsettled.side, 0.05, unsettled, lambda: study.spin_cost(unsettled), host_wait=unsettled.wait)
+    plain = injection.slowed(unsettled.side, 0.05, unsettled, lambda: injection.spin_cost(unsettled), host_wait=unsettled.wait)
     plain()
     assert gate_clock_of(unsettled)([plain])[0] - 2.0 > 0.1 * 1.1  # type: ignore[operator]
 
@@ -298,10 +298,10 @@ def test_a_side_counted_in_sm_cycles_takes_its_spin_in_cycles_unsettled() -> Non
     def never(fns: list) -> list[float]:
         raise AssertionError("a side counted in cycles was settled on the clock's time")
 
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, basis_ms=2.0,
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait, basis_ms=2.0,
                        noted=seen.append, timed=never, counted_at=1980e3)
     run()
-    rate, fixed = study.spin_cost(gpu)
+    rate, fixed = injection.spin_cost(gpu)
     assert seen[0]["cycles"] == seen[0]["sized_cycles"] == round((0.1 - fixed) * 1980e3)
     assert seen[0]["cycles_per_ms"] == 1980e3
     run()
@@ -315,17 +315,17 @@ def test_the_gate_clock_a_slowed_side_is_settled_on_follows_its_entrys_timer(mon
     from speedgate.timers import CpuTimer, CudaTimer
 
     cuda = CudaTimer.__new__(CudaTimer)  # no device here: only its time_each is handed on
-    monkeypatch.setattr(study, "full_clock_mhz", lambda torch: 1980.0)
-    assert study.gate_clock(cuda, "cuda-sm-cycles-held", None) == (None, 1980e3)
-    held, counted = study.gate_clock(cuda, "cuda-events-held", None)
+    monkeypatch.setattr(injection, "full_clock_mhz", lambda torch: 1980.0)
+    assert injection.gate_clock(cuda, "cuda-sm-cycles-held", None) == (None, 1980e3)
+    held, counted = injection.gate_clock(cuda, "cuda-events-held", None)
     assert counted is None and held.func == cuda.time_each and held.keywords == {"idle": False}  # type: ignore[union-attr]
-    idle, _ = study.gate_clock(cuda, "cuda-events-idle-start", None)
+    idle, _ = injection.gate_clock(cuda, "cuda-events-idle-start", None)
     assert idle.keywords == {"idle": True}  # type: ignore[union-attr]
-    assert study.gate_clock(cuda, None, None)[0].keywords == {"idle": False}  # type: ignore[union-attr]
-    monkeypatch.setattr(study, "full_clock_mhz", lambda torch: None)
-    no_nvml, counted = study.gate_clock(cuda, "cuda-sm-cycles-held", None)
+    assert injection.gate_clock(cuda, None, None)[0].keywords == {"idle": False}  # type: ignore[union-attr]
+    monkeypatch.setattr(injection, "full_clock_mhz", lambda torch: None)
+    no_nvml, counted = injection.gate_clock(cuda, "cuda-sm-cycles-held", None)
     assert counted is None and no_nvml.keywords == {"idle": False}  # type: ignore[union-attr]
-    assert study.gate_clock(CpuTimer(), "cpu-perf-counter", None) == (None, None)
+    assert injection.gate_clock(CpuTimer(), "cpu-perf-counter", None) == (None, None)
 
 
 def test_a_slowdown_says_how_it_was_sized_once() -> None:
@@ -334,7 +334,7 @@ def test_a_slowdown_says_how_it_was_sized_once() -> None:
     cycles as sized from the rate and as settled, on the first call only."""
     gpu = FakeGpu("gpu")
     seen: list[dict] = []
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, basis_ms=1.6,
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait, basis_ms=1.6,
                        noted=seen.append)
     run()
     run()
@@ -348,7 +348,7 @@ def test_a_slowdown_is_a_share_of_the_sides_blessed_time() -> None:
     """regional_vs_whole's optimized side is timed as graph replays (3.1 ms on H100); its first call, eager, takes
     twice that and more. The slowdown is a share of what the gate measured of it, its entry's optimized_ms."""
     gpu = FakeGpu("gpu")
-    run = study.slowed(gpu.side, 0.05, gpu, lambda: study.spin_cost(gpu), host_wait=gpu.wait, basis_ms=1.6)
+    run = injection.slowed(gpu.side, 0.05, gpu, lambda: injection.spin_cost(gpu), host_wait=gpu.wait, basis_ms=1.6)
     run()
     assert abs(gpu.call_ms(run) - 2.08) <= 0.08 * 0.1
 
@@ -356,7 +356,7 @@ def test_a_slowdown_is_a_share_of_the_sides_blessed_time() -> None:
 def test_a_slowdown_slows_a_launch_bound_side_and_a_mixed_one_by_its_share() -> None:
     for bound in ("host", "both"):
         gpu = FakeGpu(bound)
-        run = study.slowed(gpu.side, 0.10, gpu, functools.partial(study.spin_cost, gpu), host_wait=gpu.wait)
+        run = injection.slowed(gpu.side, 0.10, gpu, functools.partial(injection.spin_cost, gpu), host_wait=gpu.wait)
         run()
         assert round(gpu.call_ms(run), 6) == 2.2, bound
 
@@ -366,19 +366,19 @@ def test_a_host_bound_sides_wait_leaves_room_for_the_spins_launch() -> None:
     the host) ran +9.0% and +10.2% slower against their references. The host paid the spin's launch and then the
     whole wait. The wait is now the target less the launch's cost on the host."""
     heavy = FakeGpu("host", launch=0.03)
-    unaided = study.slowed(heavy.side, 0.05, heavy, lambda: study.spin_cost(heavy), host_wait=heavy.wait)
+    unaided = injection.slowed(heavy.side, 0.05, heavy, lambda: injection.spin_cost(heavy), host_wait=heavy.wait)
     unaided()
     assert round(heavy.call_ms(unaided), 6) == 2.13  # the launch on top of the share
     for bound in ("host", "both", "gpu"):
         gpu = FakeGpu(bound, launch=0.03)
         seen: list[dict] = []
-        run = study.slowed(gpu.side, 0.05, gpu, lambda gpu=gpu: study.spin_cost(gpu), host_wait=gpu.wait,
+        run = injection.slowed(gpu.side, 0.05, gpu, lambda gpu=gpu: injection.spin_cost(gpu), host_wait=gpu.wait,
                            spin_launch=lambda: 0.03, noted=seen.append)
         run()
         assert round(gpu.call_ms(run), 6) == 2.1, bound
         assert abs(seen[0]["host_wait_ms"] - 0.07) < 1e-12
     cpu = FakeGpu("host")  # no spin (the CPU's clock): the whole target is the host's wait
-    plain = study.slowed(cpu.side, 0.05, cpu, None, host_wait=cpu.wait, basis_ms=2.0, spin_launch=lambda: 0.03)
+    plain = injection.slowed(cpu.side, 0.05, cpu, None, host_wait=cpu.wait, basis_ms=2.0, spin_launch=lambda: 0.03)
     plain()
     assert round(cpu.call_ms(plain), 6) == 2.1
 
@@ -402,7 +402,7 @@ def test_a_spins_launch_is_timed_on_the_hosts_clock_not_run() -> None:
             events.append("sync")
 
     torch = type("Torch", (), {"cuda": Cuda})
-    assert study.spin_launch_ms(torch, calls=21, clock=lambda: now[0]) == pytest.approx(0.004)
+    assert injection.spin_launch_ms(torch, calls=21, clock=lambda: now[0]) == pytest.approx(0.004)
     assert events == ["launch"] * 22 + ["sync"]
 
 

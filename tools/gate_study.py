@@ -18,7 +18,7 @@ by a time limit goes on where it stopped when started again with the same OUT. T
 tolerance, the drop it can detect, false alarms over clean runs, and per slowdown the detections and the speedup's
 measured median change.
 
-The slowdown is injected by speedgate.study's plugin (`-p speedgate.study`, environment variable
+The slowdown is injected by speedgate.injection's plugin (`-p speedgate.injection`, environment variable
 SPEEDGATE_STUDY_SLOWDOWN), which wraps the optimized callable given to perf.compare; each process is run by
 speedgate.study.run_pytest. It changes nothing else. For a
 study of a selection against the files it has (no bless), `python -m speedgate study` is the command.
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from speedgate import study
-from speedgate.study import pytest_configure as study_plugin_configure
+from speedgate.injection import pytest_configure as study_plugin_configure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------- the plugin side: speedgate.study's injection
+# ---------------------------------------------------------------- the plugin side: speedgate.injection's
 # (`-p tools.gate_study` still loads it, as lab/device/blind_study.sh does)
 pytest_configure = study_plugin_configure
 

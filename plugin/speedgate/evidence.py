@@ -312,7 +312,7 @@ def report_identity(report: Mapping[str, Any]) -> str:
 # The report setting a gate study's slowed run carries (speedgate.study stamps it: the share injected); such a
 # report is never evidence.
 STUDY_SLOWDOWN = "study_slowdown"
-# The file a slowed run writes beside its report, <run>.json: <run> + SPINS_SUFFIX (speedgate.study.spins_file).
+# The file a slowed run writes beside its report, <run>.json: <run> + SPINS_SUFFIX (speedgate.injection.spins_file).
 SPINS_SUFFIX = ".spins.jsonl"
 
 

@@ -22,7 +22,7 @@ def load_report(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot be read as JSON: {exc}") from None
     if not isinstance(doc, dict) or "speedgate_report_version" not in doc:
         raise ValueError(f"{path}: not a --speedgate-json report")
-    # A gate study's slowed run has its spins file beside it (speedgate.study), also one from before the study
+    # A gate study's slowed run has its spins file beside it (speedgate.injection), also one from before the study
     # stamped its slowed reports: never evidence.
     spins = path.with_suffix(SPINS_SUFFIX)
     settings = doc.setdefault("settings", {})
