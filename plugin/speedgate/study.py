@@ -26,12 +26,13 @@ land as asked (speedgate.injection.spins_of reads it)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,7 @@ def delivered(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, 
     found = []
     for run in slowed:
         host_timed = run.get("timer") in HOST_TIMED
-        same = [t for c in clean if c.get("card") == run.get("card") and (t := _cost(c, host_timed))]
-        base = same or [t for c in clean if (t := _cost(c, host_timed))]
+        base = _on_cards(clean, {run.get("card")}, functools.partial(_cost, host_timed=host_timed))
         now = _cost(run, host_timed)
         if base and now:
             found.append(now / statistics.median(base) - 1.0)
@@ -140,11 +140,16 @@ def clean_offset(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[st
     those on the slowed runs' cards (of all, when none is), None without one. A card that reads above the kind's
     center takes that much of a slowdown inside the band: a miss where the slowdown landed as asked is the
     tolerance's and this offset's (docs/results/gate-study-h200.md, the eighteenth study)."""
-    cards = {run.get("card") for run in slowed}
-    changes = [c["change"] for c in clean if isinstance(c.get("change"), (int, float))]
-    same = [c["change"] for c in clean if c.get("card") in cards and isinstance(c.get("change"), (int, float))]
-    found = same or changes
+    change = lambda c: c["change"] if isinstance(c.get("change"), (int, float)) else None  # noqa: E731
+    found = _on_cards(clean, {run.get("card") for run in slowed}, change)
     return statistics.median(found) if found else None
+
+
+def _on_cards(clean: Sequence[Mapping[str, Any]], cards: set[Any],
+              value: Callable[[Mapping[str, Any]], float | None]) -> list[float]:
+    """`value` of each clean run that has one (not None): those on `cards` where any are, else all of them."""
+    found = [(c.get("card") in cards, v) for c in clean if (v := value(c)) is not None]
+    return [v for same, v in found if same] or [v for _, v in found]
 
 
 def spun(slowed: Sequence[Mapping[str, Any]]) -> float | None:
