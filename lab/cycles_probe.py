@@ -1,7 +1,9 @@
 """Do SM cycles see through the power cap? Each heavy pair of the suite timed in milliseconds and in SM cycles (GPU)
 
 Usage: python -m lab.cycles_probe OUT [--size 8192] [--batches 8] [--pairs fp8_tiled,fp8_persistent,bf16_tiled,gluon]
-(also attn2048_compile, attn2048_sdpa, attn2048_eager: the causal flash kernel at 2048 tokens beside each reference)
+(also attn2048_compile, attn2048_sdpa, attn2048_eager: the causal flash kernel at 2048 tokens beside each reference;
+mlp, mlp_flat, mlp_plain, mlp_plain_flat, mlp_<config>: the fused MLP block's GEMM in its forms, see mlp_pairs)
+       [--conditions suite,cooled] (also long: batches of about 400 ms of work, the clock lower still)
 
 The 8192^3 matmuls' speedups move 10-30% between cards of one kind (docs/results/calibration.md): at the power cap
 each card settles at its own SM clock, and the two sides of a pair lose different shares there. This probe times
@@ -22,13 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3)}  # work per batch (ms), host idle before it (s)
+CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3), "long": (400.0, 0.003)}
+# work per batch (ms), host idle before it (s)
+MLP_SHAPE = (8192, 4096, 16384)  # test_fused_mlp_block's GPU shape: tokens, d_model, d_ff
+MLP_CASE = "perftests/test_triton_mlp.py::test_fused_mlp_block::vs_eager"
+# The autotuner's other 16-bit candidates for the MLP's GEMM (mm.tile_configs after prune), named mlp_<M>x<N>s<stages>
+MLP_TILES = ((128, 256, 3, 8), (256, 128, 3, 8), (128, 128, 4, 8), (128, 128, 3, 4), (64, 256, 4, 4), (128, 64, 4, 4))
 
 
 class Stamps:
@@ -94,6 +102,7 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
                        holding(tiled_tuner, f"test_matmul[tiled-{size}-bfloat16]::vs_cublas")),
     }
     found.update(attention_pairs(torch))
+    found.update(mlp_pairs(torch, cases))
     try:
         from perftests.kernels import matmul_gluon
 
@@ -102,6 +111,68 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
         print(f"gluon pair left out: {exc!r}")
     return found
+
+
+def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """The fused MLP block's GEMM (test_fused_mlp_block: the persistent kernel with the row scale and the GELU in
+    its epilogue) beside cuBLAS's GEMM of the same shape, in the forms that tell where its cycles go when the clock
+    moves: `mlp` the suite's kernel at its blessed config (lab.matmul_variants with every switch at its default
+    compiles to the suite kernel's PTX); `mlp_flat` the tile loop flattened into the K loop (the next tile's loads
+    issued under this tile's epilogue); `mlp_plain` without the epilogue's row scale and GELU; `mlp_plain_flat`
+    both; `mlp_<M>x<N>s<stages>w<warps>` the autotuner's other 16-bit candidates, as `mlp`."""
+    import torch.nn.functional as F
+
+    from lab import matmul_variants as variants
+    from perftests.kernels import mlp
+
+    M, K, N = MLP_SHAPE
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    rstd = mlp._rstd(x, 1e-6)
+    entry = cases.get(MLP_CASE) or {}
+    blessed = entry.get("config") or {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+                                      "num_warps": 8}
+    nothing: Callable[[], Any] = lambda: None  # noqa: E731
+
+    def form(config: dict[str, Any], epilogue: bool = True, **switches: Any) -> Callable[[], Any]:
+        extra: dict[str, Any] = dict(activation="gelu_tanh", row_scale=rstd) if epilogue else {}
+        return lambda: variants.matmul_tma_persistent(x, w, **extra, config=config, **switches)
+
+    reference = lambda: F.linear(x, w)  # noqa: E731
+    found = {"mlp": (reference, form(blessed), nothing), "mlp_flat": (reference, form(blessed, flatten=True), nothing),
+             "mlp_plain": (reference, form(blessed, False), nothing),
+             "mlp_plain_flat": (reference, form(blessed, False, flatten=True), nothing)}
+    for m, n, stages, warps in MLP_TILES:
+        config = {**blessed, "BLOCK_M": m, "BLOCK_N": n, "num_stages": stages, "num_warps": warps}
+        found[f"mlp_{m}x{n}s{stages}w{warps}"] = (reference, form(config), nothing)
+    return {name: (ref, opt, checking(name, opt, rstd, reference)) for name, (ref, opt, _) in found.items()}
+
+
+def checking(name: str, optimized: Callable[[], Any], rstd: Any, reference: Callable[[], Any]) -> Callable[[], None]:
+    """The hold step of an MLP form: its product checked against cuBLAS's GEMM (with the epilogue applied in fp32
+    where the form has one) before it is timed; a form that computes something else is not timed."""
+    def check() -> None:
+        import torch
+        import torch.nn.functional as F
+
+        exact = reference().float()
+        if "plain" not in name:
+            exact = F.gelu(exact * rstd[:, None], approximate="tanh")
+        got = optimized().float()
+        torch.testing.assert_close(got, exact, rtol=1.6e-2, atol=2.0**-7 * float(exact.abs().max()),
+                                   msg=lambda m: f"{name} computes another product: {m}")
+    return check
+
+
+def elasticity(res: dict[str, Any], side: str) -> float | None:
+    """How a side's median cycles move with its median clock between the two conditions furthest apart in clock:
+    d ln(cycles) / d ln(MHz). 0: its cycles are the clock's (compute at the SM's pace); 1: its time is fixed (a
+    wait the SM clock does not set), so its cycles grow with the clock."""
+    points = sorted((r["medians"][f"{side}_mhz"], r["medians"][f"{side}_cycles"]) for r in res.values())
+    (low_mhz, low_cycles), (high_mhz, high_cycles) = points[0], points[-1]
+    if high_mhz <= low_mhz * 1.01:
+        return None
+    return math.log(high_cycles / low_cycles) / math.log(high_mhz / low_mhz)
 
 
 def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
@@ -126,7 +197,8 @@ def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[
     }
 
 
-def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], Any], batches: int) -> dict[str, Any]:
+def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], Any], batches: int,
+            conditions: tuple[str, ...] = ("suite", "cooled")) -> dict[str, Any]:
     from speedgate.timers.cuda import CudaTimer
 
     timer = CudaTimer(torch)
@@ -135,7 +207,8 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
     timer.time_each([reference, optimized] * 10)
     pair_ms = statistics.median(timer.time_each([reference, optimized] * 4)) * 2
     result: dict[str, Any] = {}
-    for name, (work_ms, idle_s) in CONDITIONS.items():
+    for name in conditions:
+        work_ms, idle_s = CONDITIONS[name]
         count = max(2, int(work_ms / pair_ms))
         stamps = Stamps(torch, 2 * count)
         rows: dict[str, list[Any]] = {"ref_ms": [], "opt_ms": [], "ref_cycles": [], "opt_cycles": [],
@@ -177,6 +250,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--pairs", default="fp8_tiled,fp8_persistent,bf16_tiled,gluon")
+    parser.add_argument("--conditions", default="suite,cooled")
     args = parser.parse_args()
     import torch
 
@@ -185,13 +259,17 @@ def main() -> None:
     fp = detect(None)
     args.out.mkdir(parents=True, exist_ok=True)
     found = pairs(torch, args.size, fp.key)
+    conditions = tuple(args.conditions.split(","))
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        parser.error(f"unknown condition(s) {', '.join(unknown)}; known: {', '.join(CONDITIONS)}")
     results: dict[str, Any] = {"card": fp.card, "hardware_key": fp.key, "size": args.size, "pairs": {}}
     for name in args.pairs.split(","):
         if name not in found:
             continue
         reference, optimized, hold_blessed = found[name]
         hold_blessed()
-        results["pairs"][name] = res = measure(torch, reference, optimized, args.batches)
+        results["pairs"][name] = res = measure(torch, reference, optimized, args.batches, conditions)
         for cond, r in res.items():
             m = r["medians"]
             print(f"{fp.card} {name:15} {cond:7} rounds {r['rounds']:4}  ms {r['speedup_ms']:.4f}x  cycles "

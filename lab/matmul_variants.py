@@ -1,6 +1,6 @@
 """The persistent TMA matmul's variants (the vendor-gap probe's fp8 sides): the suite's kernel (perftests/kernels/
-matmul.py) with a promotion every n K tiles, warp specialization of its tile loop, n programs an SM, or one config
-without the autotuner's race. Built from the suite's public blocks (tile_offsets, k_tile, store_tile, its tile_configs,
+matmul.py) with a promotion every n K tiles, warp specialization of its tile loop, its tile loop flattened into the K
+loop, n programs an SM, or one config without the autotuner's race. Built from the suite's public blocks (tile_offsets, k_tile, store_tile, its tile_configs,
 prune and set_tma_block_shapes); with every switch at its default it compiles to the suite kernel's PTX (lab/ptx_diff.py
 checks it).
 What each variant measured is on the vendor-gap results page (docs/results/vendor-gap.md).
@@ -37,7 +37,7 @@ def _k_loop_promoted(x_desc, w_desc, off_m, off_n, k_tiles, BLOCK_M: tl.constexp
 # A kernel of its own, not a hook on the suite's: the switches change the suite kernel's loops themselves. It repeats
 # the suite kernel's loop structure around the suite's blocks.
 @triton.autotune(configs=mm.tile_configs(mm.set_tma_block_shapes),
-                 key=["M", "N", "K", *mm.EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE"],
+                 key=["M", "N", "K", *mm.EPILOGUE_KEYS, "PROMOTE_TILES", "WARP_SPECIALIZE", "FLATTEN"],
                  prune_configs_by={"early_config_prune": mm.prune})
 @triton.jit
 def _matmul_tma_persistent_variant(
@@ -45,14 +45,14 @@ def _matmul_tma_persistent_variant(
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
     FP8_PRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
-    PROMOTE_TILES: tl.constexpr = 1, WARP_SPECIALIZE: tl.constexpr = False,
+    PROMOTE_TILES: tl.constexpr = 1, WARP_SPECIALIZE: tl.constexpr = False, FLATTEN: tl.constexpr = False,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
-    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WARP_SPECIALIZE):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WARP_SPECIALIZE, flatten=FLATTEN):
         off_m, off_n = mm.tile_offsets(tile_id, num_pid_m, num_pid_in_group, BLOCK_M, BLOCK_N, GROUP_M)
         if PROMOTE_TILES > 1:
             acc = _k_loop_promoted(x_desc, w_desc, off_m, off_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, PROMOTE_TILES)
@@ -82,6 +82,7 @@ def matmul_tma_persistent(
     fp8_fast_accum: bool = False,
     promote_every: int = 1,
     warp_specialize: bool = False,
+    flatten: bool = False,
     blocks_per_sm: int = 1,
     config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
@@ -100,7 +101,8 @@ def matmul_tma_persistent(
     M, N = y.shape
     sms = mm.num_sms(x.device) * blocks_per_sm  # persistent programs: the grid, and the stride of their tile loop
     grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    switches = dict(**flags, NUM_SMS=sms, PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize)
+    switches = dict(**flags, NUM_SMS=sms, PROMOTE_TILES=promote_every, WARP_SPECIALIZE=warp_specialize,
+                    FLATTEN=flatten)
     if config is None:
         _matmul_tma_persistent_variant[grid](*args, **switches)
     else:

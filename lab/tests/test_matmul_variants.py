@@ -15,8 +15,8 @@ CPU_SHAPE = (100, 80, 80)  # M, N, K as the suite's CPU cases: 3 K tiles of 32 a
 
 
 def test_experiments_compute_the_same_product(device: str) -> None:
-    """The variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp specialization, two programs an
-    SM, a config without the race) compute the product the suite's kernel does. Through the interpreter, whose
+    """The variants of the persistent kernel (a promotion every 2 or 3 K tiles, warp specialization, the tile loop
+    flattened, two programs an SM, a config without the race) compute the product the suite's kernel does. Through the interpreter, whose
     fp8 dot is exact, the split accumulator must match to fp32 roundoff (3 K tiles of 32 at K = 80: a partial group
     and a zero-filled tile past K). On the GPU the probe checks each variant against the exact product before
     timing it."""
@@ -27,7 +27,8 @@ def test_experiments_compute_the_same_product(device: str) -> None:
     M, N, K = CPU_SHAPE
     x8, w8, sx, sw = fp8_operands(device, M, N, K, 0)
     default = mm.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw)  # the suite's kernel
-    for variant in ({"promote_every": 2}, {"promote_every": 3}, {"warp_specialize": True}, {"blocks_per_sm": 2}):
+    for variant in ({"promote_every": 2}, {"promote_every": 3}, {"warp_specialize": True}, {"flatten": True},
+                    {"blocks_per_sm": 2}):
         got = variants.matmul_tma_persistent(x8, w8, scale_x=sx, scale_w=sw, **variant)
         # One bf16 rounding apart at most (the fp32 sums are associated differently); a dropped or doubled K tile
         # would be a third of the product off.
