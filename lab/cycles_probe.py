@@ -2,7 +2,8 @@
 
 Usage: python -m lab.cycles_probe OUT [--size 8192] [--batches 8] [--pairs fp8_tiled,fp8_persistent,bf16_tiled,gluon]
 (also attn2048_compile, attn2048_sdpa, attn2048_eager: the causal flash kernel at 2048 tokens beside each reference;
-mlp, mlp_flat, mlp_plain, mlp_plain_flat, mlp_<config>: the fused MLP block's GEMM in its forms, see mlp_pairs)
+mlp, mlp_flat, mlp_plain, mlp_plain_flat, mlp_<config>: the fused MLP block's GEMM in its forms, see mlp_pairs;
+mlp_block_eager_<MxN>, mlp_block_compiled_<MxN>: the fused block's two comparisons at a tile, see mlp_block_pairs)
        [--conditions suite,cooled] (also long: batches of about 400 ms of work, the clock lower still)
 
 The 8192^3 matmuls' speedups move 10-30% between cards of one kind (docs/results/calibration.md): at the power cap
@@ -17,7 +18,9 @@ Conditions (what comes before each batch): `suite` (about 50 ms of work, the hos
 rhythm, at the cap), `cooled` (each batch after 300 ms idle: mostly the full clock). For each pair and condition it
 prints the speedup of the medians in ms and in cycles, and each side's median clock. If the cycle speedup stays put
 where the ms one moves (between conditions here, between cards in the fleet), cycles remove the cap from the ratio.
-OUT/cycles_probe.json keeps every round.
+Then each side's elasticity (elasticity()): how its cycles move with its clock between the conditions furthest apart;
+a ratio moves with the clock by its sides' elasticities apart (what the fused MLP's forms read:
+docs/results/gate-study-h200.md, "The fused MLP's tile and the clock"). OUT/cycles_probe.json keeps every round.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     }
     found.update(attention_pairs(torch))
     found.update(mlp_pairs(torch, cases))
+    found.update(mlp_block_pairs(torch))
     try:
         from perftests.kernels import matmul_gluon
 
@@ -146,6 +150,36 @@ def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[],
         config = {**blessed, "BLOCK_M": m, "BLOCK_N": n, "num_stages": stages, "num_warps": warps}
         found[f"mlp_{m}x{n}s{stages}w{warps}"] = (reference, form(config), nothing)
     return {name: (ref, opt, checking(name, opt, rstd, reference)) for name, (ref, opt, _) in found.items()}
+
+
+def mlp_block_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """test_fused_mlp_block's two comparisons as the case makes them: the fused block (the rstd pass, then the
+    persistent GEMM with the row scale and the GELU in its epilogue) at the 128x256 and the 256x128 tile, beside
+    the eager block (`mlp_block_eager_<M>x<N>`) and its compiled form (`mlp_block_compiled_<M>x<N>`). A ratio's
+    movement with the clock is its two sides' elasticities apart: the references hold memory-bound kernels."""
+    from lab import matmul_variants as variants
+    from perftests.kernels import mlp
+    from perftests.support.compiled import compiled
+    from perftests.test_triton_mlp import EPS, mlp_block_eager
+
+    M, K, N = MLP_SHAPE
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    gain = (torch.rand(K, device="cuda") + 0.5).to(torch.bfloat16)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    w_folded = mlp.fold_gain(w, gain)
+    compiled_block = compiled(mlp_block_eager)
+    nothing: Callable[[], Any] = lambda: None  # noqa: E731
+    found: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {}
+    for m, n in ((128, 256), (256, 128)):
+        config = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
+
+        def fused(config: dict[str, Any] = config) -> Any:
+            rstd = mlp._rstd(x, EPS)
+            return variants.matmul_tma_persistent(x, w_folded, activation="gelu_tanh", row_scale=rstd, config=config)
+
+        found[f"mlp_block_eager_{m}x{n}"] = (lambda: mlp_block_eager(x, gain, w), fused, nothing)
+        found[f"mlp_block_compiled_{m}x{n}"] = (lambda: compiled_block(x, gain, w), fused, nothing)
+    return found
 
 
 def checking(name: str, optimized: Callable[[], Any], rstd: Any, reference: Callable[[], Any]) -> Callable[[], None]:
@@ -252,6 +286,10 @@ def main() -> None:
     parser.add_argument("--pairs", default="fp8_tiled,fp8_persistent,bf16_tiled,gluon")
     parser.add_argument("--conditions", default="suite,cooled")
     args = parser.parse_args()
+    conditions = tuple(args.conditions.split(","))
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        parser.error(f"unknown condition(s) {', '.join(unknown)}; known: {', '.join(CONDITIONS)}")
     import torch
 
     from speedgate.hardware import detect
@@ -259,10 +297,6 @@ def main() -> None:
     fp = detect(None)
     args.out.mkdir(parents=True, exist_ok=True)
     found = pairs(torch, args.size, fp.key)
-    conditions = tuple(args.conditions.split(","))
-    unknown = [c for c in conditions if c not in CONDITIONS]
-    if unknown:
-        parser.error(f"unknown condition(s) {', '.join(unknown)}; known: {', '.join(CONDITIONS)}")
     results: dict[str, Any] = {"card": fp.card, "hardware_key": fp.key, "size": args.size, "pairs": {}}
     for name in args.pairs.split(","):
         if name not in found:
@@ -276,6 +310,9 @@ def main() -> None:
                   f"{r['speedup_cycles']:.4f}x  ref {m['ref_ms']:.4f} ms {m['ref_mhz']:.0f} MHz  opt {m['opt_ms']:.4f} ms "
                   f"{m['opt_mhz']:.0f} MHz (after a reference {m.get('opt_ms_after_ref', float('nan')):.4f} ms, after "
                   f"itself {m.get('opt_ms_after_opt', float('nan')):.4f} ms)", flush=True)
+        slopes = {side: elasticity(res, side) for side in ("ref", "opt")}
+        print(f"{fp.card} {name:15} cycles' elasticity to the clock: " + "  ".join(
+            f"{side} {'n/a' if e is None else f'{e:.3f}'}" for side, e in slopes.items()), flush=True)
     (args.out / "cycles_probe.json").write_text(json.dumps(results))
 
 
