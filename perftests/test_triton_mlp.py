@@ -55,9 +55,10 @@ def test_fused_mlp_block(perf, hold_blessed, device: str) -> None:
     work = dict(flops=mm.matmul_flops(M, N, K), flops_dtype="bf16" if dtype == torch.bfloat16 else "fp16")
     # Both comparisons' tolerances are calibrated wide. On H100 the held persistent kernel runs at one of two speeds
     # per process, and the evidence keeps both (docs/results/blind-cases.md, "The study on cards that blessed
-    # nothing"). On H200 the speedup follows the SM clock each card settles at under the power cap: the persistent
-    # kernel's cycles rise with the clock, the references' do not (docs/results/gate-study-h200.md, "The eighteenth
-    # study"; python -m lab.clock_spread).
+    # nothing"). On H200 a comparison follows the SM clock each card settles at under its power cap by its sides'
+    # elasticities apart: the held tile's cycles rise with the clock, the eager reference's memory-bound kernels' too,
+    # cuBLAS's not; the other tile would move the clock from vs_compile to vs_eager (docs/results/gate-study-h200.md,
+    # "The fused MLP's tile and the clock"; python -m lab.cycles_probe).
     perf.compare(eager, fused, name="vs_eager", **tol, **work, config=best_config(mm._matmul_tma_persistent_kernel),
                  inputs=make)
     compare_with_compiled(perf, device, mlp_block_eager, fused, make, fixed=(gain, w), **tol, **work)
