@@ -100,8 +100,9 @@ def test_p2p_quantized_allreduce(perf, device: str, size_mb: int) -> None:
 
 
 # The one-shot kernel's tile, warps and waves per size (perftests/kernels/oneshot_allreduce.py; half its programs
-# send): the fastest per size in lab/oneshot_forms.py's sweep (docs/results/allreduce.md, "The one-shot kernel's
-# configs"). A smaller tile wins where there are few blocks per program; more waves where there are many.
+# send): the fastest per size in lab/oneshot_forms.py's sweep (docs/results/allreduce.md, "2026-11-28, 2 x H200: the
+# one-shot tile per size"). A smaller tile wins where there are few blocks per program; more waves where there are
+# many.
 ONESHOT_CONFIGS = {64: dict(rows=16, warps=16, waves=16), 256: dict(rows=32, warps=16, waves=32),
                    1024: dict(rows=32, warps=16, waves=32)}
 

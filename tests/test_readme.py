@@ -319,3 +319,36 @@ def test_the_cpu_tolerance_check_catches_the_old_example() -> None:
     problems = cpu_tolerance_problems(fenced_blocks(old), DEFAULT_CPU_TOLERANCE)
     assert len(problems) == 1 and "speedgate_tolerance = 0.15" in problems[0]
     assert not cpu_tolerance_problems(fenced_blocks(old.replace("0.15", "0.35")), DEFAULT_CPU_TOLERANCE)
+
+
+SOURCES = ("plugin/**/*.py", "perftests/**/*.py", "tools/*.py", "lab/**/*.py", "lab/device/*.sh", "conftest.py", ".ci/run")
+
+
+def named_pages(text: str) -> list[tuple[str, str | None]]:
+    """The pages under docs/ a source file names, each with the section it quotes right after the path, if any
+    (`docs/results/x.md, "A heading"`), its comment lines joined first so that a name may break across them."""
+    flat = re.sub(r"\s+", " ", re.sub(r"\n\s*#\s*", " ", text))
+    return [(m.group(1), m.group(2)) for m in
+            re.finditer(r'(?<![\w/.-])(docs/[\w./-]+\.md)(?:, (?:section )?"([^"]+)")?', flat)]
+
+
+def test_every_page_and_section_the_code_names_exists() -> None:
+    """A comment that points to a result (the rule: state it, point to where it was measured) must point somewhere:
+    the page exists, and the section it quotes is one of its headings or bold leads, in any case."""
+    files = sorted({p for pattern in SOURCES for p in ROOT.glob(pattern)})
+    assert any("cycles.py" in str(f) for f in files)
+    for source in files:
+        for path, section in named_pages(source.read_text()):
+            page = ROOT / path
+            assert page.exists(), f"{source.relative_to(ROOT)} names {path}, which does not exist"
+            if section is None:
+                continue
+            leads = [line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")]
+            leads += re.findall(r"^\*\*(.+?)\*\*", page.read_text(), flags=re.M)
+            assert any(section.lower() in lead.lower() for lead in leads), (
+                f"{source.relative_to(ROOT)} names the section {section!r} of {path}, which has no such heading")
+
+
+def test_a_renamed_section_is_caught() -> None:
+    assert named_pages('# see (docs/results/a.md, "The old\n    # name"); and docs/b.md.') == [
+        ("docs/results/a.md", "The old name"), ("docs/b.md", None)]

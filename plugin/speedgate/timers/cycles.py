@@ -2,8 +2,10 @@
 power cap does not move.
 
 At the power cap each card settles at its own SM clock, and each kernel of a pair runs at a clock of its own (the
-one that draws more power, lower): an fp8 matmul's speedup over `_scaled_mm` read 0.652x capped and 0.734x after
-idle on one H200 in milliseconds, 0.627x and 0.626x in cycles (docs/results/cycles.md). So a comparison whose
+one that draws more power, lower): in milliseconds an fp8 matmul's speedup over `_scaled_mm` moved between capped
+and after idle, in cycles it stayed put (docs/results/blind-cases.md, "Why the headline cases were wide"). Cycles see
+through the clock only for work at the SM's pace: a memory-bound kernel's cycles grow with the clock, so a side that
+mixes both moves with it (docs/results/gate-study-h200.md, "The fused MLP's tile and the clock"). So a comparison whose
 declared work is compute-bound and whose pair takes a millisecond or more is timed in cycles: a stamp kernel on the
 timed stream right before and right after each call (inside the CUDA events, which still time the call) writes,
 from one program per SM, the SM's id and its %clock64; matched by SM, after minus before is the call's length in
