@@ -1,6 +1,6 @@
 """How much of a comparison's spread between cards follows the card's SM clock? (reads reports; no GPU)
 
-Usage: python -m lab.clock_spread REPORT... [--cards 8] [--top 20] [--case SUBSTRING]
+Usage: python -m lab.clock_spread REPORT... [--cards 8] [--top 20] [--case SUBSTRING] [--slowed REPORT...]
 
 Under the power cap each card settles at its own SM clock, and a side timed in SM cycles
 (`cuda-sm-cycles-held`) is clock-free only where its cycles do not move with the clock. Where one side's do and the
@@ -12,6 +12,13 @@ the residual deviation after a least-squares line on each side's mean SM clock d
 (`reference_mhz`, `optimized_mhz`), with the line's slope in percent of speedup per 100 MHz. Then, for the
 comparisons asked for with --case, every reading: the card, both clocks, both sides' cycle-timed milliseconds and
 the speedup, sorted by the optimized side's clock.
+
+Would a center on the clock judge better than the kind's center? Measured before adopting, card by card left out
+(as lab/evidence_center.py measures a center): each card's reading against the median of the other cards' medians
+(the gate's center) and against the line on the optimized side's clock fitted to the other cards' readings, at its
+own clock; the tolerance each would set (CALIBRATION_K times the spread the held-out misses show, the floor under
+it). With --slowed (reports of a study's slowed runs, each optimized side slowed by a known share), each slowed
+reading's change from either center, at the slowed run's own clock, and whether either tolerance catches it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 CLOCKS = ("reference_mhz", "optimized_mhz")
+K, FLOOR = 3.0, 0.02  # speedgate.evidence's CALIBRATION_K and CALIBRATION_FLOOR, restated so this stays a plain reader
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,79 @@ def spreads(by_case: Mapping[str, Sequence[Mapping[str, Any]]], cards: int) -> l
     return sorted(rows, key=lambda r: -r["spread"])
 
 
+def per_card(found: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """(optimized MHz, log speedup) of each card's readings."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for c in found:
+        out.setdefault(c["card"], []).append((float(c["optimized_mhz"]), math.log(c["speedup"])))
+    return out
+
+
+def centers(cards: Mapping[str, Sequence[tuple[float, float]]]) -> tuple[float, Line, float]:
+    """From these cards' readings: the log of the kind's center (the median of the cards' medians), the line of the
+    log speedup on the optimized side's clock, and that line's mean clock (where it is anchored)."""
+    center = statistics.median(statistics.median(y for _, y in r) for r in cards.values())
+    points = [p for r in cards.values() for p in r]
+    line = fit([x for x, _ in points], [y for _, y in points])
+    return center, line, statistics.fmean(x for x, _ in points)
+
+
+def on_line(cards: Mapping[str, Sequence[tuple[float, float]]], line: Line, anchor: float, mhz: float) -> float:
+    points = [p for r in cards.values() for p in r]
+    return statistics.fmean(y for _, y in points) + line.slope * (mhz - anchor)
+
+
+def held_out(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each card left out in turn: its readings' log misses from the other cards' center and from their line at its
+    clock; the spread of each (the root mean square of the misses) and the tolerance it would set (K times it, the
+    floor under it). Needs four cards or more (three left to fit a line)."""
+    by_card = per_card(found)
+    if len(by_card) < 4:
+        raise ValueError(f"leaving a card out needs four cards or more, got {len(by_card)}")
+    plain, fitted = [], []
+    for card, mine in by_card.items():
+        others = {k: v for k, v in by_card.items() if k != card}
+        center, line, anchor = centers(others)
+        for mhz, y in mine:
+            plain.append(y - center)
+            fitted.append(y - on_line(others, line, anchor, mhz))
+    rms = {name: math.sqrt(statistics.fmean(m * m for m in misses)) for name, misses in (("plain", plain), ("line", fitted))}
+    return {"cards": len(by_card), "readings": len(plain), "worst_plain": max(map(abs, plain)),
+            "worst_line": max(map(abs, fitted)), "rms_plain": rms["plain"], "rms_line": rms["line"],
+            "tolerance_plain": max(FLOOR, K * rms["plain"]), "tolerance_line": max(FLOOR, K * rms["line"])}
+
+
+def judged_slowed(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]],
+                  tolerances: tuple[float, float]) -> list[dict[str, Any]]:
+    """Each slowed reading's change from the clean cards' center and from their line at its own clock, and whether a
+    drop beyond each tolerance (plain, line) catches it."""
+    by_card = per_card(clean)
+    center, line, anchor = centers(by_card)
+    rows = []
+    for c in slowed:
+        y, mhz = math.log(c["speedup"]), float(c["optimized_mhz"])
+        plain, fitted = math.expm1(y - center), math.expm1(y - on_line(by_card, line, anchor, mhz))
+        rows.append({"card": c["card"], "mhz": mhz, "plain": plain,
+                     "line": fitted, "caught_plain": plain < -tolerances[0], "caught_line": fitted < -tolerances[1]})
+    return rows
+
+
+def held_out_table(by_case: Mapping[str, Sequence[Mapping[str, Any]]], rows: Sequence[Mapping[str, Any]],
+                   slowed: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    lines = ["| comparison | cards | held-out miss, center: worst, rms | on the clock: worst, rms | tolerance: center, "
+             "clock | slowed readings caught: center, clock |", "| --- | ---: | --- | --- | --- | --- |"]
+    for r in rows:
+        h = held_out(by_case[r["case_id"]])
+        judged = judged_slowed(by_case[r["case_id"]], slowed.get(r["case_id"], []),
+                               (h["tolerance_plain"], h["tolerance_line"]))
+        caught = (f"{sum(j['caught_plain'] for j in judged)}, {sum(j['caught_line'] for j in judged)} of {len(judged)}"
+                  if judged else "-")
+        lines.append(f"| `{r['case_id']}` | {h['cards']} | {h['worst_plain']:.2%}, {h['rms_plain']:.2%} | "
+                     f"{h['worst_line']:.2%}, {h['rms_line']:.2%} | {h['tolerance_plain']:.1%}, "
+                     f"{h['tolerance_line']:.1%} | {caught} |")
+    return "\n".join(lines)
+
+
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| comparison | readings (cards) | timer | spread | on the reference's clock: residual, slope | "
              "on the optimized side's clock: residual, slope |", "| --- | ---: | --- | ---: | --- | --- |"]
@@ -105,19 +186,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=20, help="the widest comparisons shown (default 20)")
     parser.add_argument("--case", action="append", default=[], help="show every reading of the comparisons whose "
                         "id holds this (repeatable)")
+    parser.add_argument("--slowed", nargs="+", type=Path, default=[], help="reports of a study's slowed runs: each "
+                        "judged against the clean cards' center and against their line on the clock")
     args = parser.parse_args(argv)
-    loaded = []
-    for path in args.reports:
-        try:
-            loaded.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as error:
-            parser.error(f"{path}: not a readable speedgate report ({error})")
-    by_case = readings(loaded)
+
+    def load(paths: Sequence[Path]) -> list[Any]:
+        loaded = []
+        for path in paths:
+            try:
+                loaded.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as error:
+                parser.error(f"{path}: not a readable speedgate report ({error})")
+        return loaded
+
+    by_case = readings(load(args.reports))
     rows = spreads(by_case, args.cards)
     if not rows:
         print(f"no comparison was read on {args.cards} cards or more with both sides' clocks", file=sys.stderr)
         return 1
     print(table(rows[: args.top]))
+    print("\n" + held_out_table(by_case, [r for r in rows[: args.top] if r["cards"] >= 4],
+                                readings(load(args.slowed))))
     for wanted in args.case:
         for case_id in sorted(k for k in by_case if wanted in k):
             print(f"\n{case_id}\n\n{case_table(by_case[case_id])}")

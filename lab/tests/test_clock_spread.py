@@ -58,3 +58,31 @@ def test_the_command_reads_reports_and_says_what_it_could_not_read(tmp_path, cap
     assert "broken.json: not a readable speedgate report" in capsys.readouterr().err
     with pytest.raises(ValueError, match="at least 3"):
         clock_spread.fit([1.0, 2.0], [0.0, 0.1])
+
+
+def test_a_card_left_out_is_met_by_the_line_where_the_speedup_follows_the_clock_and_not_where_it_does_not() -> None:
+    by_case = clock_spread.readings(reports())
+    follows = clock_spread.held_out(by_case["a::follows"])
+    assert follows["cards"] == 8 and follows["readings"] == 8
+    assert follows["rms_line"] == pytest.approx(0.0, abs=1e-12)
+    assert follows["rms_plain"] > 0.01
+    assert follows["tolerance_line"] == clock_spread.FLOOR  # nothing left: the floor
+    flat = clock_spread.held_out(by_case["b::flat"])
+    assert flat["rms_line"] > 0.008  # a line fitted to noise leaves a held-out card its noise
+    with pytest.raises(ValueError, match="four cards or more"):
+        clock_spread.held_out(by_case["a::follows"][:3])
+
+
+def test_a_slowed_reading_is_judged_at_its_own_clock() -> None:
+    clean = clock_spread.readings(reports())["a::follows"]
+    # 5% slower at a clock 100 MHz above the clean cards' middle: the clock alone takes 3% off the speedup there
+    slowed = [case("a::follows", "cardX", 1610, 0.95 * math.exp(-0.0003 * 110))]
+    (row,) = clock_spread.judged_slowed(clean, slowed, (0.04, 0.02))
+    assert row["line"] == pytest.approx(-0.05)
+    assert row["caught_line"] and row["caught_plain"]
+    assert row["plain"] < -0.07  # the center blames the clock's share on the slowdown too
+    # and a clean reading at that clock is a drop only to the center
+    (clean_there,) = clock_spread.judged_slowed(clean, [case("a::follows", "cardY", 1610, math.exp(-0.0003 * 110))],
+                                                (0.02, 0.02))
+    assert clean_there["line"] == pytest.approx(0.0, abs=1e-12) and not clean_there["caught_line"]
+    assert clean_there["caught_plain"]
