@@ -90,10 +90,13 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     restores: list[Callable[[], None]] = []
 
     def holding(tuner: Any, case: str) -> Callable[[], None]:
+        return holding_to(tuner, blessed(case))
+
+    def holding_to(tuner: Any, config: dict[str, Any] | None) -> Callable[[], None]:
         def apply() -> None:
             while restores:
                 restores.pop()()
-            restores.append(hold(tuner, blessed(case)))
+            restores.append(hold(tuner, config))
         return apply
 
     found = {
@@ -106,7 +109,7 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     }
     found.update(attention_pairs(torch))
     found.update(mlp_pairs(torch, cases))
-    found.update(mlp_block_pairs(torch))
+    found.update(mlp_block_pairs(torch, lambda config: holding_to(persistent_tuner, config)))
     try:
         from perftests.kernels import matmul_gluon
 
@@ -127,12 +130,11 @@ def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[],
     import torch.nn.functional as F
 
     from lab import matmul_variants as variants
-    from perftests.kernels import mlp
 
     M, K, N = MLP_SHAPE
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
-    rstd = mlp._rstd(x, 1e-6)
+    rstd = torch.rsqrt(x.float().square().mean(dim=1) + 1e-6)  # the row scale the block's rstd pass computes
     entry = cases.get(MLP_CASE) or {}
     blessed = entry.get("config") or {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
                                       "num_warps": 8}
@@ -152,12 +154,13 @@ def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[],
     return {name: (ref, opt, checking(name, opt, rstd, reference)) for name, (ref, opt, _) in found.items()}
 
 
-def mlp_block_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
-    """test_fused_mlp_block's two comparisons as the case makes them: the fused block (the rstd pass, then the
-    persistent GEMM with the row scale and the GELU in its epilogue) at the 128x256 and the 256x128 tile, beside
-    the eager block (`mlp_block_eager_<M>x<N>`) and its compiled form (`mlp_block_compiled_<M>x<N>`). A ratio's
-    movement with the clock is its two sides' elasticities apart: the references hold memory-bound kernels."""
-    from lab import matmul_variants as variants
+def mlp_block_pairs(torch: Any, hold_to: Callable[[dict[str, Any]], Callable[[], None]],
+                    ) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """test_fused_mlp_block's two comparisons as the case makes them: the fused block (mlp.fused_rmsnorm_linear_gelu:
+    the rstd pass, then the persistent GEMM with the row scale and the GELU in its epilogue), its GEMM held
+    (`hold_to(config)`, the pair's hold step) to the 128x256 or the 256x128 tile, beside the eager block
+    (`mlp_block_eager_<M>x<N>`) and its compiled form (`mlp_block_compiled_<M>x<N>`). A ratio's movement with the
+    clock is its two sides' elasticities apart: the references hold memory-bound kernels."""
     from perftests.kernels import mlp
     from perftests.support.compiled import compiled
     from perftests.test_triton_mlp import EPS, mlp_block_eager
@@ -168,17 +171,12 @@ def mlp_block_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
     w_folded = mlp.fold_gain(w, gain)
     compiled_block = compiled(mlp_block_eager)
-    nothing: Callable[[], Any] = lambda: None  # noqa: E731
+    fused = lambda: mlp.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
     found: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {}
     for m, n in ((128, 256), (256, 128)):
-        config = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
-
-        def fused(config: dict[str, Any] = config) -> Any:
-            rstd = mlp._rstd(x, EPS)
-            return variants.matmul_tma_persistent(x, w_folded, activation="gelu_tanh", row_scale=rstd, config=config)
-
-        found[f"mlp_block_eager_{m}x{n}"] = (lambda: mlp_block_eager(x, gain, w), fused, nothing)
-        found[f"mlp_block_compiled_{m}x{n}"] = (lambda: compiled_block(x, gain, w), fused, nothing)
+        held = hold_to({"BLOCK_K": 64, "BLOCK_M": m, "BLOCK_N": n, "GROUP_M": 8, "num_stages": 3, "num_warps": 8})
+        found[f"mlp_block_eager_{m}x{n}"] = (lambda: mlp_block_eager(x, gain, w), fused, held)
+        found[f"mlp_block_compiled_{m}x{n}"] = (lambda: compiled_block(x, gain, w), fused, held)
     return found
 
 
