@@ -1,8 +1,8 @@
 """The persistent TMA matmul's variants (the vendor-gap probe's fp8 sides): the suite's kernel (perftests/kernels/
 matmul.py) with a promotion every n K tiles, warp specialization of its tile loop, its tile loop flattened into the K
-loop, n programs an SM, or one config without the autotuner's race. Built from the suite's public blocks (tile_offsets, k_tile, store_tile, its tile_configs,
-prune and set_tma_block_shapes); with every switch at its default it compiles to the suite kernel's PTX (lab/ptx_diff.py
-checks it).
+loop, n programs an SM, or one config without the autotuner's race. Built from the suite's public blocks
+(tile_offsets, k_tile, store_tile, its tile_configs, prune and set_tma_block_shapes); with every switch at its default
+it compiles to the suite kernel's PTX (lab/ptx_diff.py checks it).
 What each variant measured is on the vendor-gap results page (docs/results/vendor-gap.md).
 """
 
