@@ -38,7 +38,7 @@ CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3), "long": (400.0, 0.0
 # work per batch (ms), host idle before it (s)
 MLP_SHAPE = (8192, 4096, 16384)  # test_fused_mlp_block's GPU shape: tokens, d_model, d_ff
 MLP_CASE = "perftests/test_triton_mlp.py::test_fused_mlp_block::vs_eager"
-# The autotuner's other 16-bit candidates for the MLP's GEMM (mm.tile_configs after prune), named mlp_<M>x<N>s<stages>
+# The autotuner's other 16-bit candidates for the MLP's GEMM (mm.tile_configs after prune): mlp_<M>x<N>s<stages>w<warps>
 MLP_TILES = ((128, 256, 3, 8), (256, 128, 3, 8), (128, 128, 4, 8), (128, 128, 3, 4), (64, 256, 4, 4), (128, 64, 4, 4))
 
 
