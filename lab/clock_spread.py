@@ -24,7 +24,6 @@ reading's change from either center, at the slowed run's own clock, and whether 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -33,16 +32,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speedgate.evidence import calibrated_tolerance
+from speedgate.evidence_cli import load_report
+
 CLOCKS = ("reference_mhz", "optimized_mhz")
-K, FLOOR = 3.0, 0.02  # speedgate.evidence's CALIBRATION_K and CALIBRATION_FLOOR, restated so this stays a plain reader
 
 
 @dataclass(frozen=True)
 class Line:
-    """A least-squares line of the log speedup on a clock: its slope (log units per MHz) and residual deviation."""
+    """A least-squares line of the log speedup on a clock: its slope (log units per MHz), residual deviation, and the
+    readings' mean clock and mean log speedup (the point it passes through)."""
 
     slope: float
     residual: float
+    mean_clock: float = 0.0
+    mean_log: float = 0.0
+
+    def at(self, clock: float) -> float:
+        """The line's log speedup at this clock."""
+        return self.mean_log + self.slope * (clock - self.mean_clock)
 
 
 def fit(clocks: Sequence[float], logs: Sequence[float]) -> Line:
@@ -53,7 +61,7 @@ def fit(clocks: Sequence[float], logs: Sequence[float]) -> Line:
     sxx = sum((x - mx) ** 2 for x in clocks)
     slope = sum((x - mx) * (y - my) for x, y in zip(clocks, logs)) / sxx if sxx else 0.0
     residuals = [y - my - slope * (x - mx) for x, y in zip(clocks, logs)]
-    return Line(slope, math.sqrt(sum(r * r for r in residuals) / (len(residuals) - 2)))
+    return Line(slope, math.sqrt(sum(r * r for r in residuals) / (len(residuals) - 2)), mx, my)
 
 
 def readings(reports: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -94,18 +102,12 @@ def per_card(found: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, 
     return out
 
 
-def centers(cards: Mapping[str, Sequence[tuple[float, float]]]) -> tuple[float, Line, float]:
-    """From these cards' readings: the log of the kind's center (the median of the cards' medians), the line of the
-    log speedup on the optimized side's clock, and that line's mean clock (where it is anchored)."""
+def centers(cards: Mapping[str, Sequence[tuple[float, float]]]) -> tuple[float, Line]:
+    """From these cards' readings: the log of the kind's center (the median of the cards' medians) and the line of
+    the log speedup on the optimized side's clock."""
     center = statistics.median(statistics.median(y for _, y in r) for r in cards.values())
     points = [p for r in cards.values() for p in r]
-    line = fit([x for x, _ in points], [y for _, y in points])
-    return center, line, statistics.fmean(x for x, _ in points)
-
-
-def on_line(cards: Mapping[str, Sequence[tuple[float, float]]], line: Line, anchor: float, mhz: float) -> float:
-    points = [p for r in cards.values() for p in r]
-    return statistics.fmean(y for _, y in points) + line.slope * (mhz - anchor)
+    return center, fit([x for x, _ in points], [y for _, y in points])
 
 
 def held_out(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -118,14 +120,14 @@ def held_out(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     plain, fitted = [], []
     for card, mine in by_card.items():
         others = {k: v for k, v in by_card.items() if k != card}
-        center, line, anchor = centers(others)
+        center, line = centers(others)
         for mhz, y in mine:
             plain.append(y - center)
-            fitted.append(y - on_line(others, line, anchor, mhz))
+            fitted.append(y - line.at(mhz))
     rms = {name: math.sqrt(statistics.fmean(m * m for m in misses)) for name, misses in (("plain", plain), ("line", fitted))}
     return {"cards": len(by_card), "readings": len(plain), "worst_plain": max(map(abs, plain)),
             "worst_line": max(map(abs, fitted)), "rms_plain": rms["plain"], "rms_line": rms["line"],
-            "tolerance_plain": max(FLOOR, K * rms["plain"]), "tolerance_line": max(FLOOR, K * rms["line"])}
+            "tolerance_plain": calibrated_tolerance(rms["plain"]), "tolerance_line": calibrated_tolerance(rms["line"])}
 
 
 def judged_slowed(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[str, Any]],
@@ -133,11 +135,11 @@ def judged_slowed(clean: Sequence[Mapping[str, Any]], slowed: Sequence[Mapping[s
     """Each slowed reading's change from the clean cards' center and from their line at its own clock, and whether a
     drop beyond each tolerance (plain, line) catches it."""
     by_card = per_card(clean)
-    center, line, anchor = centers(by_card)
+    center, line = centers(by_card)
     rows = []
     for c in slowed:
         y, mhz = math.log(c["speedup"]), float(c["optimized_mhz"])
-        plain, fitted = math.expm1(y - center), math.expm1(y - on_line(by_card, line, anchor, mhz))
+        plain, fitted = math.expm1(y - center), math.expm1(y - line.at(mhz))
         rows.append({"card": c["card"], "mhz": mhz, "plain": plain,
                      "line": fitted, "caught_plain": plain < -tolerances[0], "caught_line": fitted < -tolerances[1]})
     return rows
@@ -179,6 +181,18 @@ def case_table(found: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def read_reports(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The reports at paths (speedgate.evidence_cli.load_report); a path that holds none ends the command with a
+    usage error naming it."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(load_report(path))
+        except ValueError as error:
+            parser.error(f"{path}: not a readable speedgate report ({str(error).removeprefix(f'{path}: ')})")
+    return loaded
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.clock_spread", description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", type=Path, help="speedgate reports (--speedgate-json) of clean runs")
@@ -189,24 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slowed", nargs="+", type=Path, default=[], help="reports of a study's slowed runs: each "
                         "judged against the clean cards' center and against their line on the clock")
     args = parser.parse_args(argv)
-
-    def load(paths: Sequence[Path]) -> list[Any]:
-        loaded = []
-        for path in paths:
-            try:
-                loaded.append(json.loads(path.read_text()))
-            except (OSError, ValueError) as error:
-                parser.error(f"{path}: not a readable speedgate report ({error})")
-        return loaded
-
-    by_case = readings(load(args.reports))
+    by_case = readings(read_reports(parser, args.reports))
     rows = spreads(by_case, args.cards)
     if not rows:
         print(f"no comparison was read on {args.cards} cards or more with both sides' clocks", file=sys.stderr)
         return 1
     print(table(rows[: args.top]))
     print("\n" + held_out_table(by_case, [r for r in rows[: args.top] if r["cards"] >= 4],
-                                readings(load(args.slowed))))
+                                readings(read_reports(parser, args.slowed))))
     for wanted in args.case:
         for case_id in sorted(k for k in by_case if wanted in k):
             print(f"\n{case_id}\n\n{case_table(by_case[case_id])}")

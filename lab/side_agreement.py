@@ -23,6 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lab.clock_spread import read_reports
+from speedgate.evidence import report_identity
+
 
 def side_key(case: Mapping[str, Any]) -> str | None:
     """The optimized side's identity within a test: its timer and its kernels' names and registers; None where the
@@ -38,12 +41,13 @@ def offsets(reports: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     timed and the busy time's offsets from the test's median of each on that card (None where no busy time)."""
     groups: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
     for report in reports:
+        run = report_identity(report)  # one process's run; the same report given twice is one
         for case in report.get("cases", []):
             key = side_key(case)
             if not (key and case.get("timed") and case.get("card") and case.get("nodeid")
                     and isinstance(case.get("optimized_ms"), (int, float)) and case["optimized_ms"] > 0):
                 continue
-            group = (case["card"], str(case.get("judged_at", ""))[:13], case["nodeid"], key)
+            group = (case["card"], run, case["nodeid"], key)
             groups.setdefault(group, {})[case["name"]] = case
     rows = []
     for (card, _, nodeid, _), by_name in groups.items():
@@ -99,13 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.over < 1:
         parser.error(f"--over is a fraction between 0 and 1, got {args.over}")
-    loaded = []
-    for path in args.reports:
-        try:
-            loaded.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as error:
-            parser.error(f"{path}: not a readable speedgate report ({error})")
-    rows = offsets(loaded)
+    rows = offsets(read_reports(parser, args.reports))
     found = summary(rows, args.over)
     if not any(s["off"] for s in found):
         print(f"no comparison's optimized side was timed more than {args.over:.0%} off its test's others on any card")

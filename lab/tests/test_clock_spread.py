@@ -9,6 +9,7 @@ import math
 import pytest
 
 from lab import clock_spread
+from speedgate.evidence import CALIBRATION_FLOOR
 
 
 def case(case_id: str, card: str, mhz: float, speedup: float, **more) -> dict:
@@ -24,7 +25,8 @@ def reports() -> list[dict]:
     noise = [0.01, -0.01, 0.008, -0.008, 0.01, -0.01, 0.008, -0.008]
     flat = [case("b::flat", f"card{i}", mhz, math.exp(noise[i])) for i, mhz in enumerate(clocks)]
     unclocked = [case("c::unclocked", f"card{i}", 1500, 1.0, optimized_mhz=None) for i in range(8)]
-    return [{"cases": follows[:4] + flat + unclocked}, {"cases": follows[4:] + follows[:1]}]
+    return [{"speedgate_report_version": 1, "cases": follows[:4] + flat + unclocked},
+            {"speedgate_report_version": 1, "cases": follows[4:] + follows[:1]}]
 
 
 def test_a_speedup_that_follows_the_clock_leaves_no_residual_and_one_that_does_not_keeps_its_spread() -> None:
@@ -66,7 +68,7 @@ def test_a_card_left_out_is_met_by_the_line_where_the_speedup_follows_the_clock_
     assert follows["cards"] == 8 and follows["readings"] == 8
     assert follows["rms_line"] == pytest.approx(0.0, abs=1e-12)
     assert follows["rms_plain"] > 0.01
-    assert follows["tolerance_line"] == clock_spread.FLOOR  # nothing left: the floor
+    assert follows["tolerance_line"] == CALIBRATION_FLOOR  # nothing left: the floor
     flat = clock_spread.held_out(by_case["b::flat"])
     assert flat["rms_line"] > 0.008  # a line fitted to noise leaves a held-out card its noise
     with pytest.raises(ValueError, match="four cards or more"):

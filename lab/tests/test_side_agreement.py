@@ -22,7 +22,7 @@ def reports() -> list[dict]:
     out = []
     for i in range(4):
         slow = 1.03 if i < 2 else 1.0  # two cards time the side 3% slower beside the compiled reference
-        out.append({"cases": [case(f"card{i}", "vs_eager", 0.170, 0.166), case(f"card{i}", "vs_sdpa", 0.1701, 0.1661),
+        out.append({"speedgate_report_version": 1, "cases": [case(f"card{i}", "vs_eager", 0.170, 0.166), case(f"card{i}", "vs_sdpa", 0.1701, 0.1661),
                               case(f"card{i}", "vs_compile", 0.170 * slow, 0.1662),
                               # another test whose two comparisons ran other kernels: not one side
                               case(f"card{i}", "a", 1.0, 1.0, [{"name": "k1", "registers": 1}], "t.py::test_other"),
