@@ -62,3 +62,8 @@ def test_the_command_says_what_it_found_and_what_it_could_not_read(tmp_path, cap
     with pytest.raises(SystemExit):
         side_agreement.main([str(broken)])
     assert "broken.json: not a readable speedgate report" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text("{}")  # JSON, but no speedgate report: named, not read as one with no cases
+    with pytest.raises(SystemExit):
+        side_agreement.main([str(other)])
+    assert "other.json: not a readable speedgate report (not a --speedgate-json report)" in capsys.readouterr().err
