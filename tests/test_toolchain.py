@@ -1,10 +1,13 @@
 """One ptxas for a run's Triton kernels (speedgate.toolchain): Triton's key read first, then torch's ptxas set, as
-torch.compile would set it, before a run's first test that uses perf; a project's own setting kept; the version among
-the run's software, named where a kernel's facts changed, and an entry blessed before it was recorded keeps its
-evidence. Fake ptxas scripts, a fake Triton backend and a fake torch stand in for the real ones: no GPU is needed."""
+torch.compile would set it, before a run's first test where the run has a test that uses perf, its binaries in a
+folder of its own so that none another ptxas assembled under the same key is loaded; a project's own setting kept;
+the version among the run's software, named where a kernel's facts changed, and an entry blessed before it was
+recorded keeps its evidence. Fake ptxas scripts, a fake Triton backend and a fake torch stand in for the real ones: no
+GPU is needed; one test compiles a real Triton kernel for a Hopper target with Triton's two ptxas."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -17,7 +20,7 @@ import pytest
 from speedgate import toolchain
 from speedgate.bench import Bench
 from speedgate.blessing import bless
-from speedgate.toolchain import PTXAS_VARIABLE, Settled, bundled_ptxas, ptxas_version, settle_ptxas
+from speedgate.toolchain import CACHE_VARIABLE, PTXAS_VARIABLE, Settled, bundled_ptxas, ptxas_version, settle_ptxas
 from speedgate.verdict import Verdict
 
 
@@ -73,8 +76,22 @@ def test_tritons_key_is_read_first_then_torchs_ptxas_is_set(packages: Path) -> N
     reader = KeyReader(environ)
     settled = settle_ptxas(90, environ, reader)
     assert reader.calls == [(90, None)]  # the key's version read with the variable unset: Triton's own ptxas
-    assert environ == {PTXAS_VARIABLE: str(torch_ptxas)}
-    assert settled == Settled(str(torch_ptxas), "13.0.88", "torch")
+    binaries = str(Path(toolchain.triton_cache_dir()) / "speedgate-ptxas-13.0.88")
+    assert environ == {PTXAS_VARIABLE: str(torch_ptxas), CACHE_VARIABLE: binaries}
+    assert settled == Settled(str(torch_ptxas), "13.0.88", "torch", binaries)
+
+
+def test_the_binaries_go_below_the_projects_own_cache_folder_named_by_the_ptxas(packages: Path) -> None:
+    tritons(packages)
+    torch_ptxas = torchs(packages)
+    environ = {CACHE_VARIABLE: str(packages / "ci-cache")}  # a cache a CI job keeps between runs, shared with others
+    settled = settle_ptxas(90, environ, KeyReader(environ))
+    assert settled is not None and environ[CACHE_VARIABLE] == settled.cache == str(packages / "ci-cache" / "speedgate-ptxas-13.0.88")
+    silent = fake_ptxas(packages / "silent", "13.0.88")
+    silent.write_text("#!/bin/sh\necho 'no version here'\n")  # a ptxas that says no version: named by its path
+    named = toolchain.binaries_folder("/c", str(silent), None)
+    assert named.parent == Path("/c") and named.name.startswith("speedgate-ptxas-") and named != toolchain.binaries_folder(
+        "/c", str(torch_ptxas), None)
 
 
 def test_a_projects_own_ptxas_is_kept_and_named(packages: Path) -> None:
@@ -139,8 +156,8 @@ def test_tritons_key_is_read_through_its_backend_as_its_hash_reads_it(monkeypatc
 
 def a_gpu(monkeypatch: pytest.MonkeyPatch, arch: int | None = 90) -> None:
     """NVML's view for the bench: one visible GPU of this target (None: NVML gives none)."""
-    monkeypatch.setattr("speedgate.bench.visible_gpu_tokens", lambda: ["0"])
-    monkeypatch.setattr("speedgate.bench.compute_capability", lambda token: arch)
+    monkeypatch.setattr("speedgate.hardware.visible_gpu_tokens", lambda: ["0"])
+    monkeypatch.setattr("speedgate.hardware.compute_capability", lambda token: arch)
 
 
 def test_the_bench_settles_once_and_records_the_version_among_its_software(
@@ -148,6 +165,7 @@ def test_the_bench_settles_once_and_records_the_version_among_its_software(
     tritons(packages)
     torch_ptxas = torchs(packages)
     monkeypatch.delenv(PTXAS_VARIABLE, raising=False)
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)  # restored (unset) after the test, as it set them
     reads: list[int] = []
     monkeypatch.setattr(toolchain, "read_triton_key_version", lambda arch: reads.append(arch) or True)
     a_gpu(monkeypatch)
@@ -155,8 +173,8 @@ def test_the_bench_settles_once_and_records_the_version_among_its_software(
     bench.settle_toolchain()
     bench.settle_toolchain()
     assert reads == [90] and os.environ[PTXAS_VARIABLE] == str(torch_ptxas)
+    assert os.environ[CACHE_VARIABLE].endswith("speedgate-ptxas-13.0.88")
     assert bench.software()["ptxas"] == "13.0.88"
-    os.environ.pop(PTXAS_VARIABLE)
 
 
 def test_a_bench_whose_gpu_nvml_does_not_tell_settles_nothing(packages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,15 +187,19 @@ def test_a_bench_whose_gpu_nvml_does_not_tell_settles_nothing(packages: Path, mo
     assert PTXAS_VARIABLE not in os.environ and "ptxas" not in bench.software()
 
 
-@pytest.mark.parametrize("uses_perf", [True, False])
-def test_a_run_settles_before_its_first_test_that_uses_perf_and_its_fixtures(
-        pytester: pytest.Pytester, packages: Path, monkeypatch: pytest.MonkeyPatch, uses_perf: bool) -> None:
+@pytest.mark.parametrize("perf_tests", ["first", "later", "none"])
+def test_a_run_settles_before_its_first_test_and_its_fixtures_where_a_test_uses_perf(
+        pytester: pytest.Pytester, packages: Path, monkeypatch: pytest.MonkeyPatch, perf_tests: str) -> None:
+    # "later": a first test without perf compiles kernels a later test times (an edge-shape check before the timed
+    # case), so it is settled too; "none": a run that never asks for perf is left as it is.
     tritons(packages)
     torch_ptxas = torchs(packages)
     monkeypatch.delenv(PTXAS_VARIABLE, raising=False)
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
     monkeypatch.setattr(toolchain, "read_triton_key_version", lambda arch: True)
     a_gpu(monkeypatch)
     seen = pytester.path / "seen.txt"
+    later = "\ndef test_b_later(perf):\n    pass\n" if perf_tests == "later" else ""
     pytester.makepyfile(test_seen=f"""
 import os
 import pytest
@@ -186,13 +208,79 @@ import pytest
 def compiled():  # a module's fixture that would compile a kernel before the test's body
     return os.environ.get({PTXAS_VARIABLE!r}, "unset")
 
-def test_a_first_test_sees_it({'perf, ' if uses_perf else ''}compiled):
+def test_a_first_test_sees_it({'perf, ' if perf_tests == "first" else ''}compiled):
     open({str(seen)!r}, "w").write(compiled)
-""")
+{later}""")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    assert seen.read_text() == (str(torch_ptxas) if uses_perf else "unset")
-    os.environ.pop(PTXAS_VARIABLE, None)  # monkeypatch restores what it saw; the run set it
+    result.assert_outcomes(passed=2 if later else 1)
+    assert seen.read_text() == ("unset" if perf_tests == "none" else str(torch_ptxas))
+    assert (CACHE_VARIABLE in os.environ) == (perf_tests != "none")
+
+
+def test_a_settled_run_loads_no_binary_another_ptxas_assembled_under_the_same_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton keys a kernel with its own ptxas's version, whichever ptxas assembles it. A process that compiled a
+    kernel with Triton's ptxas into the shared cache (a script, a probe, a run without speedgate), then a settled run
+    of the same kernel: the settled run's binary is its own ptxas's, not the cached one. Triton's second ptxas (the
+    Blackwell one it ships, another release) stands in for torch's; each compile runs in a fresh process."""
+    import subprocess
+
+    triton_ptxas = bundled_ptxas("triton")
+    other = triton_ptxas.with_name("ptxas-blackwell") if triton_ptxas is not None else None
+    if other is None or not other.is_file() or ptxas_version(str(other)) == ptxas_version(str(triton_ptxas)):
+        pytest.skip("this Triton ships no second ptxas of another release to stand in for torch's")
+    script = tmp_path / "compile.py"
+    script.write_text(COMPILE_ONE_KERNEL)
+    shared = tmp_path / "shared-cache"
+
+    def compile_in_a_process(settle: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in (PTXAS_VARIABLE, "TRITON_INTERPRET")}
+        env[CACHE_VARIABLE] = str(shared)
+        out = subprocess.run([sys.executable, str(script), str(other) if settle else ""], env=env, text=True,
+                             capture_output=True, timeout=300, check=True).stdout
+        return json.loads(out.splitlines()[-1])
+
+    plain = compile_in_a_process(settle=False)
+    settled = compile_in_a_process(settle=True)
+    assert settled["key"] == plain["key"]  # one key: the shared folder alone would have handed over plain's binary
+    assert settled["cache"] == str(shared / f"speedgate-ptxas-{ptxas_version(str(other))}")
+    assert settled["cubin"] != plain["cubin"]
+    again = compile_in_a_process(settle=True)  # the settled runs' own binaries are found again
+    assert again["cubin"] == settled["cubin"] and again["fresh"] == "False"
+
+
+# Compiles one small kernel for an sm_90 target (no GPU needed: Triton assembles with ptxas) and prints its key, the
+# cubin's hash, where speedgate put the binaries and whether it was compiled now. argv[1]: a ptxas speedgate settles
+# as torch's, or "" for a process without speedgate.
+COMPILE_ONE_KERNEL = """
+import hashlib, json, os, sys
+from pathlib import Path
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from speedgate import toolchain
+
+cache = None
+if sys.argv[1]:
+    real = toolchain.bundled_ptxas
+    toolchain.bundled_ptxas = lambda p: Path(sys.argv[1]) if p == "torch" else real(p)  # a torch that ships it
+    cache = toolchain.settle_ptxas(90).cache
+
+@triton.jit
+def scale(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+folder = Path(os.environ["TRITON_CACHE_DIR"])
+before = set(folder.rglob("*.cubin")) if folder.exists() else set()
+src = ASTSource(scale, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
+kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+fresh = set(folder.rglob("*.cubin")) - before
+print(json.dumps({"key": kernel.hash, "cubin": hashlib.sha256(kernel.asm["cubin"]).hexdigest(), "cache": cache,
+                  "fresh": str(bool(fresh))}))
+"""
 
 
 def test_an_entry_blessed_before_the_ptxas_was_recorded_keeps_its_evidence_when_blessed_again() -> None:

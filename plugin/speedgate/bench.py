@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .hardware import Fingerprint, compute_capability, detect, multi_gpu_key, visible_gpu_tokens
+from .hardware import Fingerprint, detect, multi_gpu_key, visible_gpu_tokens
 
 # Made when a test asks for perf, and at the end of every xdist worker; what only timing or the GPU needs is imported
 # where it is used, so a worker that never timed does not load it.
@@ -139,20 +139,16 @@ class Bench:
 
     # -- the toolchain -------------------------------------------------------------------------------------------
     def settle_toolchain(self) -> None:
-        """Once a process, at its first test that uses perf (after an xdist worker's device is known): one ptxas for
-        every Triton kernel it compiles (speedgate.toolchain), its version among the run's software, so that a
-        kernel's changed facts name it when it moved. The GPU's target is NVML's answer: a test that times on the
-        CPU must not start CUDA here. Nothing on a process that sees no GPU."""
+        """Once a process, at its first test where the run has tests that use perf (after an xdist worker's device is
+        known): one ptxas for every Triton kernel it compiles, its binaries in a folder of that ptxas's own
+        (speedgate.toolchain), its version among the run's software, so that a kernel's changed facts name it when it
+        moved. Nothing on a process that sees no GPU."""
         if self._toolchain_settled:
             return
         self._toolchain_settled = True
-        gpus = visible_gpu_tokens()
-        arch = compute_capability(gpus[0]) if gpus else None
-        if arch is None:
-            return
-        from .toolchain import settle_ptxas
+        from .toolchain import settle_for_visible_gpu
 
-        settled = settle_ptxas(arch)
+        settled = settle_for_visible_gpu()
         if settled is not None and settled.version:
             self.fingerprint.software["ptxas"] = settled.version
 

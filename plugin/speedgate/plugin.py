@@ -296,6 +296,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     # xdist workers that share a device take turns, one whole test that times with perf at a time (setup and
     # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
     if not uses_perf(item):
+        made = item.config.stash.get(SESSION_KEY, None)
+        if made is not None:  # the run has tests that use perf (collection made it): what this test compiles, they run
+            made.bench.settle_toolchain()
         return (yield)
     state = _session(item.config)
     # The deadline counts no wait for the device; a wait on another run's hold is said on the terminal.
