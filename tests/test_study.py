@@ -593,8 +593,22 @@ def test_a_metric_that_fails_a_clean_run_is_a_false_alarm_named_under_the_table(
               "baseline": 3.5515}
     clean = [{"cases": [case], "metrics": [metric, {**metric, "metric_id": "t.py::test::graph_breaks", "verdict": "pass"}]}]
     text = study.table(clean, {0.05: [{"cases": [{**case, "verdict": "regressed"}]}]})
-    assert "- a clean run's metric `t.py::test::compile_s_in_process`: regressed (8.732 against 3.551)" in text
+    assert "- a metric of clean0, `t.py::test::compile_s_in_process`: regressed (8.732 against 3.551)" in text
     assert "false alarms: 0 of 1 comparison-runs and 1 of 2 metric-runs; +5% caught in 1 of 1 comparisons" in text
+
+
+def test_a_metric_that_fails_a_slowed_run_is_a_false_alarm_too() -> None:
+    """The nineteenth H200 study (2026-11-29, card b0414db974ea): the clean run's 32 metrics passed, and the +5% run
+    failed on `compile_pass_s_mark_dynamic` (9.10 s against 4.44 s, bound 8.88 s), while the study's line said
+    "0 of 32 metric-runs". The injection slows no metric: the slowed run's metrics are clean readings."""
+    case = {"case_id": "c", "timed": True, "verdict": "pass", "change": 0.0, "tolerance": 0.02,
+            "timer": "cuda-events-held", "optimized_ms": 1.0, "card": "c1"}
+    metric = {"metric_id": "t.py::test::compile_pass_s_mark_dynamic", "verdict": "pass", "value": 5.0076,
+              "baseline": 4.4392}
+    slowed = {"cases": [{**case, "verdict": "regressed"}], "metrics": [{**metric, "verdict": "regressed", "value": 9.104}]}
+    text = study.table([{"cases": [case], "metrics": [metric]}], {0.05: [slowed]})
+    assert "false alarms: 0 of 1 comparison-runs and 1 of 2 metric-runs" in text
+    assert "- a metric of +5% run 0, `t.py::test::compile_pass_s_mark_dynamic`: regressed (9.104 against 4.439)" in text
 
 
 def test_a_clean_test_that_failed_before_its_comparison_was_judged_is_counted_and_named() -> None:
