@@ -117,7 +117,7 @@ def binaries_folder(base: str, ptxas: str, version: str | None) -> Path:
 def settle_ptxas(arch: int | None, environ: MutableMapping[str, str] | None = None,
                  read_key: Callable[[int], bool] | None = None) -> Settled | None:
     """Settle which ptxas assembles this process's Triton kernels for a GPU of compute capability `arch` (90 for
-    sm_90; None: no GPU, nothing to settle) before its first test that uses perf; see the module's docstring.
+    sm_90; None: no GPU, nothing to settle) before a run's first test; see the module's docstring.
     read_key: what makes Triton read its key's version (read_triton_key_version). Children started after it inherit
     the variables. Returns what assembles them; None without a GPU or where it
     cannot be settled (torch ships a ptxas but Triton's key could not be read first: left to torch.compile)."""
