@@ -139,10 +139,10 @@ class Bench:
 
     # -- the toolchain -------------------------------------------------------------------------------------------
     def settle_toolchain(self) -> None:
-        """Once a process, at its first test where the run has tests that use perf (after an xdist worker's device is
-        known): one ptxas for every Triton kernel it compiles, its binaries in a folder of that ptxas's own
-        (speedgate.toolchain), its version among the run's software, so that a kernel's changed facts name it when it
-        moved. Nothing on a process that sees no GPU."""
+        """Once a process, at its first test where the run has tests that use perf: one ptxas for every Triton kernel
+        it compiles, its binaries in a folder of that ptxas's own (speedgate.toolchain), its version among the run's
+        software, so that a kernel's changed facts name it when it moved. The GPU's target is asked of NVML, not of a
+        worker's device turn. Nothing on a process that sees no GPU."""
         if self._toolchain_settled:
             return
         self._toolchain_settled = True

@@ -295,15 +295,16 @@ def perf(request: pytest.FixtureRequest, speedgate_timer: Any) -> Perf:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None, Any, Any]:
     # xdist workers that share a device take turns, one whole test that times with perf at a time (setup and
     # teardown too: another worker's untimed kernels would corrupt its samples). Tests without perf never wait.
-    if not uses_perf(item):
-        made = item.config.stash.get(SESSION_KEY, None)
-        if made is not None:  # the run has tests that use perf (collection made it): what this test compiles, they run
-            made.bench.settle_toolchain()
+    timed = uses_perf(item)
+    # One ptxas before the test's fixtures compile anything, in every test of a run that has tests using perf (the
+    # session exists then: collection made it): what a test without perf compiles, a later one may time.
+    state = _session(item.config) if timed else item.config.stash.get(SESSION_KEY, None)
+    if state is not None:
+        state.bench.settle_toolchain()
+    if not timed or state is None:
         return (yield)
-    state = _session(item.config)
     # The deadline counts no wait for the device; a wait on another run's hold is said on the terminal.
     with state.bench.device_turn(item.nodeid, item.config.rootpath, _say(item.config)), _deadline(item, state):
-        state.bench.settle_toolchain()  # before the test's fixtures compile anything
         return (yield)
 
 
