@@ -306,9 +306,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     # A metric (compile seconds, peak memory, a count) that fails a run turns it red as a comparison does. The
     # injection slows perf.compare's optimized sides alone, never a metric: a slowed run's metrics are clean readings,
     # and one that fails there is a false alarm too (the nineteenth H200 study's compile seconds, at +5%).
-    runs_by_label = [*((f"clean{i}", r) for i, r in enumerate(clean)),
+    every_run = [*((f"clean{i}", r) for i, r in enumerate(clean)),
                      *((f"+{s:.0%} run {i}", r) for s, at_share in slowed_runs.items() for i, r in enumerate(at_share))]
-    metrics = [(label, m) for label, r in runs_by_label for m in r.get("metrics", [])]
+    metrics = [(label, m) for label, r in every_run for m in r.get("metrics", [])]
     cried = [(label, m) for label, m in metrics if m.get("verdict") in FALSE_ALARMS]
     failed_unjudged = sorted((nodeid, i) for i, (failed, _) in enumerate(unjudged_in) for nodeid in failed)
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
@@ -335,8 +335,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
     # Traces the profiler lost and the audit took again (timers.cuda.LostTrace), over every run: said, so that a
     # study shows how often the retry ran.
-    every_run = [*clean, *(r for at_share in slowed_runs.values() for r in at_share)]
-    lost = [(c["case_id"], n) for r in every_run for c in r.get("cases", []) if (n := c.get("traces_lost"))]
+    lost = [(c["case_id"], n) for _, r in every_run for c in r.get("cases", []) if (n := c.get("traces_lost"))]
     if lost:
         summary.append(f"{sum(n for _, n in lost)} lost trace(s) taken again, in {len({c for c, _ in lost})} "
                        "comparison(s)")
