@@ -343,8 +343,9 @@ def test_every_page_and_section_the_code_names_exists() -> None:
             assert page.exists(), f"{source.relative_to(ROOT)} names {path}, which does not exist"
             if section is None:
                 continue
-            leads = [line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")]
-            leads += re.findall(r"^\*\*(.+?)\*\*", page.read_text(), flags=re.M)
+            text = page.read_text()
+            leads = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+            leads += re.findall(r"^\*\*(.+?)\*\*", text, flags=re.M)
             assert any(section.lower() in lead.lower() for lead in leads), (
                 f"{source.relative_to(ROOT)} names the section {section!r} of {path}, which has no such heading")
 
