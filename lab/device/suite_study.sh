@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite's gate study on a host with two GPUs (issue 46): `python -m speedgate study` over `perftests -n 2`
 # (one xdist worker per GPU; on a host with one GPU, serially), a clean run, then every optimized side slowed by each
-# of SLOWDOWNS (default 0.05,0.10).
+# of SLOWDOWNS (default 0.05,0.10; SLOWDOWNS= , empty: the clean run alone).
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy, rebless,
@@ -48,9 +48,13 @@ fi
 all=(perftests)
 declare -n studied=${STUDY:-all}
 if [[ ! -f $state/study.pid ]]; then
-  CUDA_VISIBLE_DEVICES=$visible setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
-      "${@:3}" -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
-    _ "$state" "${SLOWDOWNS:-0.05,0.10}" "${studied[@]}" "${parallel[@]}" < /dev/null > /dev/null 2>&1 &
+  # The host's CPU once a second (host_sampler.sh) and each test's start and end (clock_plugin.py), in logs/, until
+  # the study ends: what the host did while a compile was timed.
+  setsid bash lab/device/host_sampler.sh "$work/host.tsv" "$state/study.rc" < /dev/null > /dev/null 2>&1 &
+  CUDA_VISIBLE_DEVICES=$visible SPEEDGATE_LAB_CLOCK=$PWD/$work/clock.tsv PYTHONPATH=$PWD/lab/device:${PYTHONPATH:-} \
+    setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
+      "${@:3}" -p clock_plugin -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
+    _ "$state" "${SLOWDOWNS-0.05,0.10}" "${studied[@]}" "${parallel[@]}" < /dev/null > /dev/null 2>&1 &
   echo $! > "$state/study.pid"
   echo "== study: started at $(date -u +%T)" >> "$work/summary.txt"
 fi
