@@ -419,6 +419,58 @@ def test_a_regression_a_clean_remeasure_clears_passes_saying_so() -> None:
     assert "measured 2 times: 1.600x under the floor, 1.990x pass" in result.note
 
 
+def test_each_measurement_says_how_much_of_it_the_power_cap_held_the_clocks() -> None:
+    """The training step on a card that ran capped (H200, 2026-11-29): three measurements read 1.497x, 1.477x and
+    1.336x in one process; which of them the power cap held down is what tells the card's state from the code's."""
+    from dataclasses import replace
+
+    result, _ = judged(replace(measured(1.6), power_capped=0.12), replace(measured(1.62), power_capped=0.8))
+    assert result.verdict == Verdict.REGRESSED
+    assert ("measured 2 times: 1.600x under the floor (power-capped 12% of it), "
+            "1.620x under the floor (power-capped 80% of it)") in result.note
+    unwatched, _ = judged(measured(1.6), measured(1.62))  # no monitor (the CPU, a GPU without NVML): nothing said
+    assert "power-capped" not in unwatched.note
+
+
+CAPPED_CONFTEST = """
+import pytest
+from speedgate.plugin import SESSION_KEY
+from speedgate.testing import ScriptedTimer
+
+class CappedMonitor:
+    # NVML's violation counters as a card at its power cap shows them: a second more of capped time at every read
+    def __init__(self):
+        self.ns = 0
+    def violations(self):
+        self.ns += 10**9
+        return {"power": self.ns}
+    def read(self):  # the GPU's state, read only to wait for heat to pass: there is no heat here
+        raise AssertionError("a card at its power cap, not hot: nothing to cool")
+
+@pytest.fixture
+def speedgate_timer(request):
+    request.config.stash[SESSION_KEY].bench.monitor = CappedMonitor()
+    return ScriptedTimer({"reference": 2.0, "optimized": 1.25})
+"""
+
+
+def test_a_re_measured_case_reads_the_power_cap_of_each_measurement_from_the_gpu_monitor(
+        pytester: pytest.Pytester) -> None:
+    """The pipeline counts each measurement's capped time itself (NVML's counters before and after it), the first
+    and every re-measurement alike, so a regression's note lists them."""
+    from speedgate.hardware import detect
+
+    pytester.makeconftest(CAPPED_CONFTEST)
+    pytester.makepyfile(test_cases=ONE_COMPARISON)
+    pytester.makeini("[pytest]\n")
+    write_entries(pytester.path, {"test_cases.py::test_gemm": ENTRY}, detect("test-box").software)
+    result = pytester.runpytest("--hardware-key", "test-box", "--speedgate-json", "run.json")
+    result.assert_outcomes(failed=1)
+    case = json.loads((pytester.path / "run.json").read_text())["cases"][0]
+    assert case["verdict"] == "regressed" and case["remeasured"]
+    assert "1.600x under the floor (power-capped 100% of it), 1.600x under the floor (power-capped 100% of it)" in case["note"]
+
+
 def test_a_noisy_remeasure_no_longer_clears_a_regression() -> None:
     """The busy CPU box: the first measurement said regressed, a noisier one straddled the floor (0.401x, CI
     0.308-1.338 against 0.9x once); it passed. Now it is measured a third time, and still undecided it fails."""

@@ -75,7 +75,7 @@ def judge_measurement(
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     if len(taken) > 1:
-        said = ", ".join(f"{m.speedup:.3f}x {_state(j, m)}" for m, j in taken)
+        said = ", ".join(f"{m.speedup:.3f}x {_state(j, m)}{_capped_words(m)}" for m, j in taken)
         note = f"{note} (measured {len(taken)} times: {said})".strip()
     moved: dict[str, Any] = {}
     verdict = judgement.verdict
@@ -428,6 +428,14 @@ def final_judgement(taken: list[tuple[Measurement, Judgement]]) -> Judgement:
             f"twice (last {fmt_ci(last_m.estimate)}); the gate cannot tell a regression from this run's noise: "
             "re-run on a quiet machine")
     return Judgement(Verdict.INCONCLUSIVE, last_j.baseline, last_j.floor, last_j.change, note)
+
+
+def _capped_words(measurement: Measurement) -> str:
+    """How much of a measurement the power cap held the GPU's clocks, where a monitor counted it: a comparison whose
+    measurements read apart says whether its card ran them alike."""
+    if measurement.power_capped is None:
+        return ""
+    return f" (power-capped {min(measurement.power_capped, 1.0):.0%} of it)"
 
 
 def _state(judgement: Judgement, measurement: Measurement) -> str:

@@ -94,6 +94,9 @@ class Measurement:
     # medians (reference, optimized), what the audits hold against the roofline, and each side's median SM clock.
     event_ms: tuple[float, float] | None = None
     clock_mhz: tuple[float | None, float | None] | None = None
+    # The fraction of this measurement's wall time that NVML counted the GPU's clocks held down by its power cap
+    # (None: no monitor), so that each of a comparison's measurements says how its card ran (pipeline.Pipeline).
+    power_capped: float | None = None
 
     @property
     def real_optimized_ms(self) -> float:

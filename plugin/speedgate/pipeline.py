@@ -237,11 +237,12 @@ class Comparison:
                 yield
             checker.end_rounds()
 
+        before, started = self._violations(), time.monotonic()
         timed = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=self.spec.latency,
                           prepare=prepare, guard=rounds, between=checker.at_checkpoint,
                           compute_floor_ms=self.compute_floor_ms)
         _check_measurable(self.spec.case_id, timed.measurement)
-        return timed
+        return replace(timed, measurement=self._capped(timed.measurement, before, started))
 
     def audit(self, timed: Timed) -> integrity.Evidence:
         """What was timed (graph replays too) checked again on fresh inputs; the evidence gathered (the profiled
@@ -296,10 +297,11 @@ class Comparison:
         def again() -> Measurement:
             self.timer.first_call(self.ref)
             self.timer.first_call(self.opt)
+            before, started = self._violations(), time.monotonic()
             m = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=spec.latency,
                           prepare=prepare, compute_floor_ms=self.compute_floor_ms).measurement
             _check_measurable(spec.case_id, m)
-            return m
+            return self._capped(m, before, started)
 
         monitor = self.services.bench.monitor
         return cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
@@ -335,6 +337,11 @@ class Comparison:
     def _violations(self) -> dict[str, int]:
         monitor = self.services.bench.monitor
         return monitor.violations() if monitor else {}
+
+    def _capped(self, measurement: Measurement, before: dict[str, int], started: float) -> Measurement:
+        """The measurement with the share of its own wall time the power cap held the clocks (Measurement.power_capped)."""
+        capped = self._throttled(before, started).get("power")
+        return measurement if capped is None else replace(measurement, power_capped=capped)
 
     def _throttled(self, before: dict[str, int], started: float) -> dict[str, float]:
         from .gpu_state import throttled_fractions
