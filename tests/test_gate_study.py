@@ -194,6 +194,23 @@ def test_every_default_case_is_a_test_the_suite_has() -> None:
         assert any(node == case or node.startswith(case + "[") for node in collected), f"{case} collects nothing"
 
 
+def test_a_run_writes_its_log_as_it_goes(tmp_path: Path) -> None:
+    """A study's run of the whole suite takes minutes: its output is in OUT/<label>.log while it runs (a run cut off
+    by a deadline or a lost machine left no log at all when it was kept in memory until the end)."""
+    from speedgate import study
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "test_live.py").write_text(
+        "from pathlib import Path\n\n"
+        "def test_first():\n    print('first test ran')\n\n"
+        f"def test_the_log_exists_meanwhile():\n    assert Path({str(out / 'clean0.log')!r}).exists()\n")
+    loaded = study.run_pytest(out, "clean0", ["-s", "-p", "no:xdist", str(tmp_path / "test_live.py")], cwd=tmp_path)
+    text = (out / "clean0.log").read_text()
+    assert "first test ran" in text and "2 passed" in text, text
+    assert loaded["cases"] == []
+
+
 @pytest.mark.parametrize("ending", ["interrupted", "exit 2"])
 def test_a_run_cut_off_midway_is_run_again_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
     """A deadline's SIGINT (or a crash) leaves a report of the cases the run got to: the study must not take it for

@@ -76,14 +76,17 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
         spins.unlink(missing_ok=True)  # a run cut off before leaves its lines: start again
     cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-p", "speedgate.injection",
            "--speedgate-json", str(report)]
+    log = out / f"{label}.log"
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=run_env, capture_output=True, text=True)
+        # The run's output goes to its log as it runs: a run of the whole suite takes minutes, and one cut off (a
+        # deadline, a lost machine) still leaves the verdicts it printed.
+        with log.open("w") as sink:
+            proc = subprocess.run(cmd, cwd=cwd, env=run_env, stdout=sink, stderr=subprocess.STDOUT, text=True)
     except KeyboardInterrupt:  # a report of the cases the run got to is no whole run: run it again next time
         set_aside(report)
         raise
-    (out / f"{label}.log").write_text(proc.stdout + proc.stderr)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    print(f"{label}: exit {proc.returncode}: {last}", flush=True)
+    lines = log.read_text().strip().splitlines() if log.exists() else []
+    print(f"{label}: exit {proc.returncode}: {lines[-1] if lines else ''}", flush=True)
     if proc.returncode not in (0, 1) or not report.exists():
         set_aside(report)
         raise SystemExit(f"speedgate study: {label}: pytest exited {proc.returncode} without a complete report; see "
