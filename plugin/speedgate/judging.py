@@ -15,6 +15,7 @@ from .closeness import Closeness
 from .devices import busy_host
 from .evidence import cause_of, judged_against
 from .hardware import software_drift
+from .host_pace import in_blessed_pace
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
@@ -452,17 +453,28 @@ def untimed(fields: Mapping[str, Any], reason: str, closeness: list[Closeness] |
 
 def judge_metric_value(
     metric_id: str, nodeid: str, name: str, hardware_key: str, value: float, *, tolerance: float, direction: str,
-    unit: str, entry: Mapping[str, Any] | None, file_found: bool,
+    unit: str, entry: Mapping[str, Any] | None, file_found: bool, host_pace_ms: float | None = None,
 ) -> MetricResult:
+    """A metric's verdict against its entry. A host timing (host_pace_ms: the ruler's time when it was taken) whose
+    entry holds the bless's ruler is judged in the bless's pace (speedgate.host_pace); the words say how, wherever
+    the verdict is not a pass or the pace changed it."""
     baseline = entry["value"] if entry else None
-    judgement = judge_metric(value, baseline, tolerance, direction, file_found=file_found)
+    paced = in_blessed_pace(value, unit, host_pace_ms, entry.get("host_pace_ms") if entry else None)
+    judged = value if paced.value is None else paced.value
+    judgement = judge_metric(judged, baseline, tolerance, direction, file_found=file_found)
     note = judgement.note
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
+    if paced.words:
+        as_timed = judge_metric(value, baseline, tolerance, direction, file_found=file_found).verdict
+        if as_timed != judgement.verdict:
+            note = f"{note} ({paced.words}; as timed: {as_timed.value})".strip()
+        elif judgement.verdict != Verdict.PASS:
+            note = f"{note} ({paced.words})"
     return MetricResult(
         metric_id=metric_id, nodeid=nodeid, name=name, hardware_key=hardware_key, value=value, tolerance=tolerance,
         direction=direction, unit=unit, verdict=judgement.verdict, note=f"{name} {note}" if note else "",
-        baseline=baseline, change=judgement.change,
+        baseline=baseline, change=judgement.change, host_pace_ms=host_pace_ms, paced_value=paced.value,
     )
 
 

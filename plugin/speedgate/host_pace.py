@@ -1,0 +1,80 @@
+"""The host's core pace: how long a fixed piece of Python takes on this machine now, so that a host timing (a
+compile's seconds) is gated in the pace its bless ran at, as a heavy GPU pair is counted in SM cycles so that a
+card's clock does not move its speedup.
+
+A compile's seconds move with the pace of the host's cores, which the load average, the hypervisor's steal and the
+cgroup's throttling do not show on a virtual machine (docs/results/gate-study-h200.md, "The twentieth study"). The
+ruler runs in a fresh interpreter, so that nothing the test left in its own process (a thread holding the GIL) can
+make the host look slow; a pace outside PACE_RANGE of the bless's is not corrected for (judged as timed, and said).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+# A fixed workload of the interpreter's everyday work (formatting, hashing, sorting), a few milliseconds of a current
+# server core, timed best of RULER_REPEATS in the process's CPU time with the garbage collector off: the pace of a core
+# while it runs the ruler. Wall time would count other work taking turns on the cores, which the load average shows
+# and the pace must not: under load its best of seven scattered where the CPU time held (docs/results/cpu.md,
+# "2026-11-29: The host's pace").
+RULER_REPEATS = 7
+RULER = f"""
+import gc, time
+def work():
+    table = {{}}
+    for i in range(20000):
+        key = f"n{{i % 997}}_{{i}}"
+        table[key] = len(key) ^ i
+    return len(sorted(table, key=table.__getitem__))
+gc.disable()
+best = float("inf")
+for _ in range({RULER_REPEATS}):
+    start = time.process_time()
+    work()
+    best = min(best, time.process_time() - start)
+print(best * 1e3)
+"""
+# How far the host's pace may differ from the bless's and still be corrected for: a ruler that read more than twice
+# (or under half) the bless's time says more about the moment (a host swamped by other work) than about its cores.
+PACE_RANGE = 2.0
+# The units of a metric taken for host time (perf.metric's paced=None): its seconds move with the host's pace.
+HOST_TIME_UNITS = ("s", "ms")
+
+
+def host_pace_ms(timeout_s: float = 60.0) -> float | None:
+    """The ruler's best time in milliseconds, measured now in a fresh interpreter; None where it could not run."""
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", RULER], capture_output=True, text=True, timeout=timeout_s)
+        value = float(done.stdout.strip())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return value if done.returncode == 0 and value > 0 else None
+
+
+@dataclass(frozen=True)
+class Paced:
+    """A host timing put in its bless's pace: `value` as the bless's host would have timed it (None where it is
+    judged as timed) and the words that say so."""
+
+    value: float | None
+    words: str
+
+
+def in_blessed_pace(value: float, unit: str, now_ms: float | None, blessed_ms: float | None) -> Paced:
+    """`value` timed while the ruler took now_ms, in the pace of a bless whose ruler took blessed_ms: scaled by
+    blessed_ms / now_ms. Judged as timed (value None) where either pace is unknown or they differ by more than
+    PACE_RANGE."""
+    if not (now_ms and blessed_ms and now_ms > 0 and blessed_ms > 0):
+        return Paced(None, "")
+    ratio = now_ms / blessed_ms  # over 1: the host's cores are slower now
+    pace = (f"the host's cores ran at {1 / ratio:.2f} of the bless's pace (a fixed Python workload took {now_ms:.2f} "
+            f"ms of CPU, {blessed_ms:.2f} ms at the bless)")
+    if not 1 / PACE_RANGE <= ratio <= PACE_RANGE:
+        return Paced(None, f"{pace}, beyond the {PACE_RANGE:g}x this gate corrects for: judged as timed")
+    paced = value / ratio
+    return Paced(paced, f"{pace}: timed {value:.4g}{unit and ' ' + unit}, {paced:.4g}{unit and ' ' + unit} in that pace")
+
+
+__all__ = ["HOST_TIME_UNITS", "PACE_RANGE", "Paced", "host_pace_ms", "in_blessed_pace"]
