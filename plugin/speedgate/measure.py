@@ -95,7 +95,7 @@ class Measurement:
     event_ms: tuple[float, float] | None = None
     clock_mhz: tuple[float | None, float | None] | None = None
     # The fraction of this measurement's wall time that NVML counted the GPU's clocks held down by its power cap
-    # (None: no monitor), so that each of a comparison's measurements says how its card ran (pipeline.Pipeline).
+    # (None: no monitor), so that each of a comparison's measurements says how its card ran (pipeline.Comparison).
     power_capped: float | None = None
 
     @property
