@@ -126,3 +126,16 @@ def test_a_bless_records_the_pace_of_host_timings_and_a_gate_judges_in_it(
     result = project.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*compile_s regressed: 9.1 against baseline 4.44*"])
+
+
+def test_compare_judges_two_reports_host_timings_in_the_old_one_s_pace() -> None:
+    """`python -m speedgate compare OLD NEW` takes the gate's rule: NEW's compile seconds in OLD's pace where both
+    recorded one, as timed where either did not."""
+    from speedgate.compare import compare_metrics
+
+    old = {"m": {"value": 4.44, "tolerance": 1.0, "direction": "lower", "unit": "s", "host_pace_ms": 10.0}}
+    slower_host = {"m": {"value": 9.10, "unit": "s", "host_pace_ms": 18.2}}
+    [row] = compare_metrics(old, slower_host)
+    assert row.verdict == Verdict.PASS and "as timed: regressed" in row.note
+    [row] = compare_metrics(old, {"m": {"value": 9.10, "unit": "s"}})  # NEW recorded no pace: judged as timed
+    assert row.verdict == Verdict.REGRESSED

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from .verdict import Judgement, Verdict, judge_metric
+
 # A fixed workload of the interpreter's everyday work (formatting, hashing, sorting), a few milliseconds of a current
 # server core, timed best of RULER_REPEATS in the process's CPU time with the garbage collector off: the pace of a core
 # while it runs the ruler. Wall time would count other work taking turns on the cores, which the load average shows
@@ -77,4 +79,23 @@ def in_blessed_pace(value: float, unit: str, now_ms: float | None, blessed_ms: f
     return Paced(paced, f"{pace}: timed {value:.4g}{unit and ' ' + unit}, {paced:.4g}{unit and ' ' + unit} in that pace")
 
 
-__all__ = ["HOST_TIME_UNITS", "PACE_RANGE", "Paced", "host_pace_ms", "in_blessed_pace"]
+def judge_in_pace(value: float, baseline: float | None, tolerance: float, direction: str, *, unit: str,
+                  now_ms: float | None, blessed_ms: float | None, file_found: bool) -> tuple[Judgement, Paced]:
+    """A metric's judgement, in its bless's pace where both rulers are known (in_blessed_pace), with the words of
+    the pace in its note wherever the verdict is not a pass or the pace changed it: one rule for the gate
+    (judging.judge_metric_value) and `python -m speedgate compare`."""
+    paced = in_blessed_pace(value, unit, now_ms, blessed_ms)
+    judgement = judge_metric(value if paced.value is None else paced.value, baseline, tolerance, direction,
+                             file_found=file_found)
+    if paced.words:
+        as_timed = judge_metric(value, baseline, tolerance, direction, file_found=file_found).verdict
+        if as_timed != judgement.verdict:
+            judgement = Judgement(judgement.verdict, judgement.baseline, judgement.floor, judgement.change,
+                                  f"{judgement.note} ({paced.words}; as timed: {as_timed.value})".strip())
+        elif judgement.verdict != Verdict.PASS:
+            judgement = Judgement(judgement.verdict, judgement.baseline, judgement.floor, judgement.change,
+                                  f"{judgement.note} ({paced.words})")
+    return judgement, paced
+
+
+__all__ = ["HOST_TIME_UNITS", "PACE_RANGE", "Paced", "host_pace_ms", "in_blessed_pace", "judge_in_pace"]

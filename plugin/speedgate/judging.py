@@ -15,14 +15,14 @@ from .closeness import Closeness
 from .devices import busy_host
 from .evidence import cause_of, judged_against
 from .hardware import software_drift
-from .host_pace import in_blessed_pace
+from .host_pace import judge_in_pace
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
 from .timers.cuda import IdleStart
 from .timers.cycles import CYCLES_TIMER
 from .tolerance import WIDE_TOLERANCE
-from .verdict import Judgement, Verdict, fmt_ci, judge, judge_metric, straddles
+from .verdict import Judgement, Verdict, fmt_ci, judge, straddles
 
 # Measurements of one comparison before its verdict stands when the first did not pass clearly: the first and up to
 # two more (see final_judgement).
@@ -459,18 +459,11 @@ def judge_metric_value(
     entry holds the bless's ruler is judged in the bless's pace (speedgate.host_pace); the words say how, wherever
     the verdict is not a pass or the pace changed it."""
     baseline = entry["value"] if entry else None
-    paced = in_blessed_pace(value, unit, host_pace_ms, entry.get("host_pace_ms") if entry else None)
-    judged = value if paced.value is None else paced.value
-    judgement = judge_metric(judged, baseline, tolerance, direction, file_found=file_found)
+    judgement, paced = judge_in_pace(value, baseline, tolerance, direction, unit=unit, now_ms=host_pace_ms,
+                                     blessed_ms=entry.get("host_pace_ms") if entry else None, file_found=file_found)
     note = judgement.note
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
-    if paced.words:
-        as_timed = judge_metric(value, baseline, tolerance, direction, file_found=file_found).verdict
-        if as_timed != judgement.verdict:
-            note = f"{note} ({paced.words}; as timed: {as_timed.value})".strip()
-        elif judgement.verdict != Verdict.PASS:
-            note = f"{note} ({paced.words})"
     return MetricResult(
         metric_id=metric_id, nodeid=nodeid, name=name, hardware_key=hardware_key, value=value, tolerance=tolerance,
         direction=direction, unit=unit, verdict=judgement.verdict, note=f"{name} {note}" if note else "",
