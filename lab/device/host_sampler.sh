@@ -6,8 +6,9 @@
 #   bash lab/device/host_sampler.sh FILE STOPFILE
 file=${1:?FILE}; stop=${2:?STOPFILE}
 cg=/sys/fs/cgroup
+quota=$(cat $cg/cpu.max $cg/cpu/cpu.cfs_quota_us 2>/dev/null | head -1)
 { printf '# nproc %s cpu_count %s cpu.max %s model %s\n' "$(nproc)" "$(python3 -c 'import os; print(os.cpu_count())')" \
-    "$(cat $cg/cpu.max $cg/cpu/cpu.cfs_quota_us 2>/dev/null | head -1 || echo none)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    "${quota:-none}" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   printf 'time\tuser\tnice\tsystem\tidle\tiowait\tirq\tsoftirq\tsteal\tcg_usage_usec\tcg_nr_throttled\tcg_throttled_usec\tload1\tmhz\n'
 } > "$file"
 while [[ ! -e $stop ]]; do
