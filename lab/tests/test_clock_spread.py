@@ -3,12 +3,12 @@ not, a reading without clocks and a slowed duplicate left out."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 
 from lab import clock_spread
+from lab.tests import written_reports
 from speedgate.evidence import CALIBRATION_FLOOR
 
 
@@ -45,10 +45,7 @@ def test_a_speedup_that_follows_the_clock_leaves_no_residual_and_one_that_does_n
 
 
 def test_the_command_reads_reports_and_says_what_it_could_not_read(tmp_path, capsys) -> None:
-    paths = []
-    for i, report in enumerate(reports()):
-        paths.append(tmp_path / f"clean{i}.json")
-        paths[-1].write_text(json.dumps(report))
+    paths = written_reports(tmp_path, reports())
     assert clock_spread.main([*map(str, paths), "--case", "follows"]) == 0
     out = capsys.readouterr().out
     assert "a::follows" in out and "| `card0` | 1450 | 1440 |" in out

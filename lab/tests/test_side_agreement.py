@@ -3,11 +3,10 @@ its kernels' busy time does not move, one whose comparisons ran other kernels, a
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lab import side_agreement
+from lab.tests import written_reports
 
 FLASH = [{"name": "_attn_fwd_kernel", "registers": 138}]
 
@@ -45,10 +44,7 @@ def test_a_side_timed_slower_beside_one_reference_with_its_busy_time_unmoved_is_
 
 
 def test_the_command_says_what_it_found_and_what_it_could_not_read(tmp_path, capsys) -> None:
-    paths = []
-    for i, report in enumerate(reports()):
-        paths.append(tmp_path / f"clean{i}.json")
-        paths[-1].write_text(json.dumps(report))
+    paths = written_reports(tmp_path, reports())
     assert side_agreement.main([*map(str, paths), "--case", "test_attn::vs_compile"]) == 0
     out = capsys.readouterr().out
     assert "vs_compile" in out and "| `card0` | vs_compile | 0.1751 |" in out
