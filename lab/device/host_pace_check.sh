@@ -5,7 +5,8 @@
 # which the ruler's CPU time does not count, and may move the cores' clock, which it does). Each run's report holds the
 # compile seconds (compile_pass_s_*) and the ruler's milliseconds (host_pace_ms) taken with them; the summary prints
 # them side by side and the seconds over the ruler.
-#   bash lab/device/host_pace_check.sh OUT        BUSY_SOME (default 8), BUSY_MOST (default 14), RUNS (default 2)
+#   bash lab/device/host_pace_check.sh OUT        BUSY_SOME (default 8), BUSY_MOST (default 14), RUNS (default 2),
+#                                                 BASELINES (the folder gated against; default baselines)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/device/lib.sh
@@ -17,7 +18,7 @@ for busy in 0 "${BUSY_SOME:-8}" "${BUSY_MOST:-14}"; do
   for _ in $(seq 1 "$busy"); do python3 -c "while True: pass" & spinners+=($!); done
   for run in $(seq 1 "${RUNS:-2}"); do
     step "busy$busy-$run" 240 env $(fresh) python3 -m pytest perftests/test_compile_dynamic.py -p no:cacheprovider -q \
-      --baseline-dir baselines --speedgate-json "$work/busy$busy-$run.json"
+      --baseline-dir "${BASELINES:-baselines}" --speedgate-json "$work/busy$busy-$run.json"
   done
   (( busy > 0 )) && kill "${spinners[@]}" 2> /dev/null
   wait 2> /dev/null
