@@ -3,7 +3,8 @@
 # seconds, with empty caches, blessed by a plain --update-baselines into a copy of the committed files; then only
 # those metric entries (value and ruler together, as one run measured them) are taken into the committed file, and
 # its comparisons' entries are left as their cards' evidence blessed them. OUT/baselines: the file that changed;
-# the summary lists each metric's seconds and ruler before and after.
+# the summary lists each metric's seconds and ruler before and after; .gpu-state/paced/ (git-ignored, kept on the warm
+# machine): the committed files with it, for a next call to gate against (host_pace_check.sh's BASELINES).
 #   bash lab/device/pace_bless.sh OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,4 +36,5 @@ for blessed_path in sorted(copy.glob("*.json")):
     (dest / blessed_path.name).write_text(json.dumps(committed, indent=2, sort_keys=True) + "\n")
     print(f"{blessed_path.name}: {len(taken)} metric entries taken; its comparisons' entries as committed")
 PY
+mkdir -p .gpu-state/paced && cp baselines/*.json .gpu-state/paced/ && cp "$out/baselines/"*.json .gpu-state/paced/
 cat "$work/summary.txt"
