@@ -45,7 +45,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # row beside three busy loops with SIGINT ignored (docs/ci.md); a new test of the kind carries the marker.
     config.addinivalue_line("markers", "timing: sends signals, or depends on deadlines, locks between processes or "
                                        "wall-clock time")
-    config.addinivalue_line("markers", "host_pace: runs the host-pace ruler itself instead of the steady one")
 
 # A conftest for pytester projects: a scripted clock, so verdicts do not depend on this machine's speed.
 SCRIPTED_CONFTEST = """
@@ -94,16 +93,6 @@ def _timed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """The root conftest switches the Triton interpreter on for CPU-only machines, which turns timing off;
     these tests time scripted or plain-Python callables and decide that per test."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _steady_host_pace(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process runs read a steady host pace (speedgate.host_pace), so that a metric in seconds is judged on its
-    scripted value alone; tests marked host_pace run the ruler or script its readings themselves."""
-    if request.node.get_closest_marker("host_pace") is None:
-        from speedgate import host_pace
-
-        monkeypatch.setattr(host_pace, "host_pace_ms", lambda: 10.0)
 
 
 @pytest.fixture

@@ -640,21 +640,3 @@ def test_the_study_says_how_many_lost_traces_its_runs_took_again() -> None:
     slowed[0.05][0]["cases"][0]["traces_lost"] = 2
     assert "; 3 lost trace(s) taken again, in 1 comparison(s)" in study.table(clean, slowed)
     assert "lost trace" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})
-
-
-def test_the_study_names_the_metric_runs_that_their_host_s_pace_decided() -> None:
-    """A compile's seconds judged in its bless's host pace (speedgate.host_pace) pass where as timed they fail, or
-    the other way round: a study says which, so that what the pace excused, or raised, is read beside the alarms."""
-    def metric(verdict: str, value: float, paced: float | None) -> dict:
-        return {"metric_id": "t.py::test::compile_s", "verdict": verdict, "value": value, "baseline": 4.44,
-                "tolerance": 1.0, "direction": "lower", "paced_value": paced}
-
-    clean = [{"cases": [], "metrics": [metric("pass", 9.10, 5.0)]}]
-    slowed = {0.05: [{"cases": [], "metrics": [metric("regressed", 8.0, 14.5)]}]}
-    text = study.table(clean, slowed)
-    assert "1 of 2 metric-runs (2 metric-run(s) judged otherwise as timed than in their host's pace)" in text
-    assert ("- a metric of clean0, `t.py::test::compile_s`: pass in its bless's host pace (5 from 9.1 timed, against "
-            "4.44), regressed as timed") in text
-    assert "- a metric of +5% run 0, `t.py::test::compile_s`: regressed in its bless's host pace (14.5 from 8 timed" in text
-    unpaced = study.table([{"cases": [], "metrics": [metric("regressed", 9.10, None)]}], {})
-    assert "judged otherwise" not in unpaced and "host pace" not in unpaced

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does the host-pace ruler (speedgate.host_pace) follow a compile's seconds on a GPU host? The dynamic-shape cases'
+# Does the host-pace ruler (lab/host_pace.py) follow a compile's seconds on a GPU host? The dynamic-shape cases'
 # compile passes, each run a fresh process with empty caches, with 0, BUSY_SOME and BUSY_MOST spinning host processes
 # beside them (other tenants' load on the host's cores: it moves the compile's wall time by taking turns on the cores,
 # which the ruler's CPU time does not count, and may move the cores' clock, which it does). Each run's report holds the
@@ -12,7 +12,7 @@ source lab/device/lib.sh
 begin_call "${1:?OUT}"
 export PYTHONUNBUFFERED=1
 show_step() { grep -E "passed|failed" "$work/$1.log" | tail -1; }
-ruler() { python3 -c "from speedgate.host_pace import host_pace_ms; print(host_pace_ms())"; }
+ruler() { python3 -c "from lab.host_pace import host_pace_ms; print(host_pace_ms())"; }
 for busy in 0 "${BUSY_SOME:-8}" "${BUSY_MOST:-14}"; do
   spinners=()
   for _ in $(seq 1 "$busy"); do python3 -c "while True: pass" & spinners+=($!); done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Is the host-pace ruler (speedgate.host_pace) a pace of the host's cores, or of the core a process lands on? The
+# Is the host-pace ruler (lab/host_pace.py) a pace of the host's cores, or of the core a process lands on? The
 # ruler's workload pinned to each CPU in turn (ROUNDS rounds; default 3; one line per CPU), then the ruler itself
 # (its walk over the CPUs, the median) READS times (default 10), on an idle host and beside one compile-heavy test
 # (the dynamic-shape mark_dynamic case, empty caches).
@@ -11,7 +11,7 @@ begin_call "${1:?OUT}"
 probe() {
   python3 - "$1" "${ROUNDS:-3}" "${READS:-10}" <<'PY'
 import json, os, pathlib, subprocess, sys
-from speedgate.host_pace import RULER, host_pace_ms
+from lab.host_pace import RULER, host_pace_ms
 label, rounds, reads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for cpu in sorted(os.sched_getaffinity(0)):
     topo = pathlib.Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")

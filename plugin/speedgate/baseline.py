@@ -155,11 +155,9 @@ def _merge_section(
         # A new calibration is rewritten whatever the speedup did: its tolerance is what was asked for. So are other
         # kernels (another pick, the old one kept among the entry's picks): the facts are exact, never noise. A
         # kernel's share of its side's time is a measurement (codegen.MEASURED), and a fact the entry lacks is no
-        # other kernel: neither alone rewrites it (codegen.same_kernels). A host timing that gains or loses its
-        # host's pace is judged another way from then on (speedgate.host_pace): its value and pace go in together.
+        # other kernel: neither alone rewrites it (codegen.same_kernels).
         method_changed = any(new.get(k) != previous.get(k) for k in ("config", "graphed", "timer", "calibration", "picks")) \
-            or not codegen.same_kernels(previous.get("codegen"), new.get("codegen")) \
-            or ("host_pace_ms" in new) != ("host_pace_ms" in previous)
+            or not codegen.same_kernels(previous.get("codegen"), new.get("codegen"))
         if moved > rewrite_fraction.get(case_id, 0.0) or method_changed:
             merged[case_id] = new
             changes.append(Change(case_id, "updated", previous[value_key], new[value_key], unit))

@@ -113,8 +113,6 @@ def _keep_calibration(entry: dict[str, Any], result: CompareResult, own: Mapping
 
 def metric_entry(result: MetricResult, software: dict[str, Any], measured_at: str) -> dict[str, Any]:
     entry = {name: getattr(result, name) for name in METRIC_FIELDS}
-    if result.host_pace_ms is not None:  # a host timing: the pace a later run's is judged in (speedgate.host_pace)
-        entry["host_pace_ms"] = round(result.host_pace_ms, 4)
     entry["measured_at"] = measured_at
     entry["software"] = dict(software)
     return entry

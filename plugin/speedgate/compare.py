@@ -12,11 +12,10 @@ from typing import Any
 
 from .attribution import detectable_drop, detection_summary, which_side_moved
 from .hardware import software_drift
-from .host_pace import judge_in_pace
 from .report import align
 from .stats import RatioEstimate
 from .tolerance import CALIBRATED, DEFAULT_CPU_TOLERANCE, DEFAULT_TOLERANCE, Tolerance, resolve
-from .verdict import Verdict, by_severity, judge
+from .verdict import Verdict, by_severity, judge, judge_metric
 
 
 class CompareInputError(ValueError):
@@ -125,10 +124,8 @@ def compare_metrics(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapp
         if absent is not None or o is None or n is None:
             rows.append(absent or Row(metric_id, None, None, Verdict.MISSING))
             continue
-        # A host timing recorded with its host's pace on both sides is judged in OLD's pace, as the gate judges it.
-        j, _ = judge_in_pace(float(n["value"]), float(o["value"]), float(o["tolerance"]), o.get("direction", "lower"),
-                             unit=str(n.get("unit") or o.get("unit") or ""), now_ms=n.get("host_pace_ms"),
-                             blessed_ms=o.get("host_pace_ms"), file_found=True)
+        j = judge_metric(float(n["value"]), float(o["value"]), float(o["tolerance"]), o.get("direction", "lower"),
+                         file_found=True)
         rows.append(Row(metric_id, o["value"], n["value"], j.verdict, j.change, None, float(o["tolerance"]), j.note))
     return by_severity(rows)
 

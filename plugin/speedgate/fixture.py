@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import codegen, host_pace, judging
+from . import codegen, judging
 from .advice import bless_command
 from .checks import FIXED_INPUTS
 from .closeness import Closeness, assert_close
@@ -237,17 +237,12 @@ class Perf:
         tolerance: float,
         direction: str = "lower",
         unit: str = "",
-        paced: bool = False,
     ) -> MetricResult:
         """Gate a single-valued metric of this test against its baseline (compile seconds, recompiles, ...).
 
         direction='lower' (the default) means lower is better. There is one value, no interval: the tolerance
         alone separates noise from change, so give timings a wide one and exact counts 0. A regression fails the
         test after its body, like a speedup regression; --update-baselines blesses the value.
-
-        paced: a host timing in "s" or "ms", gated in the pace of the host's cores at its bless (speedgate.host_pace:
-        a fixed Python workload timed now on the host's CPUs, in a fresh interpreter, and at the bless). Off by
-        default: a time is judged as timed.
         """
         metric_id = self._case_id_of(name)
         if not name or any(c in name for c in "\n\r\t"):
@@ -258,14 +253,10 @@ class Perf:
             raise ValueError(f"speedgate: metric {metric_id} must be a finite number, got {value!r}")
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"speedgate: metric tolerance must be finite and non-negative, got {tolerance!r}")
-        if paced and unit not in host_pace.HOST_TIME_UNITS:
-            raise ValueError(f"speedgate: metric {metric_id} has paced=True, which needs a time: unit must be one of "
-                             f"{', '.join(map(repr, host_pace.HOST_TIME_UNITS))}, got {unit!r}")
         book, key = self._session.book, self._session.bench.hardware_key
         result = judging.judge_metric_value(
             metric_id, self.nodeid, name, key, float(value), tolerance=float(tolerance), direction=direction,
             unit=unit, entry=book.metric(metric_id, key), file_found=book.found(key),
-            host_pace_ms=host_pace.host_pace_ms() if paced else None,
         )
         self.metrics.append(result)
         self._session.record_metric(result)

@@ -15,14 +15,13 @@ from .closeness import Closeness
 from .devices import busy_host
 from .evidence import cause_of, judged_against
 from .hardware import software_drift
-from .host_pace import judge_in_pace
 from .measure import Measurement
 from .results import CompareResult, MetricResult
 from .stats import sample_stats
 from .timers.cuda import IdleStart
 from .timers.cycles import CYCLES_TIMER
 from .tolerance import WIDE_TOLERANCE
-from .verdict import Judgement, Verdict, fmt_ci, judge, straddles
+from .verdict import Judgement, Verdict, fmt_ci, judge, judge_metric, straddles
 
 # Measurements of one comparison before its verdict stands when the first did not pass clearly: the first and up to
 # two more (see final_judgement).
@@ -453,21 +452,17 @@ def untimed(fields: Mapping[str, Any], reason: str, closeness: list[Closeness] |
 
 def judge_metric_value(
     metric_id: str, nodeid: str, name: str, hardware_key: str, value: float, *, tolerance: float, direction: str,
-    unit: str, entry: Mapping[str, Any] | None, file_found: bool, host_pace_ms: float | None = None,
+    unit: str, entry: Mapping[str, Any] | None, file_found: bool,
 ) -> MetricResult:
-    """A metric's verdict against its entry. A host timing (host_pace_ms: the ruler's time when it was taken) whose
-    entry holds the bless's ruler is judged in the bless's pace (speedgate.host_pace); the words say how, wherever
-    the verdict is not a pass or the pace changed it."""
     baseline = entry["value"] if entry else None
-    judgement, paced = judge_in_pace(value, baseline, tolerance, direction, unit=unit, now_ms=host_pace_ms,
-                                     blessed_ms=entry.get("host_pace_ms") if entry else None, file_found=file_found)
+    judgement = judge_metric(value, baseline, tolerance, direction, file_found=file_found)
     note = judgement.note
     if judgement.verdict == Verdict.IMPROVED:
         note += f" ({rebless_hint()})"
     return MetricResult(
         metric_id=metric_id, nodeid=nodeid, name=name, hardware_key=hardware_key, value=value, tolerance=tolerance,
         direction=direction, unit=unit, verdict=judgement.verdict, note=f"{name} {note}" if note else "",
-        baseline=baseline, change=judgement.change, host_pace_ms=host_pace_ms, paced_value=paced.value,
+        baseline=baseline, change=judgement.change,
     )
 
 

@@ -192,10 +192,6 @@ class MetricResult:
     note: str
     baseline: float | None = None
     change: float | None = None
-    # A host timing (speedgate.host_pace): the ruler's milliseconds when it was taken, and the value in the bless's
-    # pace where it was judged so (`change` is then that value's).
-    host_pace_ms: float | None = None
-    paced_value: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)

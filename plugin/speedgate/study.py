@@ -9,8 +9,7 @@ plugin (`-p speedgate.injection`, SPEEDGATE_STUDY_SLOWDOWN=share: every optimize
 whether the GPU or the host bounds it; speedgate.injection says how). A comparison catches a slowdown when each
 run slowed by it failed it without --speedgate-strict: regressed or inconclusive (a pick-changed is shown beside the
 count, not counted). Clean runs count false alarms (regressed, improved, inconclusive) of the comparisons, and every
-run, slowed or not, of the metrics (the injection slows no metric; each named under the table, as is each host
-timing that its host's pace judged otherwise than its timed value would have been: speedgate.host_pace), and, apart, the
+run, slowed or not, of the metrics (the injection slows no metric; each named under the table), and, apart, the
 tests of the clean runs that failed before a comparison of theirs was judged (an audit's accusation, an exception:
 the report's failed_tests; each named under the table). A slowdown
 that did not reach the optimized side (it ran less than half the share slower than in the clean runs, on the same
@@ -45,7 +44,6 @@ from .injection import SLOWDOWN_ENV, SPINS_ENV, spins_file
 from .reporting import dump_json
 from .timers.base import CpuTimer
 from .timers.cuda import IdleStart
-from .verdict import judge_metric
 
 CAUGHT = ("regressed", "inconclusive")  # what fails a run without --speedgate-strict
 FALSE_ALARMS = ("regressed", "improved", "inconclusive")
@@ -315,14 +313,10 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                      *((f"+{s:.0%} run {i}", r) for s, at_share in slowed_runs.items() for i, r in enumerate(at_share))]
     metrics = [(label, m) for label, r in every_run for m in r.get("metrics", [])]
     cried = [(label, m) for label, m in metrics if m.get("verdict") in FALSE_ALARMS]
-    # The host timings whose verdict their host's pace decided (speedgate.host_pace): as timed they read otherwise.
-    paced = [(label, m, timed) for label, m in metrics if (timed := as_timed(m)) not in (None, m.get("verdict"))]
     failed_unjudged = sorted((nodeid, i) for i, (failed, _) in enumerate(unjudged_in) for nodeid in failed)
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
     if metrics:
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
-        if paced:
-            summary[0] += f" ({len(paced)} metric-run(s) judged otherwise as timed than in their host's pace)"
     if failed_unjudged:
         summary[0] += (f", and {len(failed_unjudged)} test(s) of the clean runs failed before a comparison of theirs "
                        "was judged")
@@ -350,22 +344,10 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
                        "comparison(s)")
     named = "\n".join([*(f"- a metric of {label}, `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for label, m in cried),
-                        *(f"- a metric of {label}, `{m.get('metric_id', '?')}`: {m['verdict']} in its bless's host pace "
-                          f"({_number(m.get('paced_value'))} from {_number(m.get('value'))} timed, against "
-                          f"{_number(m.get('baseline'))}), {timed} as timed" for label, m, timed in paced),
                         *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
                           f"{cause_in(clean[i], nodeid) or 'see its log'} (clean{i}.log)"
                           for nodeid, i in failed_unjudged)])
     return "\n".join(lines) + ("\n\n" + named if named else "") + "\n\n" + "; ".join(summary) + "\n\n" + line + "\n"
-
-
-def as_timed(metric: Mapping[str, Any]) -> str | None:
-    """A report's metric judged on its timed value, where it was judged in its bless's host pace (paced_value);
-    else None."""
-    if metric.get("paced_value") is None or metric.get("baseline") is None:
-        return None
-    return judge_metric(float(metric["value"]), float(metric["baseline"]), float(metric["tolerance"]),
-                        metric.get("direction", "lower"), file_found=True).verdict.value
 
 
 def _number(value: Any) -> str:
@@ -423,4 +405,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["as_timed", "clean_offset", "main", "page", "run_pytest", "set_aside", "spun", "table"]
+__all__ = ["clean_offset", "main", "page", "run_pytest", "set_aside", "spun", "table"]
