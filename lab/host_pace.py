@@ -57,6 +57,8 @@ for cpu in cpus:
     reads[cpu] = best()
 print(json.dumps({{"reads_ms": reads or {{"any": best()}}}}))
 """
+
+
 def host_pace_ms(timeout_s: float = 60.0) -> float | None:
     """The host's pace now, in milliseconds of the ruler (pace_of its CPUs' readings); None where it could not run."""
     reads = readings(timeout_s)
