@@ -116,7 +116,16 @@ def test_compile_mode(perf, device: str, mode: str, tmp_path: Path) -> None:
         (first, picks), held_s = timed_call(
             lambda: compile_holding(no_grad(compiled, batch_0), held, tmp_path / "held-picks"), device, from_empty=False)
         # What holding costs the case, and a sign the hold missed (the candidates timed again): gated as compile seconds.
-        perf.metric("compile_s_held_picks", held_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+        # Only a compile that held the entry's picks is that compile: one that held the fresh process's tunes here what
+        # they lack (its fusions are decided by rule), several times as long, and blessed it would be the norm a
+        # missed hold passes against (docs/results/gate-study-h200.md, "The twenty-first study").
+        if blessed:
+            perf.metric("compile_s_held_picks", held_s, tolerance=COMPILE_TIME_TOLERANCE, unit="s")
+        elif perf.blessing:
+            warnings.warn(f"{mode}: compile_s_held_picks not recorded: this compile held the fresh process's picks and "
+                          f"tuned what they lack ({held_s:.1f} s), which a gate, holding the entry's picks, does not; "
+                          "a calibrating bless (--speedgate-calibrate N) of a file whose entry holds the picks records "
+                          "it", stacklevel=1)
         # A pick timed afresh means the picks were made with other software, or inductor keys them otherwise: the
         # hold missed, said here. A held best config searched again (autotune_picks.searched_again) is inductor's
         # doing on a kernel or two (the page above), which the codegen facts show.
