@@ -35,6 +35,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# The tests whose comparisons each --case builds, by node id (their parametrizations included): what a study's clean
+# run that did not pass asks this probe to look at (lab/probe_followups.py).
+CASE_TESTS = {
+    "training": "perftests/test_compile_training.py::test_training_step",
+    "regional": "perftests/test_compile_regional.py::test_regional_vs_whole_model",
+    "graph_break": "perftests/test_compile_graph_breaks.py::test_graph_break_fix[branch_cond]",
+}
+
 
 def training_sides(torch: Any) -> dict[str, Callable[[int], Any]]:
     """The training step's sides as test_training_step builds them (32 sequences), each a function of an input seed
@@ -149,7 +157,7 @@ def host_state() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--case", choices=("training", "regional", "graph_break"), required=True)
+    parser.add_argument("--case", choices=tuple(CASE_TESTS), required=True)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--profile-at", type=int, default=None,

@@ -14,7 +14,8 @@
 #   bash lab/device/suite_study.sh OUT      state in .gpu-state/ (git-ignored); OUT/study.tgz: the study's folder
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
 # Once the study is done, the clean runs' kernel facts each file's entries lack (races, shares) are recorded into the
-# files, no speedup (--facts-only), so OUT/baselines brings them back completed.
+# files, no speedup (--facts-only), so OUT/baselines brings them back completed. A latency case of lab.drift_probe's
+# whose clean run did not pass (lab/probe_followups.py) is then probed on the same card, PROBE_ROUNDS rounds (600).
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
 # study is for; on another, nothing starts and the script exits 4 (a machine that asked for one kind can get another).
 set -uo pipefail
@@ -70,6 +71,17 @@ if [[ -f $state/study.rc ]]; then
     done; }
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
+fi
+# A latency-timed case that did not pass in a clean run is probed at once on the same card, in the state it failed
+# in (its power cap, its clocks): lab.drift_probe's rounds with clock and power beside them, once per case.
+if [[ -f $state/study.rc ]]; then
+  for case in $(python3 -m lab.probe_followups "$state/study"/clean*.json); do
+    if [[ -f $state/probe-$case.done ]] || (( $(left) < 150 )); then continue; fi
+    touch "$state/probe-$case.done"
+    timeout -k 15 $(( $(left) - 30 )) python3 -m lab.drift_probe "$work" --case "$case" --rounds "${PROBE_ROUNDS:-600}" \
+      --window 50 > "$work/probe-$case.log" 2>&1
+    echo "== probe ($case, after its clean run did not pass): exit $?; $(tail -3 "$work/probe-$case.log" | tr '\n' ' ')" >> "$work/summary.txt"
+  done
 fi
 if [[ ${PAIR:-0} != 0 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
   if [[ $PAIR == gate ]]; then gate_pair; else bless_pair; fi

@@ -1,0 +1,39 @@
+"""Which latency-timed cases a study's clean runs ask lab.drift_probe to look at: those of CASE_TESTS with a
+comparison that did not pass (regressed, inconclusive, or any verdict but a pass), once each, in CASE_TESTS' order.
+
+    python -m lab.probe_followups CLEAN_REPORT.json ...     # prints one drift_probe --case per line
+
+lab/device/suite_study.sh runs the probe on the same card right after the study, while the card is in the state the
+comparison failed in (issue 46: the training step's slide on a power-capped card, whose cause the probe could not be
+run to find)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lab.drift_probe import CASE_TESTS
+
+
+def followups(reports: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The drift_probe cases whose test has a comparison in these reports that did not pass."""
+    failed = {str(c.get("case_id", "")) for r in reports for c in r.get("cases") or [] if c.get("verdict") != "pass"}
+    return [case for case, test in CASE_TESTS.items() if any(f.startswith(test + "::") for f in failed)]
+
+
+def main(argv: list[str]) -> int:
+    reports = []
+    for path in argv:
+        try:
+            reports.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"probe_followups: {path}: not read ({exc})", file=sys.stderr)
+    print("\n".join(followups(reports)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
