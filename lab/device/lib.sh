@@ -134,6 +134,11 @@ gluon_fp8=(perftests/test_triton_matmul.py -k "fp8_matmul_gluon and not edge")
 # whole suite's study against it.
 graph_breaks_and_gluon_fp8=(perftests/test_compile_graph_breaks.py perftests/test_triton_matmul.py
                             -k "graph_break_fix or fp8_matmul_gluon and not edge")
+# The H100 file's re-bless (BLESS=h100_rebless BLESS_GPUS=0): both of those and the held picks' case, whose
+# compile_s_held_picks that file took from a compile that held no entry's picks (docs/results/gate-study-h200.md,
+# "The twenty-first study").
+h100_rebless=(perftests/test_compile_graph_breaks.py perftests/test_triton_matmul.py perftests/test_compile_modes.py
+              -k "graph_break_fix or fp8_matmul_gluon and not edge or test_compile_mode and max-autotune")
 # The compiled cases whose entries hold other picks (speedgate.picks): what a change of how a run is matched to a
 # pick is studied on (STUDY=picked).
 picked=(perftests/test_compile_modes.py perftests/test_compile_custom_op.py perftests/test_compile_ladder.py

@@ -5,8 +5,8 @@
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy, rebless,
-# compiled_refs, held_picks, steady_states, graph_breaks, gluon_fp8, graph_breaks_and_gluon_fp8) or none; left unset,
-# heavy on H200s and none elsewhere. STUDY names the selection studied (one of lib.sh's; default all: perftests).
+# compiled_refs, held_picks, steady_states, graph_breaks, gluon_fp8, graph_breaks_and_gluon_fp8, h100_rebless) or
+# none; left unset, heavy on H200s and none elsewhere. STUDY names the selection studied (one of lib.sh's; default all: perftests).
 # BLESS_GPUS (default every GPU): the GPUs the bless runs on; one (BLESS_GPUS=0) where its tests record an autotuner's
 # config, so that two processes do not race two configs into one entry at once. PAIR=1: once the study is done, the
 # two-GPU cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's
@@ -80,7 +80,8 @@ if [[ -f $state/study.rc ]]; then
     touch "$state/probe-$case.done"
     timeout -k 15 $(( $(left) - 30 )) python3 -m lab.drift_probe "$work" --case "$case" --rounds "${PROBE_ROUNDS:-600}" \
       --window 50 > "$work/probe-$case.log" 2>&1
-    echo "== probe ($case, after its clean run did not pass): exit $?; $(tail -3 "$work/probe-$case.log" | tr '\n' ' ')" >> "$work/summary.txt"
+    echo "== probe ($case, after its clean run did not pass): exit $?; $(tail -3 "$work/probe-$case.log" | tr '\n' ' ')" \
+      >> "$work/summary.txt"
   done
 fi
 if [[ ${PAIR:-0} != 0 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
