@@ -237,12 +237,7 @@ class Comparison:
                 yield
             checker.end_rounds()
 
-        before, started = self._violations(), time.monotonic()
-        timed = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=self.spec.latency,
-                          prepare=prepare, guard=rounds, between=checker.at_checkpoint,
-                          compute_floor_ms=self.compute_floor_ms)
-        _check_measurable(self.spec.case_id, timed.measurement)
-        return replace(timed, measurement=self._capped(timed.measurement, before, started))
+        return self._time_pair(policy, prepare, guard=rounds, between=checker.at_checkpoint)
 
     def audit(self, timed: Timed) -> integrity.Evidence:
         """What was timed (graph replays too) checked again on fresh inputs; the evidence gathered (the profiled
@@ -297,11 +292,7 @@ class Comparison:
         def again() -> Measurement:
             self.timer.first_call(self.ref)
             self.timer.first_call(self.opt)
-            before, started = self._violations(), time.monotonic()
-            m = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=spec.latency,
-                          prepare=prepare, compute_floor_ms=self.compute_floor_ms).measurement
-            _check_measurable(spec.case_id, m)
-            return self._capped(m, before, started)
+            return self._time_pair(policy, prepare).measurement
 
         monitor = self.services.bench.monitor
         return cool_before(again, monitor.read if monitor is not None else None, throttled.get("thermal", 0.0),
@@ -338,10 +329,16 @@ class Comparison:
         monitor = self.services.bench.monitor
         return monitor.violations() if monitor else {}
 
-    def _capped(self, measurement: Measurement, before: dict[str, int], started: float) -> Measurement:
-        """The measurement with the share of its own wall time the power cap held the clocks (Measurement.power_capped)."""
+    def _time_pair(self, policy: Policy, prepare: Callable[[Fn], Fn] | None, **rounds: Any) -> Timed:
+        """The pair timed once as this comparison times it (measure.time_pair; rounds: its guard and checkpoints),
+        checked measurable, with the share of the measurement's own wall time the power cap held the clocks
+        (Measurement.power_capped): the first measurement and every one taken again."""
+        before, started = self._violations(), time.monotonic()
+        timed = time_pair(self.ref, self.opt, self.timer, policy, first_ms=self.first_ms, latency=self.spec.latency,
+                          prepare=prepare, compute_floor_ms=self.compute_floor_ms, **rounds)
+        _check_measurable(self.spec.case_id, timed.measurement)
         capped = self._throttled(before, started).get("power")
-        return measurement if capped is None else replace(measurement, power_capped=capped)
+        return timed if capped is None else replace(timed, measurement=replace(timed.measurement, power_capped=capped))
 
     def _throttled(self, before: dict[str, int], started: float) -> dict[str, float]:
         from .gpu_state import throttled_fractions
