@@ -9,13 +9,13 @@ run to find)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from lab.drift_probe import CASE_TESTS
+from speedgate.evidence_cli import load_report
 
 
 def followups(reports: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -28,9 +28,9 @@ def main(argv: list[str]) -> int:
     reports = []
     for path in argv:
         try:
-            reports.append(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as exc:
-            print(f"probe_followups: {path}: not read ({exc})", file=sys.stderr)
+            reports.append(load_report(Path(path)))
+        except ValueError as exc:  # one a run left half-written: the others still say what to probe
+            print(f"probe_followups: {path}: not read ({str(exc).removeprefix(f'{path}: ')})", file=sys.stderr)
     print("\n".join(followups(reports)))
     return 0
 

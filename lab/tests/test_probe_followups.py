@@ -10,7 +10,8 @@ from lab.drift_probe import CASE_TESTS
 
 
 def report(*verdicts: tuple[str, str]) -> dict:
-    return {"cases": [{"case_id": case_id, "verdict": verdict} for case_id, verdict in verdicts]}
+    return {"speedgate_report_version": 1,
+            "cases": [{"case_id": case_id, "verdict": verdict} for case_id, verdict in verdicts]}
 
 
 def test_a_latency_case_that_did_not_pass_is_probed_once_and_a_passing_one_is_not() -> None:
