@@ -6,7 +6,8 @@
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy, rebless,
 # compiled_refs, held_picks, steady_states, graph_breaks, gluon_fp8, graph_breaks_and_gluon_fp8, h100_rebless) or
-# none; left unset, heavy on H200s and none elsewhere. STUDY names the selection studied (one of lib.sh's; default all: perftests).
+# none; left unset, heavy on H200s and none elsewhere. STUDY names the selection studied (one of lib.sh's; default
+# all: perftests).
 # BLESS_GPUS (default every GPU): the GPUs the bless runs on; one (BLESS_GPUS=0) where its tests record an autotuner's
 # config, so that two processes do not race two configs into one entry at once. PAIR=1: once the study is done, the
 # two-GPU cases (perftests/test_nccl.py) are blessed with --speedgate-calibrate 2 into the 2x file, another pair's
