@@ -16,7 +16,8 @@
 #                                           (reports, logs, study.md) and the logs; OUT/baselines: files that changed
 # Once the study is done, the clean runs' kernel facts each file's entries lack (races, shares) are recorded into the
 # files, no speedup (--facts-only), so OUT/baselines brings them back completed. A latency case of lab.drift_probe's
-# whose clean run did not pass (lab/probe_followups.py) is then probed on the same card, PROBE_ROUNDS rounds (600).
+# that the clean run did not pass at its first measurement (lab/probe_followups.py) is probed on the same card right
+# after that run, before the slowed ones (study_chain.sh; PROBE_ROUNDS rounds, 600).
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
 # study is for; on another, nothing starts and the script exits 4 (a machine that asked for one kind can get another).
 set -uo pipefail
@@ -53,10 +54,10 @@ if [[ ! -f $state/study.pid ]]; then
   # The host's CPU once a second (host_sampler.sh) and each test's start and end (clock_plugin.py), in logs/, until
   # the study ends: what the host did while a compile was timed.
   setsid bash lab/device/host_sampler.sh "$work/host.tsv" "$state/study.rc" < /dev/null > /dev/null 2>&1 &
+  # The clean run, the drift probe of a latency case it did not pass at once, then the slowed runs (study_chain.sh).
   CUDA_VISIBLE_DEVICES=$visible SPEEDGATE_LAB_CLOCK=$PWD/$work/clock.tsv PYTHONPATH=$PWD/lab/device:${PYTHONPATH:-} \
-    setsid bash -c 'python3 -m speedgate study "$1/study" --runs 1 --slowdowns "$2" -- \
-      "${@:3}" -p clock_plugin -rs --baseline-dir "$1/baselines" > "$1/logs/study.log" 2>&1; echo $? > "$1/study.rc"' \
-    _ "$state" "${SLOWDOWNS-0.05,0.10}" "${studied[@]}" "${parallel[@]}" < /dev/null > /dev/null 2>&1 &
+    setsid bash lab/device/study_chain.sh "$state" "${SLOWDOWNS-0.05,0.10}" "${studied[@]}" "${parallel[@]}" \
+    < /dev/null > /dev/null 2>&1 &
   echo $! > "$state/study.pid"
   echo "== study: started at $(date -u +%T)" >> "$work/summary.txt"
 fi
@@ -72,18 +73,6 @@ if [[ -f $state/study.rc ]]; then
     done; }
 else
   echo "== study: still running at $(date -u +%T): $(ls "$state/study" 2>/dev/null | tr '\n' ' ')" >> "$work/summary.txt"
-fi
-# A latency-timed case that did not pass in a clean run is probed at once on the same card, in the state it failed
-# in (its power cap, its clocks): lab.drift_probe's rounds with clock and power beside them, once per case.
-if [[ -f $state/study.rc ]]; then
-  for case in $(python3 -m lab.probe_followups "$state/study"/clean*.json); do
-    if [[ -f $state/probe-$case.done ]] || (( $(left) < 150 )); then continue; fi
-    touch "$state/probe-$case.done"
-    timeout -k 15 $(( $(left) - 30 )) python3 -m lab.drift_probe "$work" --case "$case" --rounds "${PROBE_ROUNDS:-600}" \
-      --window 50 > "$work/probe-$case.log" 2>&1
-    echo "== probe ($case, after its clean run did not pass): exit $?; $(tail -3 "$work/probe-$case.log" | tr '\n' ' ')" \
-      >> "$work/summary.txt"
-  done
 fi
 if [[ ${PAIR:-0} != 0 && -f $state/study.rc && ! -f $state/pair.done ]] && (( $(left) > 200 )); then
   if [[ $PAIR == gate ]]; then gate_pair; else bless_pair; fi

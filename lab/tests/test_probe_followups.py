@@ -9,9 +9,10 @@ from lab import probe_followups
 from lab.drift_probe import CASE_TESTS
 
 
-def report(*verdicts: tuple[str, str]) -> dict:
+def report(*verdicts: tuple[str, str], remeasured: bool = False) -> dict:
     return {"speedgate_report_version": 1,
-            "cases": [{"case_id": case_id, "verdict": verdict} for case_id, verdict in verdicts]}
+            "cases": [{"case_id": case_id, "verdict": verdict, "remeasured": remeasured}
+                      for case_id, verdict in verdicts]}
 
 
 def test_a_latency_case_that_did_not_pass_is_probed_once_and_a_passing_one_is_not() -> None:
@@ -25,6 +26,15 @@ def test_a_latency_case_that_did_not_pass_is_probed_once_and_a_passing_one_is_no
     assert probe_followups.followups([report((branch_cond, "regressed"), (regional, "inconclusive"))]) == [
         "regional", "graph_break"]
     assert probe_followups.followups([report((training, "pass"))]) == []
+
+
+def test_a_pass_the_gate_measured_again_is_probed() -> None:
+    """A pass that stood only on a later measurement (the twenty-second H200 study's training step: under the floor,
+    then a pass) is the slide the probe looks for, as a verdict that did not pass is."""
+    training = CASE_TESTS["training"] + "::vs_eager"
+    regional = CASE_TESTS["regional"] + "::regional_vs_whole"
+    assert probe_followups.followups([report((training, "pass"), remeasured=True),
+                                      report((regional, "pass"))]) == ["training"]
 
 
 def test_every_probed_test_exists_in_the_suite() -> None:
