@@ -2,6 +2,8 @@
 # The whole suite's gate study on a host with two GPUs (issue 46): `python -m speedgate study` over `perftests -n 2`
 # (one xdist worker per GPU; on a host with one GPU, serially), a clean run, then every optimized side slowed by each
 # of SLOWDOWNS (default 0.05,0.10; SLOWDOWNS= , empty: the clean run alone).
+# On a host with one GPU a whole-suite run takes most of a call: a session's device time holds the clean run and one
+# slowed run, not two (docs/results/suite-time.md, the twenty-second study's section).
 # The study runs in the background (setsid), so it outlives a call: chain calls of this script on the warm machine
 # until summary.txt says "study: done". The first call may bless a selection first, on both GPUs at once with
 # --speedgate-calibrate 2, into the file the study then gates against: BLESS names lib.sh's selection (heavy, rebless,
