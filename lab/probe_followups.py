@@ -23,9 +23,9 @@ from speedgate.evidence_cli import load_report
 def followups(reports: Iterable[Mapping[str, Any]]) -> list[str]:
     """The drift_probe cases whose test has a comparison in these reports that did not pass at once: not a pass, or
     a pass re-measured (its first measurement left the verdict open)."""
-    failed = {str(c.get("case_id", "")) for r in reports for c in r.get("cases") or []
-              if c.get("verdict") != "pass" or c.get("remeasured")}
-    return [case for case, test in CASE_TESTS.items() if any(f.startswith(test + "::") for f in failed)]
+    open_at_first = {str(c.get("case_id", "")) for r in reports for c in r.get("cases") or []
+                     if c.get("verdict") != "pass" or c.get("remeasured")}
+    return [case for case, test in CASE_TESTS.items() if any(c.startswith(test + "::") for c in open_at_first)]
 
 
 def main(argv: list[str]) -> int:

@@ -85,7 +85,7 @@ def run_pytest(out: Path, label: str, args: Sequence[str], *, slowdown: float | 
     except KeyboardInterrupt:  # a report of the cases the run got to is no whole run: run it again next time
         set_aside(report)
         raise
-    lines = log.read_text().strip().splitlines() if log.exists() else []
+    lines = log.read_text().strip().splitlines()
     print(f"{label}: exit {proc.returncode}: {lines[-1] if lines else ''}", flush=True)
     if proc.returncode not in (0, 1) or not report.exists():
         set_aside(report)
