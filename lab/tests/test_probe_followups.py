@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lab import probe_followups
 from lab.drift_probe import CASE_TESTS
+from lab.tests import written_reports
 
 
 def report(*verdicts: tuple[str, str], remeasured: bool = False) -> dict:
@@ -45,8 +45,7 @@ def test_every_probed_test_exists_in_the_suite() -> None:
 
 
 def test_the_command_reads_reports_and_says_which_it_could_not(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    good = tmp_path / "clean0.json"
-    good.write_text(json.dumps(report((CASE_TESTS["training"] + "::vs_eager", "inconclusive"))))
+    [good] = written_reports(tmp_path, [report((CASE_TESTS["training"] + "::vs_eager", "inconclusive"))])
     bad = tmp_path / "clean1.json"
     bad.write_text("{not json")
     assert probe_followups.main([str(good), str(bad)]) == 0
