@@ -51,6 +51,27 @@ resume_state() {
   list_cards | tee -a "$work/summary.txt"
 }
 
+# keep_settings NAME...: the first call's value of each setting (or that it was unset) for every later call on the same
+# state: a chained call that names none of them continues the work the first one started, and one that names a
+# setting otherwise is told so and keeps the first's. (A chained call without BLESS once took suite_study.sh's
+# default and blessed into the files while the study ran: docs/results/gate-study-h200.md, the twenty-third study.)
+keep_settings() {
+  local name file=$state/settings
+  if [[ ! -f $file ]]; then
+    for name in "$@"; do
+      if [[ -v $name ]]; then printf '%s=%q\n' "$name" "${!name}"; else printf 'unset %s\n' "$name"; fi
+    done > "$file"
+    return
+  fi
+  local -A given=()
+  for name in "$@"; do [[ -v $name ]] && given[$name]=${!name}; done
+  source "$file"
+  for name in "${!given[@]}"; do
+    [[ -v $name && ${given[$name]} == "${!name}" ]] \
+      || echo "$name=${given[$name]} ignored: the first call on this state set ${name}=${!name-(unset)}" | tee -a "$work/summary.txt"
+  done
+}
+
 # close_state ARCHIVE: the baseline files that changed, into $out/baselines; $state's logs (and its study/, if any)
 # packed into $out/ARCHIVE; the summary printed.
 close_state() {

@@ -10,7 +10,8 @@
 # until summary.txt says "study: done". State in .gpu-state/ (git-ignored).
 #   bash lab/device/rebless_study.sh OUT   OUT/rebless.tgz: logs, probe output, the study's folder; OUT/baselines
 # DEADLINE (s, default 570): when this call stops waiting and packs what there is. STEPS: which of probe, bless,
-# pair, study to run (default all four); a step left out is not waited for.
+# pair, study to run (default all four); a step left out is not waited for. The first call's STEPS holds for every
+# chained call (lib.sh's keep_settings).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}
@@ -18,6 +19,7 @@ start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
+keep_settings STEPS
 steps=" ${STEPS:-probe bless pair study} "
 done_with() { [[ -f $state/$1.done ]]; }
 wait_for() {  # FILE: wait until it exists or the call's time is up; 0 when it exists

@@ -20,7 +20,8 @@
 # files, no speedup (--facts-only), so OUT/baselines brings them back completed. A latency case of lab.drift_probe's
 # that the clean run did not pass at its first measurement (lab/probe_followups.py) is probed on the same card right
 # after that run, before the slowed ones (study_chain.sh; PROBE_ROUNDS rounds, 600).
-# DEADLINE (s, default 570): when this call stops waiting and packs what there is. KIND (H100 or H200): the GPU the
+# DEADLINE (s, default 570): when this call stops waiting and packs what there is. The first call's BLESS, BLESS_GPUS,
+# STUDY, SLOWDOWNS and PAIR hold for every chained call (lib.sh's keep_settings). KIND (H100 or H200): the GPU the
 # study is for; on another, nothing starts and the script exits 4 (a machine that asked for one kind can get another).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,7 @@ start=$(date +%s)
 deadline=$((start + ${DEADLINE:-570}))
 source lab/device/lib.sh
 resume_state
+keep_settings BLESS BLESS_GPUS STUDY SLOWDOWNS PAIR
 bless=${BLESS:-$(python3 -c "import torch; print('heavy' if 'H200' in torch.cuda.get_device_name(0) else 'none')")}
 # On a host with one GPU (nvidia-h100-x1), the bless runs on it alone and the study runs serially.
 gpus=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
