@@ -164,4 +164,9 @@ h100_rebless=(perftests/test_compile_graph_breaks.py perftests/test_triton_matmu
 # pick is studied on (STUDY=picked).
 picked=(perftests/test_compile_modes.py perftests/test_compile_custom_op.py perftests/test_compile_ladder.py
         perftests/test_compile_training.py)
+# The comparisons nearest their band's edge in the whole-suite studies (docs/results/gate-study-h200.md, the
+# twenty-third study): the L2 case whose compiled reference reads by card, the fused MLP block, the training step and
+# the graph-break pairs; a session's last minutes study them alone (STUDY=edges).
+edges=(perftests/test_triton_l2.py perftests/test_triton_mlp.py perftests/test_compile_training.py
+       perftests/test_compile_graph_breaks.py)
 left() { echo $((deadline - $(date +%s))); }
