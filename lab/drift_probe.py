@@ -26,12 +26,13 @@ the core's NUMA node. The run exits 2, saying so, where the host has no far core
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,39 +155,16 @@ def host_state() -> dict[str, Any]:
     return state
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--case", choices=tuple(CASE_TESTS), required=True)
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--window", type=int, default=25)
-    parser.add_argument("--profile-at", type=int, default=None,
-                        help="after this round, profile both sides as speedgate's audit does (CudaTimer.profile_calls)")
-    parser.add_argument("--busy-at", type=int, default=None, help="after this round, start --busy spinning host processes")
-    parser.add_argument("--busy", type=int, default=0, help="how many spinning host processes --busy-at starts")
-    parser.add_argument("--cpus", choices=("any", "near", "far"), default="any",
-                        help="the cores this process runs on: any (as the gate does), near the GPU, or the others")
-    args = parser.parse_args()
-    gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
-    near, far = gpu_cores(gpu)
-    if args.cpus != "any":
-        chosen = near if args.cpus == "near" else far
-        if not chosen:
-            raise SystemExit(f"--cpus {args.cpus}: GPU {gpu} has no such cores here (near: {sorted(near)}, far: none)")
-        os.sched_setaffinity(0, chosen)
-    print(f"GPU {gpu}: {len(near)} near cores, {len(far)} far; this process runs on {len(os.sched_getaffinity(0))} "
-          f"({args.cpus})", flush=True)
+def probe(torch: Any, sides: dict[str, Callable[[int], Any]],
+          args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
+    """Both sides warmed, then timed alternately from an idle device for args.rounds rounds: (the rounds, the warm-up
+    seconds)."""
     import multiprocessing
 
-    import torch
-
     from speedgate.gpu_state import open_monitor
-    from speedgate.hardware import detect
     from speedgate.recompiles import compiled_frames
     from speedgate.timers.cuda import CudaTimer
 
-    build = {"training": training_sides, "regional": regional_sides, "graph_break": graph_break_sides}[args.case]
-    sides = build(torch)
     t0 = time.perf_counter()
     warm(torch, sides)
     warm_s = time.perf_counter() - t0
@@ -223,14 +201,65 @@ def main() -> None:
             print(f"profiled both sides as the audit does after round {i}", flush=True)
     for proc in busy:
         proc.terminate()
+    return rounds, warm_s
+
+
+@contextlib.contextmanager
+def gpu_turn(token: str, case: str, folder: Path | None = None) -> Iterator[dict[str, float]]:
+    """The plugin's lock of GPU `token` (a CUDA_VISIBLE_DEVICES entry), held for the block: a gate or a bless on the
+    same GPU takes turns with the probe instead of timing beside it (a chained call once started a bless beside a
+    study's probe: docs/results/gate-study-h200.md, the twenty-third study). Whom it waits for is printed, as a
+    gate prints it; the block gets {"waited_s": seconds}."""
+    from speedgate.devices import DeviceLock, holder_record
+
+    lock = DeviceLock(token, folder)
+    started = time.monotonic()
+    lock.acquire(holder_record(str(Path.cwd()), f"lab.drift_probe --case {case}"),
+                 lambda words: print(words, flush=True))
+    try:
+        yield {"waited_s": time.monotonic() - started}
+    finally:
+        lock.release()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--case", choices=tuple(CASE_TESTS), required=True)
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--window", type=int, default=25)
+    parser.add_argument("--profile-at", type=int, default=None,
+                        help="after this round, profile both sides as speedgate's audit does (CudaTimer.profile_calls)")
+    parser.add_argument("--busy-at", type=int, default=None, help="after this round, start --busy spinning host processes")
+    parser.add_argument("--busy", type=int, default=0, help="how many spinning host processes --busy-at starts")
+    parser.add_argument("--cpus", choices=("any", "near", "far"), default="any",
+                        help="the cores this process runs on: any (as the gate does), near the GPU, or the others")
+    args = parser.parse_args()
+    gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+    near, far = gpu_cores(gpu)
+    if args.cpus != "any":
+        chosen = near if args.cpus == "near" else far
+        if not chosen:
+            raise SystemExit(f"--cpus {args.cpus}: GPU {gpu} has no such cores here (near: {sorted(near)}, far: none)")
+        os.sched_setaffinity(0, chosen)
+    print(f"GPU {gpu}: {len(near)} near cores, {len(far)} far; this process runs on {len(os.sched_getaffinity(0))} "
+          f"({args.cpus})", flush=True)
+    import torch
+
+    from speedgate.hardware import detect
+
+    build = {"training": training_sides, "regional": regional_sides, "graph_break": graph_break_sides}[args.case]
+    with gpu_turn(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0], args.case) as turn:
+        sides = build(torch)
+        rounds, warm_s = probe(torch, sides, args)
     fp = detect(None)
     names = list(sides)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"drift-{args.case}.json").write_text(json.dumps(
         {"case": args.case, "card": fp.card, "hardware_key": fp.key, "warm_s": warm_s, "cpus": args.cpus,
-         "near_cores": sorted(near), "far_cores": sorted(far), "rounds": rounds}))
-    print(f"{args.case} on {fp.key} card {fp.card}: warm-up {warm_s:.1f} s; windows of {args.window} rounds "
-          f"(medians; speedup = {names[0]} / {names[1]})")
+         "lock_waited_s": turn["waited_s"], "near_cores": sorted(near), "far_cores": sorted(far), "rounds": rounds}))
+    print(f"{args.case} on {fp.key} card {fp.card}: waited {turn['waited_s']:.1f} s for the GPU's lock; warm-up "
+          f"{warm_s:.1f} s; windows of {args.window} rounds (medians; speedup = {names[0]} / {names[1]})")
     for lo in range(0, len(rounds), args.window):
         part = rounds[lo:lo + args.window]
 
