@@ -68,7 +68,8 @@ keep_settings() {
   source "$file"
   for name in "${!given[@]}"; do
     [[ -v $name && ${given[$name]} == "${!name}" ]] \
-      || echo "$name=${given[$name]} ignored: the first call on this state set ${name}=${!name-(unset)}" | tee -a "$work/summary.txt"
+      || echo "$name=${given[$name]} ignored: the first call on this state set ${name}=${!name-(unset)}" \
+      | tee -a "$work/summary.txt"
   done
 }
 
