@@ -22,6 +22,18 @@ def test_a_faster_optimized_side_and_missing_times() -> None:
     assert ref is None and "the reference side has no blessed time to compare" in text
 
 
+def test_a_speedup_out_of_its_band_with_neither_side_past_the_threshold_says_which_moved_more() -> None:
+    # an H200 whose compiled reference ran 1.7% slower than on the blessing card, the Triton side 0.2%: the speedup
+    # read 2.3% over a 2.0% band, "improved", while both sides counted as unchanged
+    entry = {"reference_ms": 0.686, "optimized_ms": 0.5776}
+    text, ref, opt = which_side_moved(0.6979, 0.5788, entry)
+    assert abs(ref or 0) < MOVED and abs(opt or 0) < MOVED
+    assert text == ("which side moved: neither side past 3%, the reference side the more: the reference side +1.7% "
+                    "(0.686 -> 0.6979 ms); the optimized side +0.2% (0.5776 -> 0.5788 ms)")
+    text, _, _ = which_side_moved(1.0, 1.02, {"reference_ms": 1.0, "optimized_ms": 1.0})
+    assert "the optimized side the more" in text and "the reference side +0.0%" in text
+
+
 def test_detectable_drop_grows_with_tolerance_and_noise() -> None:
     assert detectable_drop(0.10, 0.0) == pytest.approx(0.10)
     assert detectable_drop(0.10, 0.01) == pytest.approx(1 - 0.9 / 1.01)

@@ -38,8 +38,16 @@ def which_side_moved(
     moved since the entry was blessed, with the software that changed meanwhile."""
     ref = side_change(reference_ms, entry.get("reference_ms"))
     opt = side_change(optimized_ms, entry.get("optimized_ms"))
-    text = "; ".join([_words("reference", ref, reference_ms, entry.get("reference_ms")),
-                      _words("optimized", opt, optimized_ms, entry.get("optimized_ms"))])
+    if ref is not None and opt is not None and abs(ref) <= MOVED and abs(opt) <= MOVED:
+        # Both sides "unchanged" beside a speedup that left its band says nothing: each side's own change is given,
+        # and the one that carries more of the speedup's (a reference that runs at another speed on this card, say).
+        more = "reference" if abs(ref) >= abs(opt) else "optimized"
+        text = (f"neither side past {MOVED:.0%}, the {more} side the more: the reference side {ref:+.1%} "
+                f"({float(entry['reference_ms']):.4g} -> {reference_ms:.4g} ms); the optimized side {opt:+.1%} "
+                f"({float(entry['optimized_ms']):.4g} -> {optimized_ms:.4g} ms)")
+    else:
+        text = "; ".join([_words("reference", ref, reference_ms, entry.get("reference_ms")),
+                          _words("optimized", opt, optimized_ms, entry.get("optimized_ms"))])
     drift = software_drift(dict(entry.get("software", {})), dict(software_now or {}))
     if drift:
         text += f" (software since: {', '.join(drift)})"
