@@ -236,7 +236,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     shares = sorted(slowed_runs)
     head = ["comparison", "tolerance", "timer", "false alarms", *(f"+{s:.0%}: caught, median change" for s in shares)]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | ---: |" + " --- |" * len(shares)]
-    alarms = trials = 0
+    alarms = trials = improved = 0
     catches = {s: 0 for s in shares}
     unreached = {s: 0 for s in shares}
     unreached_failed = {s: 0 for s in shares}
@@ -249,6 +249,7 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
         wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
         alarms, trials = alarms + wrong, trials + len(runs)
         alarmed = [c for c in runs if c["verdict"] in FALSE_ALARMS]
+        improved += sum(c["verdict"] == "improved" for c in alarmed)
         unjudged = sum(case.get("nodeid") in failed and case_id not in timed for failed, timed in unjudged_in)
         row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")),
                f"{wrong}/{len(runs)}{alarm_words(alarmed)}"
@@ -315,6 +316,8 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     cried = [(label, m) for label, m in metrics if m.get("verdict") in FALSE_ALARMS]
     failed_unjudged = sorted((nodeid, i) for i, (failed, _) in enumerate(unjudged_in) for nodeid in failed)
     summary = [f"false alarms: {alarms} of {trials} comparison-runs" if trials else "no clean runs"]
+    if improved:  # counted: a run under --speedgate-strict fails on it, and the band it left is the kind's evidence
+        summary[0] += f" ({improved} of them improved, which fails a run only under --speedgate-strict)"
     if metrics:
         summary[0] += f" and {len(cried)} of {len(metrics)} metric-runs"
     if failed_unjudged:
