@@ -21,13 +21,17 @@ def side_change(now_ms: float | None, blessed_ms: Any) -> float | None:
     return now_ms / float(blessed_ms) - 1.0
 
 
+def _span(blessed_ms: Any, now_ms: float | None) -> str:
+    return f"({float(blessed_ms):.4g} -> {now_ms:.4g} ms)"
+
+
 def _words(side: str, change: float | None, now_ms: float | None, blessed_ms: Any) -> str:
     if change is None:
         return f"the {side} side has no blessed time to compare"
     if abs(change) <= MOVED:
-        return f"the {side} side is unchanged ({float(blessed_ms):.4g} -> {now_ms:.4g} ms)"
+        return f"the {side} side is unchanged {_span(blessed_ms, now_ms)}"
     sense = "slower" if change > 0 else "faster"
-    return f"the {side} side is {abs(change):.0%} {sense} than when blessed ({float(blessed_ms):.4g} -> {now_ms:.4g} ms)"
+    return f"the {side} side is {abs(change):.0%} {sense} than when blessed {_span(blessed_ms, now_ms)}"
 
 
 def which_side_moved(
@@ -43,8 +47,8 @@ def which_side_moved(
         # and the one that carries more of the speedup's (a reference that runs at another speed on this card, say).
         more = "reference" if abs(ref) >= abs(opt) else "optimized"
         text = (f"neither side past {MOVED:.0%}, the {more} side the more: the reference side {ref:+.1%} "
-                f"({float(entry['reference_ms']):.4g} -> {reference_ms:.4g} ms); the optimized side {opt:+.1%} "
-                f"({float(entry['optimized_ms']):.4g} -> {optimized_ms:.4g} ms)")
+                f"{_span(entry['reference_ms'], reference_ms)}; the optimized side {opt:+.1%} "
+                f"{_span(entry['optimized_ms'], optimized_ms)}")
     else:
         text = "; ".join([_words("reference", ref, reference_ms, entry.get("reference_ms")),
                           _words("optimized", opt, optimized_ms, entry.get("optimized_ms"))])
