@@ -246,9 +246,9 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     unjudged_in = [(unjudged_failures(r), timed_cases(r)) for r in clean]  # each clean run's, once
     for case_id, case in sorted(cases.items()):
         runs = [c for r in clean if (c := timed_cases(r).get(case_id))]
-        wrong = sum(c["verdict"] in FALSE_ALARMS for c in runs)
-        alarms, trials = alarms + wrong, trials + len(runs)
         alarmed = [c for c in runs if c["verdict"] in FALSE_ALARMS]
+        wrong = len(alarmed)
+        alarms, trials = alarms + wrong, trials + len(runs)
         improved += sum(c["verdict"] == "improved" for c in alarmed)
         unjudged = sum(case.get("nodeid") in failed and case_id not in timed for failed, timed in unjudged_in)
         row = [f"`{case_id}`", f"{case['tolerance']:.1%}", str(case.get("timer", "-")),
