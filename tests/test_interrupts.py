@@ -30,6 +30,19 @@ def test_c(perf):
 """
 
 
+def waits_for_ctrl_c(marker: Path) -> str:
+    """The lines of a test body (indented four spaces) that say the test is running (marker) and then wait for
+    Ctrl-C: 30 s in short sleeps. One time.sleep(30) missed the signal a few times in a hundred runs on a loaded box: a
+    SIGINT that arrives after the marker's write but before the sleep's system call is only flagged by CPython's
+    handler, and the sleep then runs its whole length (an xdist worker so went on until xdist's teardown interrupted
+    it, 15 s later, after the controller's wait for its closing report had ended). A loop looks at the flag between
+    sleeps, as a test doing real work does between its calls."""
+    return f"""open({str(marker)!r}, "w").close()
+    from time import sleep
+    for _ in range(600):
+        sleep(0.05)"""
+
+
 def read_cases(root: Path) -> dict:
     return json.loads((root / "baselines" / "test-box.json").read_text())["cases"]
 
@@ -174,9 +187,7 @@ def sigint_when(project: pytest.Pytester, marker: Path, *args: str, group: bool 
 def test_sigint_to_a_running_session(project: pytest.Pytester) -> None:
     """A real Ctrl-C: SIGINT to `pytest --update-baselines` while its second test sleeps after compare()."""
     marker = project.path / "compared"
-    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
-    import time
-    time.sleep(30)"""))
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=waits_for_ctrl_c(marker)))
     ret, out = sigint_when(project, marker, "-p", "no:xdist")
     assert ret == pytest.ExitCode.INTERRUPTED, out
     assert speedups(project.path) == {"test_cases.py::test_a": 2.0}, out
@@ -208,8 +219,7 @@ def stop_if_second(name):
             f.write(name)
         return
     time.sleep(3.0)  # the finished test's worker has reported it by now (1 s was too short once on a loaded box)
-    open({str(marker)!r}, "w").close()
-    time.sleep(30)
+    {waits_for_ctrl_c(marker)}
 """ + tests)
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     ret, out = sigint_when(project, marker, "-n", "2", group=True)  # two tests, two workers: one each
@@ -227,9 +237,7 @@ def test_sigint_to_an_xdist_run_blesses_what_a_still_running_worker_finished(pro
     results only at its end, after xdist's controller stopped listening at the interrupt. Those results were lost
     and the run said nothing of speedgate; the controller now waits for the interrupted workers' closing reports."""
     marker = project.path / "compared"
-    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
-    import time
-    time.sleep(30)"""))
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=waits_for_ctrl_c(marker)))
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     ret, out = sigint_when(project, marker, "-n", "1", group=True)  # one worker: test_a, then test_b stops
     assert ret == pytest.ExitCode.INTERRUPTED, out
@@ -244,9 +252,7 @@ def test_sigint_to_the_xdist_controller_alone_says_what_it_could_not_bless(proje
     inside test_b, is not interrupted and does not report in time. The run must still say it was interrupted and
     that the worker's results did not arrive, never end with no speedgate section; and the file keeps test_b's entry."""
     marker = project.path / "compared"
-    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
-    import time
-    time.sleep(30)"""))
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=waits_for_ctrl_c(marker)))
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     ret, out = sigint_when(project, marker, "-n", "1")
     assert ret == pytest.ExitCode.INTERRUPTED, out
@@ -263,9 +269,7 @@ def test_a_second_sigint_cuts_the_controllers_wait_short_and_the_run_still_says_
     KeyboardInterrupt inside that wait, and the run ended with a traceback, no speedgate section and nothing of its
     finished tests written. The second one now ends the wait at once; the end is written as after one Ctrl-C."""
     marker = project.path / "compared"
-    project.makepyfile(test_cases=INTERRUPTED.format(stop=f"""open({str(marker)!r}, "w").close()
-    import time
-    time.sleep(30)"""))
+    project.makepyfile(test_cases=INTERRUPTED.format(stop=waits_for_ctrl_c(marker)))
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     ended: list[float] = []
     ret, out = sigint_when(project, marker, "-n", "1", again_after=1.0, ended=ended)
