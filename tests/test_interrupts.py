@@ -32,11 +32,11 @@ def test_c(perf):
 
 def waits_for_ctrl_c(marker: Path) -> str:
     """The lines of a test body (indented four spaces) that say the test is running (marker) and then wait for
-    Ctrl-C: 30 s in short sleeps. One time.sleep(30) missed the signal a few times in a hundred runs on a loaded box: a
-    SIGINT that arrives after the marker's write but before the sleep's system call is only flagged by CPython's
-    handler, and the sleep then runs its whole length (an xdist worker so went on until xdist's teardown interrupted
-    it, 15 s later, after the controller's wait for its closing report had ended). A loop looks at the flag between
-    sleeps, as a test doing real work does between its calls."""
+    Ctrl-C: 30 s in short sleeps. One time.sleep(30) missed the signal a few times in a hundred runs on a loaded
+    box: a SIGINT that arrives after the marker's write but before the sleep's system call is only flagged by
+    CPython's handler, and the sleep then runs its whole length (an xdist worker so went on until xdist's teardown
+    interrupted it, 15 s later, after the controller's wait for its closing report had ended). A loop looks at the
+    flag between sleeps, as a test doing real work does between its calls."""
     return f"""open({str(marker)!r}, "w").close()
     from time import sleep
     for _ in range(600):

@@ -116,9 +116,10 @@ class XdistHooks:
         """On the controller of a run ended by Ctrl-C: the closing report of each worker that reported a test using
         perf, which xdist never handed on (its loop ended at the interrupt, while interrupted workers were still
         sending theirs), waited for up to INTERRUPT_WAIT_S (read at the call: a test sets it), then taken as at a
-        worker's end; a worker whose report did not come is counted as lost. What finished and passed is then blessed, as in a run without xdist. A worker that ran
-        no test using perf holds nothing of speedgate's: it is neither waited for nor counted. stop: ends the wait
-        early when it says so (another Ctrl-C); the reports already in are taken."""
+        worker's end; a worker whose report did not come is counted as lost. What finished and passed is then
+        blessed, as in a run without xdist. A worker that ran no test using perf holds nothing of speedgate's: it is
+        neither waited for nor counted. stop: ends the wait early when it says so (another Ctrl-C); the reports
+        already in are taken."""
         dsession = self.config.pluginmanager.get_plugin("dsession")
         nodes = [n for n in getattr(getattr(dsession, "sched", None), "nodes", None) or []
                  if _worker_id(n) in self._measuring and _worker_id(n) not in self._heard]
