@@ -235,7 +235,8 @@ def main() -> None:
     parser.add_argument("--cpus", choices=("any", "near", "far"), default="any",
                         help="the cores this process runs on: any (as the gate does), near the GPU, or the others")
     args = parser.parse_args()
-    gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # the GPU this process times on
+    gpu = int(visible)
     near, far = gpu_cores(gpu)
     if args.cpus != "any":
         chosen = near if args.cpus == "near" else far
@@ -249,7 +250,7 @@ def main() -> None:
     from speedgate.hardware import detect
 
     build = {"training": training_sides, "regional": regional_sides, "graph_break": graph_break_sides}[args.case]
-    with gpu_turn(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0], args.case) as turn:
+    with gpu_turn(visible, args.case) as turn:
         sides = build(torch)
         rounds, warm_s = probe(torch, sides, args)
     fp = detect(None)
