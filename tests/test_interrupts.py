@@ -293,19 +293,34 @@ speedgate.xdist_hooks.INTERRUPT_WAIT_S = 120.0
     assert any(line.startswith("xdist worker gw0 ended without its closing report") for line in lines), out
 
 
-def test_a_ctrl_c_that_cut_pytests_own_report_short_still_blesses_only_what_finished(project: pytest.Pytester) -> None:
-    """A second Ctrl-C inside pytest's report of the first (its pytest_keyboard_interrupt) leaves the session's exit
-    status as if the run had finished: speedgate's end must still know it was interrupted. Played here by a conftest
-    whose own pytest_keyboard_interrupt raises KeyboardInterrupt again, as the second Ctrl-C does."""
-    project.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES) + """
+@pytest.mark.parametrize(("order", "raised", "seen"), [
+    ("trylast", "KeyboardInterrupt", None),
+    ("tryfirst", "TypeError(\"unsupported operand type(s) for -: 'NoneType' and 'int'\")",
+     "TypeError: unsupported operand type(s)"),
+], ids=["second-ctrl-c", "report-crashes"])
+def test_a_ctrl_c_whose_report_pytest_cut_short_still_blesses_only_what_finished(
+        project: pytest.Pytester, order: str, raised: str, seen: str | None) -> None:
+    """pytest's own report of a Ctrl-C (its pytest_keyboard_interrupt) can end early, and the session's exit status is
+    then that of a run that finished: speedgate's end must still know it was interrupted, bless only what finished
+    and say so. Played by a conftest whose own pytest_keyboard_interrupt raises.
 
-@pytest.hookimpl(trylast=True)
+    second-ctrl-c: a second Ctrl-C inside that report (KeyboardInterrupt, after speedgate's note). report-crashes: the
+    report itself fails: on Python 3.11 a KeyboardInterrupt raised at an instruction with no line number makes
+    pytest's traceback code compute `None - 1` (seen once in 192 runs on a loaded box, when the SIGINT reached a
+    thread other than the main one); the run ends with that TypeError, and the hooks after the failing one never
+    run. speedgate's note is tryfirst; the conftest's hook is tryfirst too here, and without the note's tryfirst
+    this case fails."""
+    project.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES) + f"""
+
+@pytest.hookimpl({order}=True)
 def pytest_keyboard_interrupt(excinfo):
-    raise KeyboardInterrupt
+    raise {raised}
 """)
     project.makepyfile(test_cases=INTERRUPTED.format(stop="raise KeyboardInterrupt"))
     write_baseline(project.path, {"test_cases.py::test_b": 1.0})
     result = project.runpytest_subprocess("--update-baselines", "-p", "no:xdist")
+    if seen is not None:
+        assert seen in result.stderr.str() + result.stdout.str()
     assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}, result.stdout.str()
     result.stdout.fnmatch_lines(["the run was interrupted: only tests that finished and passed were blessed",
                                  "not blessed (its test did not finish): test_cases.py::test_b"])
@@ -380,25 +395,3 @@ def test_b(perf):
     # What reached the controller: test_a's result only; the dead worker's record of test_b never arrived.
     report = json.loads((project.path / "report.json").read_text())
     assert [c["case_id"] for c in report["cases"]] == ["test_cases.py::test_a"]
-
-
-def test_a_ctrl_c_whose_report_crashes_still_blesses_only_what_finished(project: pytest.Pytester) -> None:
-    """pytest's own report of a Ctrl-C can fail: on Python 3.11 a KeyboardInterrupt raised at an instruction with no
-    line number makes its traceback code compute `None - 1` (seen once in 192 runs on a loaded box, when the SIGINT
-    reached a thread other than the main one). The run then ends with that TypeError, and the hooks after the failing
-    one never run: speedgate's note of the interrupt is tryfirst, so its end still blesses only what finished and
-    says so. Played by a conftest whose pytest_keyboard_interrupt, tryfirst too, raises the same TypeError: without
-    the note's tryfirst this test fails."""
-    project.makeconftest(SCRIPTED_CONFTEST.format(times=DEFAULT_TIMES) + """
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_keyboard_interrupt(excinfo):
-    raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
-""")
-    project.makepyfile(test_cases=INTERRUPTED.format(stop="raise KeyboardInterrupt"))
-    write_baseline(project.path, {"test_cases.py::test_b": 1.0})
-    result = project.runpytest_subprocess("--update-baselines", "-p", "no:xdist")
-    assert "TypeError: unsupported operand type(s)" in result.stderr.str() + result.stdout.str()
-    assert speedups(project.path) == {"test_cases.py::test_a": 2.0, "test_cases.py::test_b": 1.0}, result.stdout.str()
-    result.stdout.fnmatch_lines(["the run was interrupted: only tests that finished and passed were blessed",
-                                 "not blessed (its test did not finish): test_cases.py::test_b"])
