@@ -58,6 +58,12 @@ if [[ ! -f $state/study.pid ]]; then
   # The host's CPU once a second (host_sampler.sh) and each test's start and end (clock_plugin.py), in logs/, until
   # the study ends: what the host did while a compile was timed.
   setsid bash lab/device/host_sampler.sh "$work/host.tsv" "$state/study.rc" < /dev/null > /dev/null 2>&1 &
+  # Each card's facts beside its timings (lab/card_layout_probe.py: VBIOS, board part, GPC layout by cluster
+  # occupancy), for the kernels whose time splits the cards of a kind into groups (the H200 study page).
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    CUDA_VISIBLE_DEVICES=$gpu python3 -m lab.card_layout_probe "$work/card-gpu$gpu.json" 2>&1 | tail -1 | cut -c1-300 \
+      | sed "s/^/== card facts, GPU $gpu: /" >> "$work/summary.txt"
+  done
   # The clean run, the drift probe of a latency case it did not pass at once, then the slowed runs (study_chain.sh).
   CUDA_VISIBLE_DEVICES=$visible SPEEDGATE_LAB_CLOCK=$PWD/$work/clock.tsv PYTHONPATH=$PWD/lab/device:${PYTHONPATH:-} \
     setsid bash lab/device/study_chain.sh "$state" "${SLOWDOWNS-0.05,0.10}" "${studied[@]}" "${parallel[@]}" \
