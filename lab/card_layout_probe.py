@@ -3,17 +3,16 @@ picks the group" in docs/results/gate-study-h200.md)
 
 Usage: CUDA_VISIBLE_DEVICES=N python -m lab.card_layout_probe OUT.json     (the card: N, as the GPU a test times on)
 
-Cards of one kind differ in which of their SMs and L2 slices were fused off (floorsweeping): the same 132 SMs, spread
-over the graphics processing clusters (GPCs) differently. A thread block cluster runs inside one GPC, so the most
-clusters of N blocks (one block per SM) that can be resident at once, for N = 1..16, is the card's GPC layout in
-numbers. Written with the card's anonymized id (as lab/device/lib.sh's list_cards), its VBIOS, and what NVML says of
-its memory, so that a kernel's per-card time in a study can be set beside it. Needs CUTLASS's Python DSL
-(tools/stage_cutlass.py) for the occupancy query.
+The probe's question: do cards of one kind differ in which SMs were fused off (the same 132 SMs, spread over the
+graphics processing clusters, GPCs, otherwise)? A thread block cluster runs inside one GPC, so the most clusters of N
+blocks (one block per SM) resident at once, for N = 1..16, is the card's GPC layout in numbers. Written with the card's
+anonymized id (as speedgate's reports and lib.sh's list_cards name it), its VBIOS, board part and what NVML says of its
+memory, so that a kernel's per-card time in a study can be set beside them. Needs CUTLASS's Python DSL
+(tools/stage_cutlass.py) for the occupancy query; without it the NVML facts are written and the layout says why not.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -21,18 +20,21 @@ from pathlib import Path
 from typing import Any
 
 
-def card_facts(gpu: int) -> dict[str, Any]:
-    """NVML's facts of GPU `gpu` (NVML's index, which CUDA_VISIBLE_DEVICES does not renumber)."""
+def card_facts(token: str) -> dict[str, Any]:
+    """NVML's facts of the GPU a CUDA_VISIBLE_DEVICES entry names (NVML does not renumber by that variable), named as
+    speedgate's reports name it (hardware.card_id)."""
     import pynvml
 
+    from speedgate.hardware import _nvml_handle, card_id
+
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+    handle = _nvml_handle(pynvml, token)
 
     def text(value: Any) -> str:
         return (value.decode() if isinstance(value, bytes) else str(value)).strip()
 
     serial = text(pynvml.nvmlDeviceGetSerial(handle))
-    facts: dict[str, Any] = {"card": hashlib.sha256(serial.encode()).hexdigest()[:12],
+    facts: dict[str, Any] = {"card": card_id(serial),
                              "vbios": text(pynvml.nvmlDeviceGetVbiosVersion(handle))}
     for name, call in (("max_mem_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
                        ("remapped_rows", lambda: list(pynvml.nvmlDeviceGetRemappedRows(handle))),
@@ -59,7 +61,7 @@ def cluster_layout() -> dict[str, int]:
 
 def main() -> None:
     out = Path(sys.argv[1])
-    facts = card_facts(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))
+    facts = card_facts(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
     try:
         facts["max_active_clusters"] = cluster_layout()
     except Exception as error:  # the DSL missing or the query refused: say so, keep the NVML facts
