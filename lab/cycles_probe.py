@@ -2,6 +2,7 @@
 
 Usage: python -m lab.cycles_probe OUT [--size 8192] [--batches 8] [--pairs fp8_tiled,fp8_persistent,bf16_tiled,gluon]
 (also attn2048_compile, attn2048_sdpa, attn2048_eager: the causal flash kernel at 2048 tokens beside each reference;
+k_chunked: the CUTLASS GEMM beside the K-chunked matmul loop at 4096^3, see cutlass_pairs;
 mlp, mlp_flat, mlp_plain, mlp_plain_flat, mlp_<config>: the fused MLP block's GEMM in its forms, see mlp_pairs;
 mlp_block_eager_<MxN>, mlp_block_compiled_<MxN>: the fused block's two comparisons at a tile, see mlp_block_pairs)
        [--conditions suite,cooled] (also long: batches of about 400 ms of work, the clock lower still)
@@ -108,6 +109,10 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
                        holding(tiled_tuner, f"test_matmul[tiled-{size}-bfloat16]::vs_cublas")),
     }
     found.update(attention_pairs(torch))
+    try:
+        found.update(cutlass_pairs(torch))
+    except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
+        print(f"k_chunked pair left out: {exc!r}")
     found.update(mlp_pairs(torch, cases))
     found.update(mlp_block_pairs(torch, lambda config: holding_to(persistent_tuner, config)))
     try:
@@ -227,6 +232,25 @@ def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[
         "attn2048_sdpa": (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), flash, nothing),
         "attn2048_eager": (lambda: attn.attention_eager(q, k, v, True), flash, nothing),
     }
+
+
+def cutlass_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+    """`k_chunked`: the chapter's framing (test_cutlass_vs_k_chunked_matmul), one CUTLASS GEMM at 4096^3 bf16 beside
+    the K-chunked torch.matmul loop. Its CUTLASS side's milliseconds spread across cards, the slower the card the less
+    of the comparison the power cap held (docs/results/gate-study-h200.md, the twenty-fourth study): the clock each
+    side runs at, card by card, says whether that is the clock the card holds the kernel at. Needs the DSL and a
+    Hopper GPU (the test's own gpu_reason)."""
+    from perftests.kernels import cutlass_gemm as cg
+    from perftests.support.matmul import operands
+    from perftests.test_cutlass_matmul import gpu_reason, k_chunked_matmul
+    from perftests.test_triton_matmul import GPU_SHAPES
+
+    if reason := gpu_reason("cuda"):
+        raise RuntimeError(reason)
+    M, N, K = GPU_SHAPES["4096"]
+    x, w = operands("cuda", torch.bfloat16, M, N, K)
+    nothing: Callable[[], Any] = lambda: None  # noqa: E731
+    return {"k_chunked": (lambda: k_chunked_matmul(x, w), lambda: cg.matmul(x, w), nothing)}
 
 
 def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], Any], batches: int,
