@@ -7,8 +7,9 @@ speedups is judged twice, against the blessed speedup (the rule before) and agai
 rule now). A reading outside the band is what that card's next gate run would call a change without any change in
 the code: below it a false alarm. And for every centered entry, the drop below the kind's center that the gate
 catches under each rule (the noise of a run left out). Then each left-out card's readings slowed by 5% and by 10%
-(catches_left_out): which comparisons would miss that slowdown on which card of the kind, read from the evidence
-alone, where a gate study measures one or two cards a session.
+(speedgate.catches, what `python -m speedgate evidence FILE --catch 0.05` prints): which comparisons would miss that
+slowdown on which card of the kind, read from the evidence alone, where a gate study measures one or two cards a
+session.
 
     python -m lab.evidence_center baselines/nvidia-h100-80gb-hbm3.json baselines/nvidia-h200.json
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from speedgate import evidence
+from speedgate.catches import catches
+from speedgate.catches import lines as catch_lines
 
 
 def _side(change: float, tolerance: float) -> str:
@@ -101,7 +104,7 @@ def pooled_spread(calibration: Mapping[str, Any]) -> float:
     return max(inside, float(pooled) if isinstance(pooled, (int, float)) else 0.0)
 
 
-SHARES = (0.05, 0.10)  # the slowdowns catches_left_out asks about: issue 46's targets
+SHARES = (0.05, 0.10)  # the slowdowns asked about (speedgate.catches): issue 46's targets
 RULES = {"speedgate's": evidence.spread_of, "robust (MAD)": robust_spread, "trimmed range": trimmed_spread,
          "pooled in-process": pooled_spread}
 
@@ -133,43 +136,6 @@ def rules_left_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
                     counts[_side(speedup / center - 1, tolerance)] += 1
         out[name] = {**counts, "over_5": sum(t > 0.05 for t in tolerances), "over_10": sum(t > 0.10 for t in tolerances)}
     return out
-
-
-def catches_left_out(cases: Mapping[str, Mapping[str, Any]], share: float) -> dict[str, Any]:
-    """Would a slowdown of the optimized side by `share` (its time x (1 + share)) be caught on each card of a kind?
-    Each card with evidence (entries with three cards or more), left out in turn, is a fresh card: its readings, their
-    speedups divided by 1 + share, judged against the center and the tolerance the other cards give. Returns the
-    readings caught and counted; per entry that missed on a card, (case, cards that missed, cards, tolerance); and per
-    card, [comparisons it missed, comparisons it gave evidence to]. The reading's own noise is left out (a gate run's
-    interval around it; at the floor it re-measures)."""
-    caught = readings = 0
-    missed: list[tuple[str, int, int, float]] = []
-    per_card: dict[str, list[int]] = {}
-    for case_id, entry in cases.items():
-        calibration = entry.get("calibration")
-        if not isinstance(calibration, Mapping):
-            continue
-        every = evidence.cards(calibration)
-        by_card = {name: c for name, c in every.items() if name != evidence.UNRECORDED}
-        if len(by_card) < 3:
-            continue
-        missing = 0
-        for card, kept in by_card.items():
-            others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
-            tolerance = evidence.tolerance_of(others)
-            center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
-            speedups = kept.get("speedups", [])
-            hits = sum(1 for speedup in speedups if speedup / (1 + share) / center - 1 < -tolerance)
-            caught += hits
-            readings += len(speedups)
-            missing += hits < len(speedups)
-            tally = per_card.setdefault(card, [0, 0])
-            tally[0] += hits < len(speedups)
-            tally[1] += 1
-        if missing:
-            missed.append((case_id, missing, len(by_card), float(entry.get("tolerance", 0.0))))
-    return {"caught": caught, "readings": readings, "missed": sorted(missed, key=lambda row: (-row[1] / row[2], row[0])),
-            "per_card": per_card}
 
 
 def caught_drops(cases: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, float, float]]:
@@ -205,17 +171,7 @@ def table(path: Path) -> list[str]:
     for name, c in rules_left_out(cases).items():
         lines.append(f"| {name} | {c['inside']} | {c['below']} | {c['above']} | {c['over_5']} | {c['over_10']} |")
     for share in SHARES:
-        got = catches_left_out(cases, share)
-        lines.append(f"+{share:.0%} on each card, left out (its readings slowed, against the other cards' center and "
-                     f"tolerance): caught in {got['caught']} of {got['readings']} readings; "
-                     f"{len(got['missed'])} entries miss it on a card or more")
-        lines.extend(f"- `{case}` ({tolerance:.1%}): missed on {missing} of {cards} cards"
-                     for case, missing, cards, tolerance in got["missed"])
-        short = sorted(((card, tally) for card, tally in got["per_card"].items() if tally[0]),
-                       key=lambda item: (-item[1][1], item[0]))
-        lines.append(f"{len(short)} of {len(got['per_card'])} cards miss it somewhere; on each, the comparisons it gave "
-                     "evidence to that catch it:")
-        lines.extend(f"- `{card}`: {given - misses} of {given}" for card, (misses, given) in short)
+        lines.extend(catch_lines(catches(cases, share)))
     return lines
 
 

@@ -1,6 +1,7 @@
 """`python -m speedgate evidence BASELINE.json REPORT.json ...`: add gate runs' speedups to the evidence of a baseline
 file's calibrated entries (speedgate.evidence.add_reports), under the file's lock; or show the evidence by card; or,
-with --restart CASE_ID, start an entry's evidence again from its newest bless (speedgate.evidence.restart)."""
+with --restart CASE_ID, start an entry's evidence again from its newest bless (speedgate.evidence.restart); or, with
+--catch SHARE, say which comparisons a slowdown of SHARE would pass on which card of the evidence (speedgate.catches)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
+from .catches import catches
+from .catches import lines as catch_lines
 from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
 
 
@@ -79,6 +82,17 @@ def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str
     return {**existing, "cases": cases}
 
 
+def _share_arg(text: str) -> float:
+    """--catch's value: a fraction between 0 and 1, or argparse's own message naming it."""
+    try:
+        share = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: a slowdown is a fraction (0.05 for 5%)") from None
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: a slowdown is a fraction (0.05 for 5%)")
+    return share
+
+
 def file_and_reports(command: str, description: str, reports_help: str) -> argparse.ArgumentParser:
     """The parser of a command that reads a baseline file and --speedgate-json reports (evidence, schedule)."""
     parser = argparse.ArgumentParser(prog=f"python -m speedgate {command}", description=description)
@@ -113,7 +127,13 @@ def main(argv: Sequence[str]) -> int:
                         help="record only the kernels' facts the entries lack from runs of the same kernels (a race "
                              "and a share, read since the bless), and none of the reports' speedups: no tolerance "
                              "moves")
+    parser.add_argument("--catch", metavar="SHARE", type=_share_arg,
+                        help="read only: would a slowdown of the optimized side by SHARE (0.05: 5%%) be caught on each "
+                             "card of the evidence? Each card left out in turn, its readings slowed, judged against the "
+                             "other cards' center and tolerance; prints the comparisons and cards that would miss it")
     args = parser.parse_args(argv)
+    if args.catch is not None and (args.reports or args.restart or args.case or args.facts_only):
+        parser.exit(2, "speedgate evidence: --catch reads the file's evidence and writes nothing: give it alone\n")
     if args.facts_only and not args.reports:
         parser.exit(2, "speedgate evidence: --facts-only records the facts of reports: give reports\n")
     if args.restart and args.reports:
@@ -146,6 +166,10 @@ def main(argv: Sequence[str]) -> int:
         parser.exit(2, f"speedgate evidence: {args.baseline}: no such baseline file\n")
     if args.restart:
         for line in changed:
+            print(line)
+        return 0
+    if args.catch is not None:
+        for line in catch_lines(catches(doc["cases"], args.catch)):
             print(line)
         return 0
     for line in [*changed, *notes] if reports else show(doc):
