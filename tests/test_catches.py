@@ -57,6 +57,15 @@ def test_every_reading_of_a_card_counts_and_a_card_misses_once_per_comparison() 
                         "evidence; 8 of 12 readings caught; 1 of 5 cards miss it somewhere")
 
 
+def test_a_file_without_three_cards_of_evidence_says_so() -> None:
+    found = catches({"two-cards": entry(1.0, {"a": [1.0], "b": [1.01]}, 0.02)}, 0.05)
+    assert found.entries == 0
+    assert lines(found) == [
+        "no comparison has evidence from 3 cards or more, so none can be read with a card left out: calibrating "
+        "blesses, or gate runs' reports added with `python -m speedgate evidence FILE REPORTS`, from 3 cards of this "
+        "kind give it that"]
+
+
 def test_a_share_outside_0_to_1_is_refused() -> None:
     for share in (0.0, 1.0, 5.0, -0.05):
         with pytest.raises(ValueError, match="a fraction between 0 and 1"):

@@ -80,6 +80,10 @@ def lines(found: Catches) -> list[str]:
     """What `python -m speedgate evidence FILE --catch SHARE` prints: each entry that misses, the card and its numbers,
     then a summary per card and for the file."""
     share = f"{found.share:.0%}" if round(found.share, 2) == found.share else f"{found.share:.1%}"
+    if not found.entries:
+        return [f"no comparison has evidence from {MIN_CARDS} cards or more, so none can be read with a card left out: "
+                "calibrating blesses, or gate runs' reports added with `python -m speedgate evidence FILE REPORTS`, "
+                f"from {MIN_CARDS} cards of this kind give it that"]
     out = [f"a {share} slowdown of the optimized side, read on each card of the evidence with that card left out "
            "(judged against the other cards' center and tolerance; a run's noise left out):"]
     for case_id, misses in found.missed.items():
