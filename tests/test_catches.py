@@ -102,7 +102,7 @@ def test_the_command_prints_the_misses_and_writes_nothing(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--catch", "5"], "argument --catch: 5 is not between 0 and 1: a slowdown is a fraction (0.05 for 5%)"),
+    (["--catch", "5"], "argument --catch: a slowdown is a fraction between 0 and 1 (0.05 for 5%), not 5"),
     (["--catch", "five"], "argument --catch: 'five' is not a number"),
     (["report.json", "--catch", "0.05"], "--catch reads the file's evidence and writes nothing: give it alone"),
     (["--catch", "0.05", "--restart", CASE], "--catch reads the file's evidence and writes nothing: give it alone"),

@@ -43,11 +43,16 @@ class Catches:
     per_card: dict[str, list[int]] = field(default_factory=dict)  # card -> [comparisons it misses, it gave evidence to]
 
 
+def check_share(share: float) -> float:
+    """share, if it is a slowdown this module can read (a fraction between 0 and 1); ValueError naming it if not."""
+    if not 0 < share < 1:
+        raise ValueError(f"a slowdown is a fraction between 0 and 1 (0.05 for 5%), not {share:g}")
+    return share
+
+
 def catches(cases: Mapping[str, Mapping[str, Any]], share: float) -> Catches:
     """Each entry's readings card by card, that card left out, slowed by `share` and judged against the other cards."""
-    if not 0 < share < 1:
-        raise ValueError(f"a slowdown is a fraction between 0 and 1 (0.05 for 5%), not {share!r}")
-    out = Catches(share)
+    out = Catches(check_share(share))
     for case_id, entry in sorted(cases.items()):
         calibration = entry.get("calibration")
         if not isinstance(calibration, Mapping):
@@ -100,4 +105,3 @@ def lines(found: Catches) -> list[str]:
                f"slowdown on every card of their evidence; {found.caught} of {found.readings} readings caught; "
                f"{len(short)} of {len(found.per_card)} cards miss it somewhere")
     return out
-

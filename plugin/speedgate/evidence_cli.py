@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import baseline as baseline_file
-from .catches import catches
+from .catches import catches, check_share
 from .catches import lines as catch_lines
 from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
 
@@ -83,14 +83,15 @@ def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str
 
 
 def _share_arg(text: str) -> float:
-    """--catch's value: a fraction between 0 and 1, or argparse's own message naming it."""
+    """--catch's value (catches.check_share), or argparse's own message naming what is wrong with it."""
     try:
         share = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number: a slowdown is a fraction (0.05 for 5%)") from None
-    if not 0 < share < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: a slowdown is a fraction (0.05 for 5%)")
-    return share
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    try:
+        return check_share(share)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def file_and_reports(command: str, description: str, reports_help: str) -> argparse.ArgumentParser:
