@@ -40,5 +40,19 @@ def test_detectable_drop_grows_with_tolerance_and_noise() -> None:
     assert detectable_drop(0.03, 0.01) < detectable_drop(0.10, 0.01) < detectable_drop(0.10, 0.05)
     assert detectable_drop(0.1, None) is None
     assert detection_summary([]) is None
-    assert detection_summary([0.1, 0.2, 0.04]) == ("detection power: 3 timed cases catch a drop of their speedup of at "
-                                                    "least 10.0% (median; best 4.0%, worst 20.0%)")
+    assert detection_summary([0.1, 0.2, 0.04]) == ("detection power: 3 timed cases catch a drop of their speedup from "
+                                                    "this run's reading of at least 10.0% (median; best 4.0%, worst "
+                                                    "20.0%)")
+
+
+def test_a_reading_above_the_baseline_lets_a_larger_drop_through() -> None:
+    # The twenty-fourth H200 study's K-chunked miss: judged against the kind's center 4.325x at 3.53%, the card read
+    # 4.389x (+1.5%) with an interval of +-0.2%; a drop from there is caught past 1 - 0.9647 / (1.0148 x 1.002) = 5.1%,
+    # so that run's 5% slowdown (4.389 -> 4.200x, 2.9% under the center) passed.
+    drop = detectable_drop(0.0353, 0.002, 4.389 / 4.325 - 1)
+    assert drop == pytest.approx(1 - 0.9647 / (4.389 / 4.325 * 1.002))
+    assert 0.05 < drop < 0.052
+    assert detectable_drop(0.0353, 0.002, 0.0) < 0.04  # from the baseline itself: the old figure
+    assert detectable_drop(0.02, 0.002, -0.01) < detectable_drop(0.02, 0.002)  # a card below the center: less
+    assert detectable_drop(0.02, 0.002, -0.05) == 0.0  # already under the floor
+    assert detectable_drop(0.02, 0.002, -1.0) is None

@@ -274,7 +274,7 @@ def test_compare_says_which_side_moved_and_the_detection_power(tmp_path) -> None
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ("a: " in proc.stdout and "which side moved: the reference side is 50% slower than when blessed (2 -> 3 ms); "
             "the optimized side is 100% slower than when blessed (1 -> 2 ms)") in proc.stdout
-    assert "detection power: 2 timed cases catch a drop of their speedup of at least" in proc.stdout
+    assert "detection power: 2 timed cases catch a drop of their speedup from this run's reading of at least" in proc.stdout
 
 
 def test_the_summary_says_what_it_could_not_gate_and_why_a_tolerance_is_wide(pytester: pytest.Pytester) -> None:
@@ -315,7 +315,7 @@ def test_added_later(perf):
     run_with("--update-baselines", metric="peak_gib").assert_outcomes(passed=2)
     assert top_line(run_with(metric="peak_fresh_process_gib")).startswith(
         "speedgate: not gated: 1 of the 1 metrics measured on test-box have no entry in ")
-    result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more"])
+    result.stdout.fnmatch_lines(["test_cases.py::test_blessed: tolerance 35%, pinned by the case*; catches a drop of *% or more from this run's reading"])
     result.stdout.fnmatch_lines(["2 comparisons took * s: first calls (compile, autotune) * s, output checks * s, warm-up "
                                  "and rounds * s, audits (profiler, ceilings, re-check) * s, judging (re-measure, calibration) * s"])
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])

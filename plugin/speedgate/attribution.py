@@ -58,12 +58,15 @@ def which_side_moved(
     return f"which side moved: {text}", ref, opt
 
 
-def detectable_drop(tolerance: float, noise: float | None) -> float | None:
-    """The smallest drop of the speedup this case fails on: the whole interval (half-width `noise`, relative) must
-    fall below baseline x (1 - tolerance), so a drop d is caught when (1 - d)(1 + noise) < 1 - tolerance."""
-    if noise is None or noise < 0:
+def detectable_drop(tolerance: float, noise: float | None, offset: float = 0.0) -> float | None:
+    """The smallest drop of the speedup from this run's reading that this case fails on: the whole interval
+    (half-width `noise`, relative) must fall below baseline x (1 - tolerance), and the reading sits `offset` from the
+    baseline (speedup / baseline - 1), so a drop d is caught when (1 + offset)(1 - d)(1 + noise) < 1 - tolerance. A
+    card that reads above the baseline (its kind's center) lets a larger drop through than the tolerance says; 0 for
+    a reading already under the floor."""
+    if noise is None or noise < 0 or offset <= -1:
         return None
-    return 1.0 - (1.0 - tolerance) / (1.0 + noise)
+    return max(0.0, 1.0 - (1.0 - tolerance) / ((1.0 + offset) * (1.0 + noise)))
 
 
 def detection_summary(drops: Sequence[float]) -> str | None:
@@ -71,5 +74,5 @@ def detection_summary(drops: Sequence[float]) -> str | None:
     if not drops:
         return None
     ordered = sorted(drops)
-    return (f"detection power: {len(ordered)} timed cases catch a drop of their speedup of at least "
-            f"{median(ordered):.1%} (median; best {ordered[0]:.1%}, worst {ordered[-1]:.1%})")
+    return (f"detection power: {len(ordered)} timed cases catch a drop of their speedup from this run's reading of at "
+            f"least {median(ordered):.1%} (median; best {ordered[0]:.1%}, worst {ordered[-1]:.1%})")

@@ -111,7 +111,8 @@ def compare(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str,
         if j.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
             note = f"{note}; {which_side_moved(n.get('reference_ms'), n.get('optimized_ms'), o, n.get('software'))[0]}"
         rows.append(Row(case_id, o["speedup"], n["speedup"], j.verdict, j.change, (estimate.low, estimate.high), tol, note,
-                        detectable_drop(tol, estimate.rel_halfwidth) if n.get("ci_low") is not None else None))
+                        detectable_drop(tol, estimate.rel_halfwidth, n["speedup"] / o["speedup"] - 1)
+                        if n.get("ci_low") is not None else None))
     return by_severity(rows)
 
 

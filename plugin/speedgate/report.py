@@ -320,6 +320,7 @@ def wide_tolerances(records: Sequence[CompareResult]) -> list[str]:
                              "calibrated: the spread of its speedup between runs, processes and cards",
                "configured": "the run's configured default", "default": "the default of its hardware key"}.get(
             r.tolerance_source, "its entry's")
-        catches = f"catches a drop of {r.detectable_drop:.1%} or more" if r.detectable_drop is not None else ""
+        catches = (f"catches a drop of {r.detectable_drop:.1%} or more from this run's reading"
+                   if r.detectable_drop is not None else "")
         lines.append(f"{r.case_id}: tolerance {percent(r.tolerance)}, {why}; {catches}".rstrip("; "))
     return lines

@@ -145,10 +145,15 @@ class CompareResult:
 
     @property
     def detectable_drop(self) -> float | None:
-        """The smallest drop of the speedup this case fails on at its tolerance and this run's noise."""
+        """The smallest drop of the speedup from this run's reading that this case fails on, at its tolerance, this
+        run's noise and where the reading sits against the speedup it was judged against (attribution.detectable_drop;
+        without a baseline, from the baseline itself)."""
         from .attribution import detectable_drop
 
-        return detectable_drop(self.tolerance, self.noise) if self.timed else None
+        if not self.timed:
+            return None
+        offset = self.speedup / self.baseline - 1 if self.speedup and self.baseline else 0.0
+        return detectable_drop(self.tolerance, self.noise, offset)
 
     @property
     def timing_accuracy(self) -> float | None:
