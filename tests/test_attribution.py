@@ -39,10 +39,10 @@ def test_detectable_drop_grows_with_tolerance_and_noise() -> None:
     assert detectable_drop(0.10, 0.01) == pytest.approx(1 - 0.9 / 1.01)
     assert detectable_drop(0.03, 0.01) < detectable_drop(0.10, 0.01) < detectable_drop(0.10, 0.05)
     assert detectable_drop(0.1, None) is None
-    assert detection_summary([]) is None
-    assert detection_summary([0.1, 0.2, 0.04]) == ("detection power: 3 timed cases catch a drop of their speedup from "
-                                                    "this run's reading of at least 10.0% (median; best 4.0%, worst "
-                                                    "20.0%)")
+    assert detection_summary({}) is None
+    assert detection_summary({"a": 0.1, "b": 0.2, "c": 0.04}) == (
+        "detection power: 3 timed cases catch a drop of their speedup from this run's reading of at least 10.0% "
+        "(median; best 4.0%, worst 20.0%: b)")
 
 
 def test_a_reading_above_the_baseline_lets_a_larger_drop_through() -> None:

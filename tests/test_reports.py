@@ -275,6 +275,9 @@ def test_compare_says_which_side_moved_and_the_detection_power(tmp_path) -> None
     assert ("a: " in proc.stdout and "which side moved: the reference side is 50% slower than when blessed (2 -> 3 ms); "
             "the optimized side is 100% slower than when blessed (1 -> 2 ms)") in proc.stdout
     assert "detection power: 2 timed cases catch a drop of their speedup from this run's reading of at least" in proc.stdout
+    # a already reads under its floor (0.0% from here); b lets the most through, and is named
+    [power] = [line for line in proc.stdout.splitlines() if line.startswith("detection power")]
+    assert "best 0.0%" in power and power.endswith(": b)"), power
 
 
 def test_the_summary_says_what_it_could_not_gate_and_why_a_tolerance_is_wide(pytester: pytest.Pytester) -> None:

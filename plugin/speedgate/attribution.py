@@ -3,7 +3,7 @@ and the smallest regression a case can catch at its tolerance. Pure: numbers in,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from statistics import median
 from typing import Any
 
@@ -69,10 +69,12 @@ def detectable_drop(tolerance: float, noise: float | None, offset: float = 0.0) 
     return max(0.0, 1.0 - (1.0 - tolerance) / ((1.0 + offset) * (1.0 + noise)))
 
 
-def detection_summary(drops: Sequence[float]) -> str | None:
-    """One line on the suite's detection power: the spread of detectable drops across its cases."""
+def detection_summary(drops: Mapping[str, float]) -> str | None:
+    """One line on the run's detection power, from each timed case's detectable drop by its id: the median, the best
+    and the worst, naming the case that lets the most through."""
     if not drops:
         return None
-    ordered = sorted(drops)
+    ordered = sorted(drops.values())
+    worst = max(drops, key=lambda case: (drops[case], case))
     return (f"detection power: {len(ordered)} timed cases catch a drop of their speedup from this run's reading of at "
-            f"least {median(ordered):.1%} (median; best {ordered[0]:.1%}, worst {ordered[-1]:.1%})")
+            f"least {median(ordered):.1%} (median; best {ordered[0]:.1%}, worst {ordered[-1]:.1%}: {worst})")

@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         if r.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) and r.note:
             print(f"{r.ident}: {r.note}")
-    power = detection_summary([r.detects for r in rows if r.detects is not None])
+    power = detection_summary({r.ident: r.detects for r in rows if r.detects is not None})
     if power:
         print(power)
     print(tally(rows))

@@ -226,7 +226,7 @@ def detection_line(records: Sequence[CompareResult]) -> str | None:
     """The spread across the run of the smallest regression each timed case can catch."""
     from .attribution import detection_summary
 
-    return detection_summary([r.detectable_drop for r in records if r.detectable_drop is not None])
+    return detection_summary({r.case_id: r.detectable_drop for r in records if r.detectable_drop is not None})
 
 
 def budget_line(records: Sequence[CompareResult]) -> str | None:
