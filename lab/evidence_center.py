@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from speedgate import evidence
-from speedgate.catches import catches
+from speedgate.catches import band_without, catches
 from speedgate.catches import lines as catch_lines
 
 
@@ -45,9 +45,7 @@ def leave_one_card_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
             continue
         entries += 1
         for card, kept in by_card.items():
-            others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
-            tolerance = evidence.tolerance_of(others)
-            center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
+            center, tolerance = band_without(entry, card)
             for speedup in kept.get("speedups", []):
                 readings += 1
                 counts["blessed"][_side(speedup / entry["speedup"] - 1, tolerance)] += 1
@@ -129,7 +127,7 @@ def rules_left_out(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
             for card, kept in every.items():
                 if card == evidence.UNRECORDED:
                     continue
-                others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
+                others = evidence.without_card(calibration, card)
                 tolerance = tol(others)
                 center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
                 for speedup in kept.get("speedups", []):

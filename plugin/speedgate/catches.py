@@ -50,6 +50,14 @@ def check_share(share: float) -> float:
     return share
 
 
+def band_without(entry: Mapping[str, Any], card: str) -> tuple[float, float]:
+    """(center, tolerance) that the entry's evidence without `card` gives: the band a fresh card is judged in."""
+    others = evidence.without_card(entry["calibration"], card)
+    tolerance = evidence.tolerance_of(others)
+    center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
+    return center, tolerance
+
+
 def catches(cases: Mapping[str, Mapping[str, Any]], share: float) -> Catches:
     """Each entry's readings card by card, that card left out, slowed by `share` and judged against the other cards."""
     out = Catches(check_share(share))
@@ -63,9 +71,7 @@ def catches(cases: Mapping[str, Mapping[str, Any]], share: float) -> Catches:
             continue
         out.entries += 1
         for card in recorded:
-            others = evidence.summarize({**calibration, "machines": {n: c for n, c in every.items() if n != card}})
-            tolerance = evidence.tolerance_of(others)
-            center, _ = evidence.judged_against({**entry, "calibration": others}, tolerance)
+            center, tolerance = band_without(entry, card)
             floor = center * (1 - tolerance)
             readings = evidence._numbers(every[card].get("speedups"), positive=True)
             misses = [Miss(card, s, s / (1 + share), floor) for s in readings if s / (1 + share) >= floor]

@@ -147,6 +147,12 @@ def summarize(calibration: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def without_card(calibration: Mapping[str, Any], card: str) -> dict[str, Any]:
+    """calibration with one card's evidence left out, summarized again: what that card, were it fresh, would be judged
+    by (speedgate.catches, and the lab's leave-one-card-out readings)."""
+    return summarize({**calibration, "machines": {n: c for n, c in cards(calibration).items() if n != card}})
+
+
 def _median(values: Sequence[float]) -> float | None:
     if not values:
         return None
