@@ -25,13 +25,13 @@ def card_facts(token: str) -> dict[str, Any]:
     speedgate's reports name it (hardware.card_id)."""
     import pynvml
 
-    from speedgate.hardware import _nvml_handle, card_id
+    from speedgate.hardware import _decode, _nvml_handle, card_id
 
     pynvml.nvmlInit()
     handle = _nvml_handle(pynvml, token)
 
     def text(value: Any) -> str:
-        return (value.decode() if isinstance(value, bytes) else str(value)).strip()
+        return _decode(value).strip()
 
     serial = text(pynvml.nvmlDeviceGetSerial(handle))
     facts: dict[str, Any] = {"card": card_id(serial),
