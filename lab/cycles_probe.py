@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+Pairs = dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]  # name: (reference, optimized, hold)
 CONDITIONS = {"suite": (50.0, 0.003), "cooled": (50.0, 0.3), "long": (400.0, 0.003)}
 # work per batch (ms), host idle before it (s)
 MLP_SHAPE = (8192, 4096, 16384)  # test_fused_mlp_block's GPU shape: tokens, d_model, d_ff
@@ -68,17 +69,39 @@ class Stamps:
         return list(zip(cycles, mhz))
 
 
-def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
-    """The heavy pairs (reference, optimized, hold) at size^3; hold() holds the pair's autotuned Triton kernel to the
-    config its case was blessed with (call it before the pair's first call)."""
+def blessed_cases(hardware_key: str) -> dict[str, Any]:
+    """The committed baseline file's entries for this GPU kind."""
+    root = Path(__file__).resolve().parents[1]
+    return json.loads((root / "baselines" / f"{hardware_key}.json").read_text())["cases"]
+
+
+def holder() -> Callable[[Any, dict[str, Any] | None], Callable[[], None]]:
+    """hold_to(tuner, config): a pair's hold step, which first lets go of the hold the last pair's step took (one
+    hold at a time, whichever family's pair took it)."""
+    from perftests.kernels.common import hold
+
+    restores: list[Callable[[], None]] = []
+
+    def hold_to(tuner: Any, config: dict[str, Any] | None) -> Callable[[], None]:
+        def apply() -> None:
+            while restores:
+                restores.pop()()
+            restores.append(hold(tuner, config))
+        return apply
+    return hold_to
+
+
+def matmul_pairs(torch: Any, size: int, hardware_key: str,
+                 hold_to: Callable[[Any, dict[str, Any] | None], Callable[[], None]],
+                 ) -> Pairs:
+    """The heavy matmul pairs (reference, optimized, hold) at size^3; hold() holds the pair's autotuned Triton kernel
+    to the config its case was blessed with (call it before the pair's first call)."""
     import torch.nn.functional as F
 
     from perftests.kernels import matmul as mm
-    from perftests.kernels.common import hold
     from perftests.support.matmul import fp8_operands, operands, scaled_mm
 
-    root = Path(__file__).resolve().parents[1]
-    cases = json.loads((root / "baselines" / f"{hardware_key}.json").read_text())["cases"]
+    cases = blessed_cases(hardware_key)
 
     def blessed(case: str) -> dict[str, Any] | None:
         entry = cases.get(f"perftests/test_triton_matmul.py::{case}")
@@ -88,17 +111,9 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     xb, wb = operands("cuda", torch.bfloat16, size, size, size)
     tiled, tiled_tuner = mm.launcher("tiled")
     persistent, persistent_tuner = mm.launcher("tma_persistent")
-    restores: list[Callable[[], None]] = []
 
     def holding(tuner: Any, case: str) -> Callable[[], None]:
-        return holding_to(tuner, blessed(case))
-
-    def holding_to(tuner: Any, config: dict[str, Any] | None) -> Callable[[], None]:
-        def apply() -> None:
-            while restores:
-                restores.pop()()
-            restores.append(hold(tuner, config))
-        return apply
+        return hold_to(tuner, blessed(case))
 
     found = {
         "fp8_tiled": (lambda: scaled_mm(x8, w8, sx, sw), lambda: tiled(x8, w8, scale_x=sx, scale_w=sw),
@@ -108,13 +123,6 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
         "bf16_tiled": (lambda: F.linear(xb, wb), lambda: tiled(xb, wb),
                        holding(tiled_tuner, f"test_matmul[tiled-{size}-bfloat16]::vs_cublas")),
     }
-    found.update(attention_pairs(torch))
-    try:
-        found.update(cutlass_pairs(torch))
-    except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
-        print(f"k_chunked pair left out: {exc!r}")
-    found.update(mlp_pairs(torch, cases))
-    found.update(mlp_block_pairs(torch, lambda config: holding_to(persistent_tuner, config)))
     try:
         from perftests.kernels import matmul_gluon
 
@@ -125,7 +133,40 @@ def pairs(torch: Any, size: int, hardware_key: str) -> dict[str, tuple[Callable[
     return found
 
 
-def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+# Each pair's family: a pair's inputs are built only when a pair of its family is asked for (pairs()).
+FAMILIES = ("mlp_block_", "mlp", "attn2048_", "k_chunked")
+
+
+def family(name: str) -> str:
+    """The family a pair's name belongs to (FAMILIES: the first prefix that matches), or 'matmul'."""
+    return next((prefix for prefix in FAMILIES if name.startswith(prefix)), "matmul")
+
+
+def pairs(torch: Any, size: int, hardware_key: str, names: list[str],
+          ) -> Pairs:
+    """The pairs `names` asks for, each as (reference, optimized, hold), built family by family: a family none of
+    `names` belongs to builds no inputs, compiles nothing and imports nothing of its own."""
+    hold_to = holder()
+
+    def with_persistent_hold() -> Pairs:
+        from perftests.kernels import matmul as mm
+
+        _, tuner = mm.launcher("tma_persistent")
+        return mlp_block_pairs(torch, lambda config: hold_to(tuner, config))
+
+    builders: dict[str, Callable[[], Pairs]] = {
+        "matmul": lambda: matmul_pairs(torch, size, hardware_key, hold_to), "attn2048_": lambda: attention_pairs(torch),
+        "k_chunked": lambda: cutlass_pairs(torch), "mlp": lambda: mlp_pairs(torch, blessed_cases(hardware_key)), "mlp_block_": with_persistent_hold}
+    found: Pairs = {}
+    for wanted in dict.fromkeys(family(name) for name in names):
+        try:
+            found.update(builders[wanted]())
+        except Exception as exc:  # noqa: BLE001 - a probe reports what it could not run
+            print(f"{wanted} pairs left out: {exc!r}")
+    return found
+
+
+def mlp_pairs(torch: Any, cases: dict[str, Any]) -> Pairs:
     """The fused MLP block's GEMM (test_fused_mlp_block: the persistent kernel with the row scale and the GELU in
     its epilogue) beside cuBLAS's GEMM of the same shape, in the forms that tell where its cycles go when the clock
     moves: `mlp` the suite's kernel at its blessed config (lab.matmul_variants with every switch at its default
@@ -160,7 +201,7 @@ def mlp_pairs(torch: Any, cases: dict[str, Any]) -> dict[str, tuple[Callable[[],
 
 
 def mlp_block_pairs(torch: Any, hold_to: Callable[[dict[str, Any]], Callable[[], None]],
-                    ) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+                    ) -> Pairs:
     """test_fused_mlp_block's two comparisons as the case makes them: the fused block (mlp.fused_rmsnorm_linear_gelu:
     the rstd pass, then the persistent GEMM with the row scale and the GELU in its epilogue), its GEMM held
     (`hold_to(config)`, the pair's hold step) to the 128x256 or the 256x128 tile, beside the eager block
@@ -177,7 +218,7 @@ def mlp_block_pairs(torch: Any, hold_to: Callable[[dict[str, Any]], Callable[[],
     w_folded = mlp.fold_gain(w, gain)
     compiled_block = compiled(mlp_block_eager)
     fused = lambda: mlp.fused_rmsnorm_linear_gelu(x, w_folded, EPS)  # noqa: E731
-    found: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {}
+    found: Pairs = {}
     for m, n in ((128, 256), (256, 128)):
         held = hold_to({"BLOCK_K": 64, "BLOCK_M": m, "BLOCK_N": n, "GROUP_M": 8, "num_stages": 3, "num_warps": 8})
         found[f"mlp_block_eager_{m}x{n}"] = (lambda: mlp_block_eager(x, gain, w), fused, held)
@@ -212,7 +253,7 @@ def elasticity(res: dict[str, Any], side: str) -> float | None:
     return math.log(high_cycles / low_cycles) / math.log(high_mhz / low_mhz)
 
 
-def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+def attention_pairs(torch: Any) -> Pairs:
     """The causal flash-attention kernel at 2048 tokens, head dim 128 (test_flash_attention's GPU shape) beside each of
     its case's three references: its `vs_compile` read the kernel slower beside the compiled reference than beside
     the others on some H200s, with no clock-event reason recorded (docs/results/gate-study-h200.md)."""
@@ -234,7 +275,7 @@ def attention_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[
     }
 
 
-def cutlass_pairs(torch: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
+def cutlass_pairs(torch: Any) -> Pairs:
     """`k_chunked`: the chapter's framing (test_cutlass_vs_k_chunked_matmul), one CUTLASS GEMM at 4096^3 bf16 beside
     the K-chunked torch.matmul loop. Its CUTLASS side's milliseconds spread across cards, the slower the card the less
     of the comparison the power cap held (docs/results/gate-study-h200.md, the twenty-fourth study): the clock each
@@ -318,10 +359,12 @@ def main() -> None:
 
     fp = detect(None)
     args.out.mkdir(parents=True, exist_ok=True)
-    found = pairs(torch, args.size, fp.key)
+    names = args.pairs.split(",")
+    found = pairs(torch, args.size, fp.key, names)
     results: dict[str, Any] = {"card": fp.card, "hardware_key": fp.key, "size": args.size, "pairs": {}}
-    for name in args.pairs.split(","):
+    for name in names:
         if name not in found:
+            print(f"{name}: no such pair here (left out above, or not a pair's name)")
             continue
         reference, optimized, hold_blessed = found[name]
         hold_blessed()

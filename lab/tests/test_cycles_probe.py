@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.cycles_probe import elasticity
+from lab.cycles_probe import elasticity, family, pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,3 +45,19 @@ def test_an_unknown_condition_is_named_before_anything_runs() -> None:
     assert done.returncode == 2
     assert "unknown condition(s) warm; known: suite, cooled, long" in done.stderr
     assert not (ROOT / "out").exists()
+
+
+@pytest.mark.parametrize("name, expected", [("fp8_tiled", "matmul"), ("gluon", "matmul"), ("k_chunked", "k_chunked"),
+                                            ("attn2048_sdpa", "attn2048_"), ("mlp", "mlp"), ("mlp_128x256s3w8", "mlp"),
+                                            ("mlp_block_eager_128x256", "mlp_block_")])
+def test_each_pair_belongs_to_the_family_that_builds_it(name: str, expected: str) -> None:
+    assert family(name) == expected
+
+
+def test_only_the_families_asked_for_are_built(capsys: pytest.CaptureFixture[str]) -> None:
+    # On the CPU every family fails to build, each saying so: only the asked one may have tried.
+    found = pairs(None, 8192, "cpu", ["k_chunked"])
+    printed = capsys.readouterr().out
+    assert found == {}
+    assert printed.startswith("k_chunked pairs left out: ")
+    assert "matmul pairs" not in printed and "attn2048_" not in printed and "mlp" not in printed
