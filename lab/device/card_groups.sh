@@ -15,3 +15,6 @@ step cycles 200 python3 -m lab.cycles_probe "$work" --pairs k_chunked,attn2048_c
 step gate 300 python3 -m pytest perftests/test_cutlass_matmul.py perftests/test_triton_l2.py \
   perftests/test_triton_attention.py -k "k_chunked or l2_eviction or flash_attention and 2048-128-causal" \
   -p no:cacheprovider -q --speedgate-json "$work/gate.json"
+# Everything packed in one archive (a call brings back a few files): the summary and nvidia-smi's query beside it.
+tar czf /tmp/card_groups.tgz -C "$work" . && find "$work" -mindepth 1 ! -name summary.txt ! -name smi.txt -delete \
+  && mv /tmp/card_groups.tgz "$work/all.tgz"
