@@ -2,8 +2,9 @@
 # One fresh card's share of the question "which card property splits a kernel's time into groups" (issue 46;
 # docs/results/gate-study-h200.md): the card's facts (lab/card_layout_probe.py, and nvidia-smi's whole query), the
 # K-chunked pair and the causal flash kernel beside its compiled reference in ms and in SM cycles
-# (lab/cycles_probe.py), then the cases the groups show in, gated against the committed files.
-#   bash lab/device/card_groups.sh OUT      (GPU 0; one call per card: give the machine back between calls)
+# (lab/cycles_probe.py), then the cases the groups show in, gated against the committed files, in REPEAT processes
+# one after another (default 1): a group that is the card's shows in every process, one that is the process's does not.
+#   [REPEAT=N] bash lab/device/card_groups.sh OUT      (GPU 0; one call per card: give the machine back between calls)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/device/lib.sh
@@ -12,9 +13,11 @@ begin_call "${1:?OUT}"
 nvidia-smi -q -i 0 > "$work/smi.txt" 2>&1
 step facts 120 python3 -m lab.card_layout_probe "$work/card.json"
 step cycles 200 python3 -m lab.cycles_probe "$work" --pairs k_chunked,attn2048_compile --batches 8
-step gate 300 python3 -m pytest perftests/test_cutlass_matmul.py perftests/test_triton_l2.py \
-  perftests/test_triton_attention.py -k "k_chunked or l2_eviction or flash_attention and 2048-128-causal" \
-  -p no:cacheprovider -q --speedgate-json "$work/gate.json"
+for ((i = 1; i <= ${REPEAT:-1}; i++)); do
+  step "gate$i" 300 python3 -m pytest perftests/test_cutlass_matmul.py perftests/test_triton_l2.py \
+    perftests/test_triton_attention.py -k "k_chunked or l2_eviction or flash_attention and 2048-128-causal" \
+    -p no:cacheprovider -q --speedgate-json "$work/gate$i.json"
+done
 # Everything packed in one archive (a call brings back a few files): the summary and nvidia-smi's query beside it.
 tar czf /tmp/card_groups.tgz -C "$work" . && find "$work" -mindepth 1 ! -name summary.txt ! -name smi.txt -delete \
   && mv /tmp/card_groups.tgz "$work/all.tgz"
