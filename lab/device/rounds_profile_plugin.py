@@ -1,0 +1,68 @@
+"""A pytest plugin of the lab's device scripts: the gate's own timed rounds under torch.profiler, to tell where a
+side's event time goes when it exceeds its kernels' (the causal flash kernel beside its compiled reference:
+docs/results/gate-study-h200.md). Loaded as `-p rounds_profile_plugin` with this folder on PYTHONPATH, with
+$SPEEDGATE_LAB_ROUNDS naming a JSON-lines file: every batch of 4 calls or more that CudaTimer.time_each times with a
+learned hold (the rounds and warm-ups; not the audit's own profiled calls, which pass their hold) runs under the
+profiler, up to $SPEEDGATE_LAB_ROUNDS_MAX batches a test (default 40), and one line per batch is written: each call's
+event ms, its kernels on the timed stream (name, start and length in us), and the flush kernel's end before it. The
+profiler slows the host's launches; the hold is learned from the batches before, so a line also says whether the
+host stayed ahead (a batch it did not is not the gate's rhythm). lab/rounds_profile.py reads the file."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+_profiled: dict[str, Any] = {"count": 0, "inside": False}
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    _profiled["count"] = 0
+    _profiled["test"] = item.nodeid
+
+
+def traced(prof: Any) -> list[dict[str, Any]]:
+    """Every kernel of a finished trace (the profiler's chrome trace): name, stream, start and length in us."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as exported:
+            trace = json.load(exported)
+    return sorted(({"name": str(e.get("name")), "stream": (e.get("args") or {}).get("stream"), "start": e.get("ts"),
+                    "us": e.get("dur")} for e in trace.get("traceEvents", [])
+                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset")), key=lambda k: k["start"])
+
+
+def pytest_configure(config: Any) -> None:
+    path = os.environ.get("SPEEDGATE_LAB_ROUNDS")
+    if not path:
+        return
+    from speedgate.timers.cuda import CudaTimer
+
+    limit = int(os.environ.get("SPEEDGATE_LAB_ROUNDS_MAX", "40"))
+    original = CudaTimer.time_each
+
+    def time_each(self: Any, fns: Any, hold: float | None = None, idle: bool = False, rendezvous: Any = None) -> list[float]:
+        if (hold is not None or idle or rendezvous is not None or len(fns) < 4 or _profiled["count"] >= limit
+                or _profiled["inside"]):  # a batch cut in pieces times them through here: one trace for the batch
+            return original(self, fns, hold=hold, idle=idle, rendezvous=rendezvous)
+        from torch.profiler import ProfilerActivity, profile
+
+        _profiled["count"] += 1
+        self._torch.cuda.synchronize()
+        _profiled["inside"] = True
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                times = original(self, fns)
+                self._torch.cuda.synchronize()
+        finally:
+            _profiled["inside"] = False
+        line = {"test": _profiled.get("test"), "calls": len(fns), "times": times, "ahead": bool(self.last_ahead),
+                "kernels": traced(prof)}
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
+        return times
+
+    CudaTimer.time_each = time_each  # type: ignore[method-assign]
