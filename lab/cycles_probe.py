@@ -332,13 +332,21 @@ def measure(torch: Any, reference: Callable[[], Any], optimized: Callable[[], An
                 rows["opt_mhz"].append(read[oi][1])
                 rows["opt_after_ref"].append(i % 2 == 0)  # AB rounds: the optimized call right after a reference
         med = {k: statistics.median(v) for k, v in rows.items() if k not in ("opt_after_ref", "batch_at")}
-        for after, label in ((True, "opt_ms_after_ref"), (False, "opt_ms_after_opt")):
-            picked = [t for t, a in zip(rows["opt_ms"], rows["opt_after_ref"]) if a is after]
-            if picked:
-                med[label] = statistics.median(picked)
+        for after, label in ((True, "after_ref"), (False, "after_opt")):
+            for field in ("ms", "cycles", "mhz"):
+                picked = [t for t, a in zip(rows[f"opt_{field}"], rows["opt_after_ref"]) if a is after]
+                if picked:
+                    med[f"opt_{field}_{label}"] = statistics.median(picked)
         result[name] = {"rounds": len(rows["ref_ms"]), "speedup_ms": med["ref_ms"] / med["opt_ms"],
                         "speedup_cycles": med["ref_cycles"] / med["opt_cycles"], "medians": med, "rows": rows}
     return result
+
+
+def after(medians: dict[str, float], side: str) -> str:
+    """The optimized side's medians over its calls right after `side` ('ref' or 'opt'): ms, cycles, MHz."""
+    nan = float("nan")
+    return (f"{medians.get(f'opt_ms_after_{side}', nan):.4f} ms {medians.get(f'opt_cycles_after_{side}', nan):.0f} cycles "
+            f"{medians.get(f'opt_mhz_after_{side}', nan):.0f} MHz")
 
 
 def main() -> None:
@@ -373,8 +381,7 @@ def main() -> None:
             m = r["medians"]
             print(f"{fp.card} {name:15} {cond:7} rounds {r['rounds']:4}  ms {r['speedup_ms']:.4f}x  cycles "
                   f"{r['speedup_cycles']:.4f}x  ref {m['ref_ms']:.4f} ms {m['ref_mhz']:.0f} MHz  opt {m['opt_ms']:.4f} ms "
-                  f"{m['opt_mhz']:.0f} MHz (after a reference {m.get('opt_ms_after_ref', float('nan')):.4f} ms, after "
-                  f"itself {m.get('opt_ms_after_opt', float('nan')):.4f} ms)", flush=True)
+                  f"{m['opt_mhz']:.0f} MHz (after a reference {after(m, 'ref')}, after itself {after(m, 'opt')})", flush=True)
         slopes = {side: elasticity(res, side) for side in ("ref", "opt")}
         print(f"{fp.card} {name:15} cycles' elasticity to the clock: " + "  ".join(
             f"{side} {'n/a' if e is None else f'{e:.3f}'}" for side, e in slopes.items()), flush=True)
