@@ -6,7 +6,7 @@ Each profiled batch: the flush stream's kernels (the hold's spins, the first of 
 the timed stream's kernels into calls. For each call: its event ms (the gate's reading), its kernels' busy time, the
 gap from the flush's end to its first kernel (the events start at the flush's end: the timed stream waits for it),
 and what ran before it (a call is the optimized side's when one of its kernels' names holds --optimized). Printed
-per batch kind (the names of the reference's kernels) and per neighbour: the medians of the optimized side's event
+per batch kind (the reference's longest kernel) and per neighbour: the medians of the optimized side's event
 ms, busy ms and gap, so that a side slower in its events than in its kernels shows where the difference lies.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 def calls_of(line: dict[str, Any], optimized: str) -> list[dict[str, Any]]:
     """The calls of one profiled batch: side ('opt' or 'ref'), the side before it (None for the first), event ms,
-    busy ms, gap us (flush end to first kernel), the reference's first kernel's name; [] if the trace does not
-    hold one flush per call."""
+    busy ms, gap us (flush end to first kernel), its longest kernel's name (what tells one reference from another:
+    several begin alike); [] if the trace does not hold one flush per call."""
     kernels = line["kernels"]
     if not kernels:
         return []
@@ -41,16 +41,16 @@ def calls_of(line: dict[str, Any], optimized: str) -> list[dict[str, Any]]:
         side = "opt" if any(optimized in k["name"] for k in mine) else "ref"
         calls.append({"side": side, "after": calls[-1]["side"] if calls else None, "event_ms": line["times"][i],
                       "busy_ms": sum(k["us"] for k in mine) / 1e3, "gap_us": mine[0]["start"] - begin,
-                      "first": mine[0]["name"]})
+                      "longest": max(mine, key=lambda k: k["us"])["name"]})
     return calls
 
 
 def summary(lines: list[dict[str, Any]], optimized: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """Per (reference's first kernel, the side before): the optimized side's calls' medians."""
+    """Per (the reference's longest kernel, the side before): the optimized side's calls' medians."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for line in lines:
         calls = calls_of(line, optimized)
-        reference = next((c["first"] for c in calls if c["side"] == "ref"), None)
+        reference = next((c["longest"] for c in calls if c["side"] == "ref"), None)
         if reference is None:
             continue
         for call in calls:

@@ -576,6 +576,24 @@ def test_a_verdict_that_did_not_pass_says_when_the_device_caught_up_with_the_hos
     assert quiet.held_batches == 12 and quiet.outrun_batches == 0
 
 
+def test_a_verdict_that_did_not_pass_says_when_batches_were_cut_into_pieces() -> None:
+    """Held batches cut into pieces, each behind its own hold (Timer.pieces): their calls followed a hold, not the call
+    before, which moved the causal flash kernel's time on an H200; said beside a regression or an inconclusive
+    verdict, never beside a pass, and kept in the result."""
+    import dataclasses
+
+    def cut(m: Measurement, batches: int = 5) -> Measurement:
+        return dataclasses.replace(m, held_batches=12, outrun_batches=0, cut_batches=batches)
+
+    said = "5 of 12 held batches of rounds were cut into pieces, each behind its own hold"
+    result, _ = judged(cut(measured(1.5)), cut(measured(1.5)), cut(measured(1.5)))
+    assert result.verdict == Verdict.REGRESSED and said in result.note and result.cut_batches == 5
+    passed = judged(cut(measured(2.0)))[0]
+    assert said not in passed.note and passed.cut_batches == 5
+    whole = judged(cut(measured(1.5), 0), cut(measured(1.5), 0), cut(measured(1.5), 0))[0]
+    assert whole.verdict == Verdict.REGRESSED and "pieces" not in whole.note
+
+
 def test_a_drop_that_is_wholly_the_references_other_pick_is_pick_changed() -> None:
     """Inductor's GELU kernel at another block size: the compiled reference got faster, the optimized side ran its
     blessed kernel in its blessed time. Named, and red only under strict."""

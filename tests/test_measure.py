@@ -176,6 +176,9 @@ class _Outrun(ScriptedTimer):
     def outrun(self) -> bool:
         return self.batch % 3 == 0
 
+    def pieces(self) -> int:
+        return 4 if self.batch % 5 == 0 else 1
+
 
 def test_the_measurement_counts_the_held_batches_the_host_outran() -> None:
     timer = _Outrun()
@@ -184,9 +187,11 @@ def test_the_measurement_counts_the_held_batches_the_host_outran() -> None:
     rounds_from = timer.batch - m.held_batches  # the batches before the rounds: first calls and warm-up
     assert m.outrun_batches == sum((rounds_from + i) % 3 == 0 for i in range(1, m.held_batches + 1))
     assert 0 < m.outrun_batches < m.held_batches
+    # And in how many the timer cut the batch into pieces, each behind its own hold.
+    assert m.cut_batches == sum((rounds_from + i) % 5 == 0 for i in range(1, m.held_batches + 1)) > 0
     # A clock that holds nothing counts nothing.
     plain = measure_pair(ref, opt, ScriptedTimer({"ref": 3.0, "opt": 1.5}), Policy(warmup_s=0))
-    assert plain.held_batches is None and plain.outrun_batches is None
+    assert plain.held_batches is None and plain.outrun_batches is None and plain.cut_batches is None
 
 
 def test_a_side_that_slows_to_its_steady_speed_is_timed_at_that_speed() -> None:

@@ -561,3 +561,74 @@ def test_a_trace_lost_every_time_stops_the_audit_with_its_cause(monkeypatch):
     with pytest.raises(LostTrace, match=f"no device activity in {LOST_TRACE_TRIES} traces.*TEARDOWN_CUPTI=0"):
         timer.profile_calls(lambda: None)
     assert happened.count("session") == LOST_TRACE_TRIES
+
+
+def test_one_host_stall_at_a_batchs_start_does_not_cut_the_rest_of_the_comparison_in_pieces():
+    """A compiled reference whose host work outlasts its kernel (the host falls a little behind, so the hold grows past
+    the margin) beside a short kernel; once, the host stalls at a batch's first call for more than half the hold (a
+    collection, another process). The launch queue cannot be full at a first call: that is no lesson. It read as one
+    (a limit of the margin), and every later batch ran in one-call pieces, each call behind its own hold: a regime of
+    its own, in which the causal flash kernel read 2-3% slower beside its compiled reference on an H200 in some
+    processes (docs/results/gate-study-h200.md)."""
+    cuda = SimCuda({"flush": 0.03, "ref": 1.05, "opt": 0.17}, {"flush": 0.005, "ref": 1.4, "opt": 0.05})
+    timer = CudaTimer(SimTorch(cuda))
+    cuda.streams.append(timer._flush_stream)
+    timer.clock = lambda: cuda.host / 1e3
+    stall = {"at": None}
+
+    def ref() -> None:
+        if stall["at"] == "now":
+            cuda.host += 30.0
+            stall["at"] = None
+        cuda.run("ref")
+
+    opt = lambda: cuda.run("opt")  # noqa: E731
+    fns = [f for i in range(40) for f in ((ref, opt) if i % 2 == 0 else (opt, ref))]
+    timer.for_sides(ref, opt)
+    for _ in range(2):
+        timer.time_each(fns)
+    assert cuda.spins[-1] > 2 * HOLD_MARGIN_MS * 1000 and timer.pieces() == 1  # held once, past the margin
+    stall["at"] = "now"
+    timer.time_each(fns)
+    for _ in range(3):
+        spins = len(cuda.spins)
+        times = timer.time_each(fns)
+        assert len(cuda.spins) - spins == 1 and timer.pieces() == 1  # still one hold a batch
+        assert all(t == pytest.approx(1.05 if f is ref else 0.17, abs=0.002) for f, t in zip(fns, times))
+
+
+def test_a_launch_queue_that_fills_in_every_batch_still_limits_the_hold_and_the_pieces_are_counted():
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    cuda.kernel_ms["tiny"], cuda.launch_ms["tiny"] = 0.002, 0.005
+
+    def many() -> None:
+        for _ in range(16):
+            cuda.run("tiny")
+
+    timer.for_sides(many, many)
+    for _ in range(6):
+        timer.time_each([many] * 200)
+    assert timer.pieces() > 1
+    timer.time_each([many] * 3, idle=True)
+    assert timer.pieces() is None  # nothing held
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_no_collection_runs_while_the_host_queues_a_batch_and_the_collector_is_left_as_it_was(enabled: bool):
+    import gc
+
+    timer, cuda = sim_timer(kernel_ms=0.185, launch_ms=0.30)
+    seen: list[bool] = []
+
+    def side() -> None:
+        seen.append(gc.isenabled())
+        cuda.run("side")
+
+    (gc.enable if enabled else gc.disable)()
+    try:
+        timer.time_each([side] * 10)
+        timer.time_each([side] * 3, idle=True)
+        assert seen and not any(seen)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()

@@ -84,7 +84,8 @@ def judge_measurement(
             measurement.reference_ms, measurement.optimized_ms, entry, software)
         note = f"{note}; {words}"
     if verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE):  # what else the times hold: a busy host, its pace
-        for also in (busy_host(fields.get("host_load"), fields.get("host_cores")), outrun_words(measurement)):
+        for also in (busy_host(fields.get("host_load"), fields.get("host_cores")), outrun_words(measurement),
+                     cut_words(measurement)):
             if also:
                 note = f"{note}; {also}"
     measured_kernels = fields.get("codegen")
@@ -486,6 +487,15 @@ def outrun_words(m: Measurement) -> str | None:
             "their later calls hold a wait for the host")
 
 
+def cut_words(m: Measurement) -> str | None:
+    """Words for a measurement some of whose held batches were cut into pieces (Timer.pieces), else None: said beside
+    a verdict that did not pass, whose calls then started after a hold of their own, not after the call before."""
+    if not m.held_batches or not m.cut_batches:
+        return None
+    return (f"{m.cut_batches} of {m.held_batches} held batches of rounds were cut into pieces, each behind its own "
+            "hold: their calls followed a hold, not the call before")
+
+
 def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
     return dict(
         speedup=m.speedup, reference_ms=m.reference_ms, optimized_ms=m.optimized_ms,
@@ -494,7 +504,7 @@ def measured_fields(m: Measurement, j: Judgement) -> dict[str, Any]:
         stopped_by=m.stopped_by, reference_first_ms=m.reference_first_ms, optimized_first_ms=m.optimized_first_ms,
         reference_stats=sample_stats(m.reference_samples), optimized_stats=sample_stats(m.optimized_samples),
         baseline=j.baseline, change=j.change, budget=m.budget(), dropped_rounds=m.dropped_rounds, settled=m.settled,
-        held_batches=m.held_batches, outrun_batches=m.outrun_batches,
+        held_batches=m.held_batches, outrun_batches=m.outrun_batches, cut_batches=m.cut_batches,
         reference_event_ms=m.event_ms[0] if m.event_ms else None, optimized_event_ms=m.event_ms[1] if m.event_ms else None,
         reference_mhz=m.clock_mhz[0] if m.clock_mhz else None, optimized_mhz=m.clock_mhz[1] if m.clock_mhz else None,
     )

@@ -90,6 +90,9 @@ class Measurement:
     # caught up with the host's queueing and waited for it (Timer.outrun); None where the clock holds nothing.
     held_batches: int | None = None
     outrun_batches: int | None = None
+    # Of those, how many were cut into pieces, each behind its own hold (Timer.pieces): their calls started after a
+    # hold, not after the call before.
+    cut_batches: int | None = None
     # Rounds counted in SM cycles (timers.cycles): the samples are ms at the full clock; these are the events' own
     # medians (reference, optimized), what the audits hold against the roofline, and each side's median SM clock.
     event_ms: tuple[float, float] | None = None
@@ -314,7 +317,7 @@ def time_pair(
     if prepare is not None:
         reference, optimized = prepare(reference), prepare(optimized)
         warm.extend(rounds_timer.time_each([reference, optimized] * policy.warmup_calls))
-    held = {"batches": 0, "outrun": 0}
+    held = {"batches": 0, "outrun": 0, "cut": 0}
     take = paired_take(reference, optimized, rounds_timer)
 
     def counted(first: int, count: int) -> tuple[list[float], list[float]]:
@@ -322,6 +325,7 @@ def time_pair(
         if (outrun := rounds_timer.outrun()) is not None:
             held["batches"] += 1
             held["outrun"] += bool(outrun)
+            held["cut"] += (rounds_timer.pieces() or 1) > 1
         return taken
 
     with guard() if guard is not None else contextlib.nullcontext():
@@ -333,7 +337,8 @@ def time_pair(
         stats_seconds=rounds.stats_seconds, dropped_rounds=rounds.dropped, settled=rounds.settled,
     )
     if held["batches"]:
-        measurement = dataclasses.replace(measurement, held_batches=held["batches"], outrun_batches=held["outrun"])
+        measurement = dataclasses.replace(measurement, held_batches=held["batches"], outrun_batches=held["outrun"],
+                                          cut_batches=held["cut"])
     if isinstance(counter, SmCycles):
         (ref_ms, ref_mhz), (opt_ms, opt_mhz) = counter.side(reference), counter.side(optimized)
         if ref_ms and opt_ms:

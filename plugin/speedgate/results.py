@@ -50,6 +50,7 @@ class CompareResult:
     # nothing held.
     held_batches: int | None = None
     outrun_batches: int | None = None
+    cut_batches: int | None = None  # of the held batches, those cut into pieces, each behind its own hold
     flops: float | None = None
     bytes: float | None = None
     max_abs_error: float | None = None

@@ -88,6 +88,11 @@ class Timer(abc.ABC):
         times hold that wait. None where the clock holds nothing (a plain clock, a call started on an idle device)."""
         return None
 
+    def pieces(self) -> int | None:
+        """How many pieces the last batch was cut into, each behind its own hold (1: held whole); a batch is cut when
+        the hold it needs exceeds the cap or the limit the launch queue taught. None where the clock holds nothing."""
+        return None
+
 
 class _Wrapped(Timer):
     """A clock that offers only the required members, as a Timer."""

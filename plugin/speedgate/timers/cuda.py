@@ -3,6 +3,7 @@ batch; and the same clock with every call started on an idle device (IdleStart).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -156,9 +157,14 @@ class CudaTimer(Timer):
         }
         self.cycles_per_ms = spin_cycles_per_ms(torch)
         self.flush_ms = median_event_ms(torch, self._flush.zero_, calls=5)
-        # What the held batches of the comparison being measured showed (learn_hold; reset by for_sides).
+        # What the held batches of the comparison being measured showed (learn_hold; reset by for_sides). A limit is
+        # taken only when two learning batches in a row teach one (_pending_limit holds the first): a host stalled
+        # once (a collection, another process's work) at a batch's start reads as a full launch queue, and a limit
+        # of the margin cut every later batch into one-call pieces, each behind its own hold
+        # (docs/results/gate-study-h200.md, "The flash kernel beside its compiled reference").
         self._behind_per_call = 0.0
         self._hold_limit = HOLD_CAP_MS
+        self._pending_limit: float | None = None
         self.clock = time.perf_counter  # the host clock that measures how long the host takes to queue a batch
         # The last held batch: whether the hold was still running when the host had queued it all, and how long
         # the queueing took (ms).
@@ -166,6 +172,8 @@ class CudaTimer(Timer):
         self.last_queued_ms = 0.0
         # Whether the device caught up with the host in the last held batch (outrun); None after an idle-start one.
         self._last_outrun: bool | None = None
+        # How many pieces the last held batch was cut into, each behind its own hold (pieces); None after an idle one.
+        self._last_pieces: int | None = None
         # The sides of the comparison being measured that synchronize inside (for_sides): no hold puts the host
         # ahead of them, so their profiled calls are not traced again behind a longer one.
         self._waiting: set[int] = set()
@@ -231,6 +239,7 @@ class CudaTimer(Timer):
                         times += self.time_each(fns[i:i + piece])
                         outrun = outrun or bool(self._last_outrun)
                     self._last_outrun = outrun  # the batch was outrun if any piece was
+                    self._last_pieces = -(-len(fns) // piece)
                     return times
         held = hold_ms(self._behind_per_call, len(fns), self._hold_limit) if hold is None else hold
         timed = cuda.current_stream()
@@ -242,19 +251,26 @@ class CudaTimer(Timer):
         pairs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in fns]
         clock = self.clock
         marks = []
-        queued = clock()
-        for fn, (start, end) in zip(fns, pairs):
-            self._flush_l2(timed)
-            if idle:
-                self._sync()
-            start.record()
-            fn()
-            end.record()
-            marks.append(clock())
+        collecting = gc.isenabled()
+        gc.disable()  # no collection while the host queues the batch (its pause would read as the host's pace)
+        try:
+            queued = clock()
+            for fn, (start, end) in zip(fns, pairs):
+                self._flush_l2(timed)
+                if idle:
+                    self._sync()
+                start.record()
+                fn()
+                end.record()
+                marks.append(clock())
+        finally:
+            if collecting:
+                gc.enable()
         # Outrun: the next-to-last call had already ended when the host had queued the last one, so the device had
         # caught up with the host and waited for it (a hold ends before the host is done by design: sized so that the
         # device, which starts then, still finishes after the host).
         self._last_outrun = None if idle else len(pairs) > 1 and bool(pairs[-2][1].query())
+        self._last_pieces = None if idle else 1
         if not idle:
             self.last_ahead = not self._hold_ended.query()
             self.last_queued_ms = (marks[-1] - queued) * 1e3 if marks else 0.0
@@ -265,12 +281,16 @@ class CudaTimer(Timer):
                                        held)
             if behind is not None:
                 self._behind_per_call = behind
-            if limit is not None:
-                self._hold_limit = limit
+            if limit is not None and self._pending_limit is not None:
+                self._hold_limit = max(limit, self._pending_limit)  # the second batch in a row that waited
+            self._pending_limit = limit
         return times
 
     def outrun(self) -> bool | None:
         return self._last_outrun
+
+    def pieces(self) -> int | None:
+        return self._last_pieces
 
     def synchronizes(self, fn: Fn) -> bool:
         """Whether a call of fn makes the host wait for the device (an .item(), a .cpu(), a synchronize inside).
@@ -309,7 +329,7 @@ class CudaTimer(Timer):
         the host wait (a side that synchronizes cannot be captured), so the sides are not probed. Probed as given, a
         compiled side with milliseconds of host work a call read as waiting in one process and not in others, and
         its held entry's comparison went unjudged (docs/results/gate-study-h200.md, "the fourteenth study")."""
-        self._behind_per_call, self._hold_limit = 0.0, HOLD_CAP_MS  # learnt anew for these sides
+        self._behind_per_call, self._hold_limit, self._pending_limit = 0.0, HOLD_CAP_MS, None  # learnt anew for these sides
         probed = () if replayed else (reference, optimized)
         self._waiting = {id(fn) for fn in probed if self.synchronizes(fn)}
         if latency:

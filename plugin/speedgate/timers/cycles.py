@@ -130,6 +130,10 @@ class SmCycles(Timer):
         found: bool | None = self._timer.outrun()
         return found
 
+    def pieces(self) -> int | None:
+        found: int | None = self._timer.pieces()
+        return found
+
     def side(self, fn: Fn) -> tuple[float | None, float | None]:
         """(events' median ms, median SM clock in MHz) of fn's timed calls so far."""
         events, clocks = self.events.get(id(fn)), [f for f in self.clocks.get(id(fn), []) if f == f]
