@@ -60,6 +60,20 @@ def summary(lines: list[dict[str, Any]], optimized: str) -> dict[tuple[str, str]
             for key, group in groups.items()}
 
 
+def limits(lessons: list[dict[str, Any]]) -> list[str]:
+    """Each limit the timer took from a held batch (rounds_profile_plugin.spy_on_holds' lines), in words: the batch,
+    its hold, and the call whose host step set it beside the median step."""
+    said = []
+    for lesson in lessons:
+        if lesson.get("limit") is not None and lesson["steps"]:
+            steps = lesson["steps"]
+            at = max(range(len(steps)), key=steps.__getitem__)
+            said.append(f"a limit of {lesson['limit']:.2f} ms from a batch of {len(steps)} calls behind a "
+                        f"{lesson['hold']:.2f} ms hold: call {at} took the host {steps[at]:.2f} ms (the median call "
+                        f"{statistics.median(steps):.2f} ms)")
+    return said
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rounds", type=Path)
@@ -68,6 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     lines = [json.loads(t) for t in args.rounds.read_text().splitlines() if t.strip()]
     lines = [line for line in lines if args.test in (line.get("test") or "")]
+    holds = [line for line in lines if "hold" in line]  # the timer's lessons (rounds_profile_plugin.spy_on_holds)
+    lines = [line for line in lines if "kernels" in line]
+    for said in limits(holds):
+        print(said)
     ahead = sum(line["ahead"] for line in lines)
     print(f"{len(lines)} profiled batches, the host ahead in {ahead}")
     for (reference, after), s in sorted(summary(lines, args.optimized).items()):

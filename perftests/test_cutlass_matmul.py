@@ -145,6 +145,9 @@ def test_cutlass_vs_k_chunked_matmul(perf, device: str) -> None:
     # Twice the first set's chunk bound: the other input sets are drawn from the same distribution.
     tol = dict(rtol=1.6e-2, atol=reduction_atol(expected, K) + 2 * chunk_rounding)
     perf.assert_close(out, expected, **tol)
+    # Timed in milliseconds (the loop is not tensor-core-bound: timers.cycles.counts_cycles), so the speedup carries
+    # the clock each card runs the CUTLASS GEMM at, in the same cycles on every card: the spread its band holds
+    # (docs/results/gate-study-h200.md, "Two more fresh cards under -n 2").
     compare_on_inputs(perf, k_chunked_matmul, lambda x, w: cg.matmul(x, w), make, name="vs_k_chunked_torch_matmul", **tol,
                       flops=mm.matmul_flops(M, N, K), flops_dtype="bf16", config=cg.config_record("16bit"))
 

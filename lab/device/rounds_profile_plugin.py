@@ -4,7 +4,8 @@ docs/results/gate-study-h200.md). Loaded as `-p rounds_profile_plugin` with this
 $SPEEDGATE_LAB_ROUNDS naming a JSON-lines file: every batch of 4 calls or more that CudaTimer.time_each times with a
 learned hold (the rounds and warm-ups; not the audit's own profiled calls, which pass their hold) runs under the
 profiler, up to $SPEEDGATE_LAB_ROUNDS_MAX batches a test (default 40), and one line per batch is written: each call's
-event ms, its kernels on the timed stream (name, start and length in us), and the flush kernel's end before it. The
+event ms, its kernels on the timed stream (name, start and length in us), and the flush kernel's end before it; and
+every lesson the timer takes from a held batch (spy_on_holds), profiled or not. The
 profiler slows the host's launches; the hold is learned from the batches before, so a line also says whether the
 host stayed ahead (a batch it did not is not the gate's rhythm). lab/rounds_profile.py reads the file."""
 
@@ -66,3 +67,24 @@ def pytest_configure(config: Any) -> None:
         return times
 
     CudaTimer.time_each = time_each  # type: ignore[method-assign]
+    spy_on_holds(path)
+
+
+def spy_on_holds(path: str) -> None:
+    """Each lesson the timer takes from a held batch (speedgate.timers.cuda.learn_hold): the hold, the host's steps
+    (ms per call), the device floor and what it learned, one line each ({"hold": ...}) in the same file: where a
+    limit came from, and which call's step set it."""
+    from speedgate.timers import cuda
+
+    learn = cuda.learn_hold
+
+    def learn_hold(marks_ms: Any, device_ms: float, hold: float) -> Any:
+        learned = learn(marks_ms, device_ms, hold)
+        steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
+        with open(path, "a") as out:
+            out.write(json.dumps({"test": _profiled.get("test"), "hold": hold, "device_ms": device_ms,
+                                  "steps": [round(v, 4) for v in steps], "behind": learned[0],
+                                  "limit": learned[1]}) + "\n")
+        return learned
+
+    cuda.learn_hold = learn_hold  # type: ignore[assignment]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.rounds_profile import calls_of, summary
+from lab.rounds_profile import calls_of, limits, summary
 
 
 def batch(sides: list[str], gaps: dict[int, float], flush_us: float = 10.0) -> dict:
@@ -48,3 +48,10 @@ def test_a_trace_without_one_flush_per_call_is_not_read() -> None:
     line = batch(["ref", "opt"], {})
     line["calls"] = 3
     assert calls_of(line, "_attn_fwd") == []
+
+
+def test_a_limit_the_timer_took_names_the_call_that_set_it() -> None:
+    lessons = [{"hold": 1.3, "device_ms": 50.0, "steps": [2.1, 0.1, 1.2, 0.1], "behind": None, "limit": 1.0},
+               {"hold": 1.0, "device_ms": 50.0, "steps": [1.2, 0.1], "behind": 0.0, "limit": None}]
+    assert limits(lessons) == ["a limit of 1.00 ms from a batch of 4 calls behind a 1.30 ms hold: call 0 took the host "
+                               "2.10 ms (the median call 0.65 ms)"]
