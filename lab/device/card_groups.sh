@@ -8,8 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/device/lib.sh
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) CUDA_VISIBLE_DEVICES=0
-begin_call "${1:?OUT}"
+one_gpu_call "${1:?OUT}"
 nvidia-smi -q -i 0 > "$work/smi.txt" 2>&1
 step facts 120 python3 -m lab.card_layout_probe "$work/card.json"
 step cycles 200 python3 -m lab.cycles_probe "$work" --pairs k_chunked,attn2048_compile --batches 8
@@ -18,6 +17,4 @@ for ((i = 1; i <= ${REPEAT:-1}; i++)); do
     perftests/test_triton_attention.py -k "k_chunked or l2_eviction or flash_attention and 2048-128-causal" \
     -p no:cacheprovider -q --speedgate-json "$work/gate$i.json"
 done
-# Everything packed in one archive (a call brings back a few files): the summary and nvidia-smi's query beside it.
-tar czf /tmp/card_groups.tgz -C "$work" . && find "$work" -mindepth 1 ! -name summary.txt ! -name smi.txt -delete \
-  && mv /tmp/card_groups.tgz "$work/all.tgz"
+pack_call smi.txt

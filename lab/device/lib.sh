@@ -37,6 +37,20 @@ begin_call() {
   list_cards | tee -a "$work/summary.txt"
 }
 
+# one_gpu_call OUT: begin_call for a script of one GPU (GPU 0) whose compiles start from empty Triton and inductor
+# caches; pack_call [NAME...]: at its end, everything in $work packed into $work/all.tgz but summary.txt and the files
+# named (a call brings back only a few files).
+one_gpu_call() {
+  export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) CUDA_VISIBLE_DEVICES=0
+  begin_call "$1"
+}
+pack_call() {
+  local keep=(-name summary.txt) name
+  for name in "$@"; do keep+=(-o -name "$name"); done
+  tar czf /tmp/pack_call.tgz -C "$work" . && find "$work" -mindepth 1 ! \( "${keep[@]}" \) -delete \
+    && mv /tmp/pack_call.tgz "$work/all.tgz"
+}
+
 # resume_state: for a script whose work outlives a call (steps in the background, calls chained on the warm
 # machine): $state (.gpu-state/, git-ignored; the baseline files copied in on the first call) and $work (its logs),
 # the packages installed, and this call's time and cards appended to $work/summary.txt.

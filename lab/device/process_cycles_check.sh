@@ -7,9 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/device/lib.sh
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) CUDA_VISIBLE_DEVICES=0
-begin_call "${1:?OUT}"
+one_gpu_call "${1:?OUT}"
 for ((i = 1; i <= ${PROCESSES:-8}; i++)); do
   step "probe$i" 120 python3 -m lab.cycles_probe "$work/p$i" --pairs k_chunked,attn2048_compile --conditions suite --batches 8
 done
-tar czf /tmp/cycles.tgz -C "$work" . && find "$work" -mindepth 1 ! -name summary.txt -delete && mv /tmp/cycles.tgz "$work/all.tgz"
+pack_call

@@ -7,12 +7,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/device/lib.sh
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) CUDA_VISIBLE_DEVICES=0
-begin_call "${1:?OUT}"
+one_gpu_call "${1:?OUT}"
 for ((i = 1; i <= ${PROCESSES:-5}; i++)); do
   export SPEEDGATE_LAB_ROUNDS=$work/rounds$i.jsonl SPEEDGATE_LAB_ROUNDS_MAX=400
   PYTHONPATH=lab/device:${PYTHONPATH:-} step "gate$i" 200 python3 -m pytest perftests/test_triton_attention.py -p rounds_profile_plugin \
     -k "test_flash_attention and 2048-128-causal and not gluon" -p no:cacheprovider -q --speedgate-json "$work/gate$i.json"
   python3 -m lab.rounds_profile "$work/rounds$i.jsonl" | tee -a "$work/summary.txt"
 done
-tar czf /tmp/rounds.tgz -C "$work" . && find "$work" -mindepth 1 ! -name summary.txt -delete && mv /tmp/rounds.tgz "$work/all.tgz"
+pack_call
