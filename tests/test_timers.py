@@ -40,6 +40,23 @@ def test_a_host_that_waited_for_the_hold_learns_no_shortfall_and_limits_the_hold
     assert learn_hold([20.0, 40.0], device_ms=10.0, hold=HOLD_MARGIN_MS) == (15.0, None)
 
 
+def test_a_call_whose_host_work_is_long_every_time_waited_for_nothing():
+    # A compiled reference taking the host 1.4 ms a call beside a 0.05 ms side, behind a 2 ms hold: each of its calls
+    # takes half the hold, and none of them waited (the launch queue is far from full). Read as a wait, it limited
+    # the hold to the margin and cut every later batch into one-call pieces.
+    ref, opt = object(), object()
+    keys = [ref, opt] * 20
+    marks, t = [], 0.0
+    for key in keys:
+        t += 1.4 if key is ref else 0.05
+        marks.append(t)
+    behind, limit = learn_hold(marks, device_ms=25.6, hold=2.0, keys=keys)
+    assert limit is None and behind == pytest.approx((t - 25.6) / 40)
+    # The same batch with one call of the reference blocked until the hold ended: that one waited.
+    marks_blocked = [m if i < 6 else m + 30.0 for i, m in enumerate(marks)]
+    assert learn_hold(marks_blocked, device_ms=25.6, hold=40.0, keys=keys) == (None, pytest.approx(marks[5]))
+
+
 def test_the_device_floor_takes_each_callables_fastest_call_and_the_flushes():
     a, b = (lambda: None), (lambda: None)
     assert device_floor_ms([a, b, a, b], [1.0, 3.0, 1.5, 2.0], flush_ms=0.1) == pytest.approx(1 + 2 + 1 + 2 + 0.4)

@@ -78,8 +78,8 @@ def spy_on_holds(path: str) -> None:
 
     learn = cuda.learn_hold
 
-    def learn_hold(marks_ms: Any, device_ms: float, hold: float) -> Any:
-        learned = learn(marks_ms, device_ms, hold)
+    def learn_hold(marks_ms: Any, device_ms: float, hold: float, keys: Any = None) -> Any:
+        learned = learn(marks_ms, device_ms, hold, keys)
         steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
         with open(path, "a") as out:
             out.write(json.dumps({"test": _profiled.get("test"), "hold": hold, "device_ms": device_ms,

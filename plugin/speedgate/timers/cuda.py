@@ -278,7 +278,7 @@ class CudaTimer(Timer):
         times = [start.elapsed_time(end) for start, end in pairs]
         if learning:
             behind, limit = learn_hold([(m - queued) * 1e3 for m in marks], device_floor_ms(fns, times, self.flush_ms),
-                                       held)
+                                       held, [id(fn) for fn in fns])
             if behind is not None:
                 self._behind_per_call = behind
             if limit is not None and self._pending_limit is not None:
