@@ -640,3 +640,15 @@ def test_the_study_says_how_many_lost_traces_its_runs_took_again() -> None:
     slowed[0.05][0]["cases"][0]["traces_lost"] = 2
     assert "; 3 lost trace(s) taken again, in 1 comparison(s)" in study.table(clean, slowed)
     assert "lost trace" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})
+
+
+def test_the_study_says_how_many_held_batches_were_cut_into_pieces() -> None:
+    """A batch cut into one-call pieces, each behind its own hold, read the causal flash kernel 2-3% slower beside its
+    compiled reference on an H200: the summary adds up such batches (cut_batches) over every run, so a study shows
+    whether the timer still cuts them."""
+    clean = [report({"a": "pass", "b": "pass"})]
+    clean[0]["cases"][1]["cut_batches"] = 4
+    slowed = {0.05: [report({"a": "regressed", "b": "regressed"})]}
+    slowed[0.05][0]["cases"][1]["cut_batches"] = 5
+    assert "; 9 held batch(es) cut into pieces, in 1 comparison(s)" in study.table(clean, slowed)
+    assert "cut into pieces" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})

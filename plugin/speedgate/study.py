@@ -345,6 +345,12 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
     if lost:
         summary.append(f"{sum(n for _, n in lost)} lost trace(s) taken again, in {len({c for c, _ in lost})} "
                        "comparison(s)")
+    # Held batches the timer cut into pieces, each behind its own hold (Timer.pieces): their calls followed a hold,
+    # not the call before, which moved a side's time (docs/results/gate-study-h200.md, "Two more fresh cards").
+    cut = [(c["case_id"], n) for _, r in every_run for c in r.get("cases", []) if (n := c.get("cut_batches"))]
+    if cut:
+        summary.append(f"{sum(n for _, n in cut)} held batch(es) cut into pieces, in {len({c for c, _ in cut})} "
+                       "comparison(s)")
     named = "\n".join([*(f"- a metric of {label}, `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for label, m in cried),
                         *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
