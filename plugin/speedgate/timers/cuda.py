@@ -158,10 +158,9 @@ class CudaTimer(Timer):
         self.cycles_per_ms = spin_cycles_per_ms(torch)
         self.flush_ms = median_event_ms(torch, self._flush.zero_, calls=5)
         # What the held batches of the comparison being measured showed (learn_hold; reset by for_sides). A limit is
-        # taken only when two learning batches in a row teach one (_pending_limit holds the first): a host stalled
-        # once (a collection, another process's work) at a batch's start reads as a full launch queue, and a limit
-        # of the margin cut every later batch into one-call pieces, each behind its own hold
-        # (docs/results/gate-study-h200.md, "The flash kernel beside its compiled reference").
+        # taken only when two learning batches in a row teach one (_pending_limit holds the first), so that one stall
+        # of the host cannot cut the rest of a comparison into pieces, each call behind its own hold: a regime in
+        # which a side times otherwise (docs/results/gate-study-h200.md, "Two more fresh cards under -n 2").
         self._behind_per_call = 0.0
         self._hold_limit = HOLD_CAP_MS
         self._pending_limit: float | None = None
