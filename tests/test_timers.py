@@ -52,9 +52,15 @@ def test_a_call_whose_host_work_is_long_every_time_waited_for_nothing():
         marks.append(t)
     behind, limit = learn_hold(marks, device_ms=25.6, hold=2.0, keys=keys)
     assert limit is None and behind == pytest.approx((t - 25.6) / 40)
+    # A reference called once in the batch teaches no wait: nothing to hold its step against.
+    assert learn_hold([1.4, 1.45], device_ms=1.3, hold=2.0, keys=[ref, opt])[1] is None
     # The same batch with one call of the reference blocked until the hold ended: that one waited.
     marks_blocked = [m if i < 6 else m + 30.0 for i, m in enumerate(marks)]
     assert learn_hold(marks_blocked, device_ms=25.6, hold=40.0, keys=keys) == (None, pytest.approx(marks[5]))
+    # A side blocked at its first call of the batch, the queue filled by the other side's calls before it: a wait.
+    steps = [0.5, 30.0] + [0.5, 0.4] * 9
+    marks_first = [sum(steps[:i + 1]) for i in range(len(steps))]
+    assert learn_hold(marks_first, device_ms=9.0, hold=40.0, keys=[ref, opt] * 10) == (None, HOLD_MARGIN_MS)
 
 
 def test_the_device_floor_takes_each_callables_fastest_call_and_the_flushes():

@@ -16,8 +16,8 @@ HOLD_SLACK = 1.25
 # Never longer than this: a batch is about 50 ms of work, and a side the hold cannot put behind the host (one that
 # synchronizes unnoticed) must not grow it without end.
 HOLD_CAP_MS = 100.0
-# A call read as waiting for the hold takes at least this many times the median of its callable's calls queued before
-# it in the batch: a wait is one call's, a slow host's pace is every call's.
+# A call read as waiting for the hold takes at least this many times the median of its callable's other calls in the
+# batch: a wait is one call's, a slow host's pace is every call's.
 WAITED_RATIO = 3.0
 # The shortest and longest hold behind which a call is watched for making the host wait (CudaTimer.synchronizes).
 # A call whose host work alone lasts half the longest reads as waiting: it is launch-bound, timed from idle anyway.
@@ -45,21 +45,21 @@ def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float,
 
     marks_ms: host time since the batch started queueing, after each call; device_ms: the least device time the
     batch needed (device_floor_ms); keys: each call's callable (one callable for all when None). A call that took
-    the host half the hold or more, and WAITED_RATIO times the median of its callable's calls queued before it, waited
-    for it: the launch queue was full (a call of many kernels, after calls that filled it). The host was then ahead
-    anyway, and a longer hold only leaves the device idle: the batch teaches no shortfall, and the hold is limited to
-    what the host took to queue the calls before that one (at least the margin). A call with no call of its callable
-    before it cannot have found the queue full, and one whose host work is as long every time (a compiled model's
-    guards and wrapper) waited for nothing, however short the hold.
+    the host half the hold or more, and WAITED_RATIO times the median of its callable's other calls in the batch,
+    waited for it: the launch queue was full (calls of many kernels). The host was then ahead anyway, and a longer
+    hold only leaves the device idle: the batch teaches no shortfall, and the hold is limited to what the host took
+    to queue the calls before that one (at least the margin). A call whose host work is as long every time (a
+    compiled model's guards and wrapper) waited for nothing, however short the hold; nor does a callable called once
+    in the batch teach a wait (nothing to hold it against).
     """
     if not marks_ms:
         return None, None
     steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
     callables = list(keys) if keys is not None else [None] * len(steps)
     longest = max(range(len(steps)), key=steps.__getitem__)
-    earlier = [s for s, k in zip(steps[:longest], callables) if k == callables[longest]]
-    if (hold > HOLD_MARGIN_MS and steps[longest] >= hold / 2 and earlier
-            and steps[longest] >= WAITED_RATIO * median(earlier)):
+    others = [s for i, (s, k) in enumerate(zip(steps, callables)) if k == callables[longest] and i != longest]
+    if (hold > HOLD_MARGIN_MS and steps[longest] >= hold / 2 and others
+            and steps[longest] >= WAITED_RATIO * median(others)):
         before = marks_ms[longest - 1] if longest else 0.0
         return None, max(HOLD_MARGIN_MS, before)
     return max(0.0, marks_ms[-1] - device_ms) / len(marks_ms), None
