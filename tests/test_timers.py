@@ -655,3 +655,35 @@ def test_no_collection_runs_while_the_host_queues_a_batch_and_the_collector_is_l
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
+
+
+class _ChromeTrace:
+    """A finished profiler whose chrome trace holds `events` (or whose export fails, with events None)."""
+
+    def __init__(self, events: list | None) -> None:
+        self.events = events
+
+    def export_chrome_trace(self, path: str) -> None:
+        import json
+
+        if self.events is None:
+            raise RuntimeError("no trace")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": self.events}, f)
+
+
+def test_the_device_events_of_a_trace_are_its_kernels_memsets_and_copies_in_start_order():
+    from speedgate.timers.cuda import device_events, traced_kernels
+
+    spin = {"ph": "X", "cat": "kernel", "name": "spin_kernel", "ts": 0, "dur": 1000, "args": {"stream": 9}}
+    flush = {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1001, "dur": 20, "args": {"stream": 9}}
+    work = {"ph": "X", "cat": "kernel", "name": "_attn_fwd_kernel", "ts": 1030, "dur": 170,
+            "args": {"stream": 7, "grid": [32, 128, 1], "block": [128, 1, 1], "registers per thread": 138}}
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 1300, "dur": 5, "args": {"stream": 7}}
+    host = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 3}, {"ph": "i", "cat": "kernel", "ts": 9}]
+    found = device_events(_ChromeTrace([copy, work, *host, flush, spin]))
+    assert [e["name"] for e in found] == ["spin_kernel", "Memset (Device)", "_attn_fwd_kernel", "Memcpy DtoH"]
+    assert device_events(_ChromeTrace(None)) == [] and device_events(_ChromeTrace([])) == []
+    # The codegen facts: the timed stream's kernels only (the flush stream is the first activity's).
+    assert traced_kernels(_ChromeTrace([copy, work, flush, spin])) == [
+        {"name": "_attn_fwd_kernel", "grid": [32, 128, 1], "block": [128, 1, 1], "registers": 138, "share": 1.0}]

@@ -24,16 +24,11 @@ def pytest_runtest_setup(item: Any) -> None:
 
 
 def traced(prof: Any) -> list[dict[str, Any]]:
-    """Every kernel of a finished trace (the profiler's chrome trace): name, stream, start and length in us."""
-    import tempfile
+    """Every kernel and memset of a finished trace (speedgate's device_events): name, stream, start and length in us."""
+    from speedgate.timers.cuda import device_events
 
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        with open(f.name) as exported:
-            trace = json.load(exported)
-    return sorted(({"name": str(e.get("name")), "stream": (e.get("args") or {}).get("stream"), "start": e.get("ts"),
-                    "us": e.get("dur")} for e in trace.get("traceEvents", [])
-                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset")), key=lambda k: k["start"])
+    return [{"name": str(e.get("name")), "stream": (e.get("args") or {}).get("stream"), "start": e.get("ts"),
+             "us": e.get("dur")} for e in device_events(prof) if e.get("cat") in ("kernel", "gpu_memset")]
 
 
 def pytest_configure(config: Any) -> None:
@@ -75,12 +70,13 @@ def spy_on_holds(path: str) -> None:
     (ms per call), the device floor and what it learned, one line each ({"hold": ...}) in the same file: where a
     limit came from, and which call's step set it."""
     from speedgate.timers import cuda
+    from speedgate.timers.holds import host_steps
 
     learn = cuda.learn_hold
 
     def learn_hold(marks_ms: Any, device_ms: float, hold: float, keys: Any = None) -> Any:
         learned = learn(marks_ms, device_ms, hold, keys)
-        steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
+        steps = host_steps(marks_ms)
         with open(path, "a") as out:
             out.write(json.dumps({"test": _profiled.get("test"), "hold": hold, "device_ms": device_ms,
                                   "steps": [round(v, 4) for v in steps], "behind": learned[0],

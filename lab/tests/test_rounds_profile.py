@@ -55,3 +55,23 @@ def test_a_limit_the_timer_took_names_the_call_that_set_it() -> None:
                {"hold": 1.0, "device_ms": 50.0, "steps": [1.2, 0.1], "behind": 0.0, "limit": None}]
     assert limits(lessons) == ["a limit of 1.00 ms from a batch of 4 calls behind a 1.30 ms hold: call 0 took the host "
                                "2.10 ms (the median call 0.65 ms)"]
+
+
+def test_the_plugin_reads_a_trace_through_speedgates_device_events(tmp_path, monkeypatch) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "device"))
+    sys.modules.pop("rounds_profile_plugin", None)
+    import rounds_profile_plugin
+
+    class Finished:
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text(json.dumps({"traceEvents": [
+                {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "ts": 5, "dur": 1, "args": {"stream": 7}},
+                {"ph": "X", "cat": "kernel", "name": "k", "ts": 2, "dur": 3, "args": {"stream": 7}},
+                {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0, "dur": 1, "args": {"stream": 9}}]}))
+
+    assert rounds_profile_plugin.traced(Finished()) == [
+        {"name": "Memset (Device)", "stream": 9, "start": 0, "us": 1}, {"name": "k", "stream": 7, "start": 2, "us": 3}]

@@ -77,18 +77,15 @@ def traced_intervals(prof: Any, device_type: Any) -> list[tuple[float, float, An
             for e in prof.events() if e.device_type == device_type]
 
 
-def traced_kernels(prof: Any) -> list[dict[str, Any]]:
-    """The kernels of a finished torch.profiler trace of profiled calls, as speedgate.codegen's facts (name, grid,
-    block, registers, shared memory, and each one's share of the kernels' time), the flush stream's left out (its
-    first activity: the hold's spin kernel).
+def device_events(prof: Any) -> list[dict[str, Any]]:
+    """The device's activities (kernels, memsets, copies) of a finished torch.profiler trace, in the order they
+    started, as the profiler's chrome trace holds them (name, ts, dur, and args: stream, grid, block, registers...).
 
-    The launch facts are in the trace's own file (the profiler's chrome trace), where this torch's raw events leave
-    their metadata empty (torch 2.11): exported once per side, a few kilobytes. [] when the trace cannot be read."""
+    Read from the trace's own file, where this torch's raw events leave the launch facts empty (torch 2.11): exported
+    once, a few kilobytes. [] when the trace cannot be exported."""
     import json
     import os
     import tempfile
-
-    from ..codegen import trace_kernels
 
     try:
         fd, path = tempfile.mkstemp(suffix=".json", prefix="speedgate-trace-")
@@ -99,10 +96,21 @@ def traced_kernels(prof: Any) -> list[dict[str, Any]]:
                 trace = json.load(f)
         finally:
             os.unlink(path)
-    except Exception:  # a torch whose trace cannot be exported: no codegen facts for this side
+    except Exception:  # a torch whose trace cannot be exported
         return []
-    events = sorted((e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
-                     and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")), key=lambda e: e.get("ts", 0))
+    return sorted((e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+                   and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")), key=lambda e: e.get("ts", 0))
+
+
+def traced_kernels(prof: Any) -> list[dict[str, Any]]:
+    """The kernels of a finished torch.profiler trace of profiled calls, as speedgate.codegen's facts (name, grid,
+    block, registers, shared memory, and each one's share of the kernels' time), the flush stream's left out (its
+    first activity: the hold's spin kernel); [] when the trace cannot be read (device_events)."""
+    import json
+
+    from ..codegen import trace_kernels
+
+    events = device_events(prof)
     if not events:
         return []
     flush_stream = (events[0].get("args") or {}).get("stream")

@@ -39,6 +39,12 @@ def hold_ms(behind_per_call: float, calls: int, limit: float = HOLD_CAP_MS) -> f
     return min(limit, HOLD_CAP_MS, wanted_hold_ms(behind_per_call, calls))
 
 
+def host_steps(marks_ms: Sequence[float]) -> list[float]:
+    """Each call's own share of the host's queueing (ms): the marks (time since the batch started queueing, after each
+    call) apart."""
+    return [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
+
+
 def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float,
                keys: Sequence[object] | None = None) -> tuple[float | None, float | None]:
     """What a held batch teaches: (host ms behind per call, or None to keep the last figure; a new limit, or None).
@@ -54,7 +60,7 @@ def learn_hold(marks_ms: Sequence[float], device_ms: float, hold: float,
     """
     if not marks_ms:
         return None, None
-    steps = [b - a for a, b in zip([0.0, *marks_ms[:-1]], marks_ms)]
+    steps = host_steps(marks_ms)
     callables = list(keys) if keys is not None else [None] * len(steps)
     longest = max(range(len(steps)), key=steps.__getitem__)
     others = [s for i, (s, k) in enumerate(zip(steps, callables)) if k == callables[longest] and i != longest]
