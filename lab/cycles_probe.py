@@ -27,6 +27,7 @@ docs/results/gate-study-h200.md, "The fused MLP's tile and the clock"). OUT/cycl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -69,8 +70,9 @@ class Stamps:
         return list(zip(cycles, mhz))
 
 
+@functools.cache
 def blessed_cases(hardware_key: str) -> dict[str, Any]:
-    """The committed baseline file's entries for this GPU kind."""
+    """The committed baseline file's entries for this GPU kind (read once: the matmul and MLP families both ask)."""
     root = Path(__file__).resolve().parents[1]
     return json.loads((root / "baselines" / f"{hardware_key}.json").read_text())["cases"]
 
