@@ -631,24 +631,18 @@ def test_a_clean_test_that_failed_before_its_comparison_was_judged_is_counted_an
     assert "t.py::test_a`: failed before" not in text
 
 
-def test_the_study_says_how_many_lost_traces_its_runs_took_again() -> None:
-    """The tenth H200 study (2026-11-28): a lost trace that a retry recorded showed only in one test's warnings. Each
-    record now counts them (traces_lost), and the summary adds them up over every run, clean and slowed."""
+@pytest.mark.parametrize("field, case, counts, said, unsaid", [
+    ("traces_lost", 0, (1, 2), "; 3 lost trace(s) taken again, in 1 comparison(s)", "lost trace"),
+    ("cut_batches", 1, (4, 5), "; 9 held batch(es) cut into pieces, in 1 comparison(s)", "cut into pieces")])
+def test_the_study_adds_up_what_its_runs_records_count(field: str, case: int, counts: tuple[int, int], said: str,
+                                                         unsaid: str) -> None:
+    """Counts the records hold, added up over every run, clean and slowed. Lost traces: the tenth H200 study
+    (2026-11-28) showed a lost trace that a retry recorded only in one test's warnings. Batches cut into one-call
+    pieces, each behind its own hold: they read the causal flash kernel 2-3% slower beside its compiled reference on
+    an H200, so a study shows whether the timer still cuts them."""
     clean = [report({"a": "pass", "b": "pass"})]
-    clean[0]["cases"][0]["traces_lost"] = 1
+    clean[0]["cases"][case][field] = counts[0]
     slowed = {0.05: [report({"a": "regressed", "b": "regressed"})]}
-    slowed[0.05][0]["cases"][0]["traces_lost"] = 2
-    assert "; 3 lost trace(s) taken again, in 1 comparison(s)" in study.table(clean, slowed)
-    assert "lost trace" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})
-
-
-def test_the_study_says_how_many_held_batches_were_cut_into_pieces() -> None:
-    """A batch cut into one-call pieces, each behind its own hold, read the causal flash kernel 2-3% slower beside its
-    compiled reference on an H200: the summary adds up such batches (cut_batches) over every run, so a study shows
-    whether the timer still cuts them."""
-    clean = [report({"a": "pass", "b": "pass"})]
-    clean[0]["cases"][1]["cut_batches"] = 4
-    slowed = {0.05: [report({"a": "regressed", "b": "regressed"})]}
-    slowed[0.05][0]["cases"][1]["cut_batches"] = 5
-    assert "; 9 held batch(es) cut into pieces, in 1 comparison(s)" in study.table(clean, slowed)
-    assert "cut into pieces" not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})
+    slowed[0.05][0]["cases"][case][field] = counts[1]
+    assert said in study.table(clean, slowed)
+    assert unsaid not in study.table([report({"a": "pass"})], {0.05: [report({"a": "regressed"})]})

@@ -339,18 +339,14 @@ def table(clean: Sequence[Mapping[str, Any]], slowed_runs: Mapping[float, Sequen
             else f"no run slowed by {share:.0%}")
     if heavy.get(share):
         line += f" (and {heavy[share]} caught one that landed heavier than {share * HEAVY:.1%}, left out)"
-    # Traces the profiler lost and the audit took again (timers.cuda.LostTrace), over every run: said, so that a
-    # study shows how often the retry ran.
-    lost = [(c["case_id"], n) for _, r in every_run for c in r.get("cases", []) if (n := c.get("traces_lost"))]
-    if lost:
-        summary.append(f"{sum(n for _, n in lost)} lost trace(s) taken again, in {len({c for c, _ in lost})} "
-                       "comparison(s)")
-    # Held batches the timer cut into pieces, each behind its own hold (Timer.pieces): their calls followed a hold,
-    # not the call before, which moved a side's time (docs/results/gate-study-h200.md, "Two more fresh cards").
-    cut = [(c["case_id"], n) for _, r in every_run for c in r.get("cases", []) if (n := c.get("cut_batches"))]
-    if cut:
-        summary.append(f"{sum(n for _, n in cut)} held batch(es) cut into pieces, in {len({c for c, _ in cut})} "
-                       "comparison(s)")
+    # Counts every run's records hold, added up over the runs and said where any is not 0, so that a study shows how
+    # often each happened: traces the profiler lost and the audit took again (timers.cuda.LostTrace), and held
+    # batches the timer cut into pieces, each behind its own hold (Timer.pieces), whose calls followed a hold, not the
+    # call before, which moved a side's time (docs/results/gate-study-h200.md, "Two more fresh cards").
+    for field, words in (("traces_lost", "lost trace(s) taken again"), ("cut_batches", "held batch(es) cut into pieces")):
+        counted = [(c["case_id"], n) for _, r in every_run for c in r.get("cases", []) if (n := c.get(field))]
+        if counted:
+            summary.append(f"{sum(n for _, n in counted)} {words}, in {len({c for c, _ in counted})} comparison(s)")
     named = "\n".join([*(f"- a metric of {label}, `{m.get('metric_id', '?')}`: {m['verdict']} ({_number(m.get('value'))} "
                           f"against {_number(m.get('baseline'))})" for label, m in cried),
                         *(f"- a clean run's test `{nodeid}`: failed before a comparison of it was judged: "
