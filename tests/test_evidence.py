@@ -188,6 +188,12 @@ def test_case_adds_the_reports_evidence_of_the_named_entry_only(tmp_path: Path) 
     after = json.loads(path.read_text())
     assert "card-b" in after["cases"][CASE]["calibration"]["machines"]
     assert after["cases"][other] == doc["cases"][other]  # in the report, not named: left as it was
+    # The same report again for its other cases: known as held for the case it gave already, added for the other.
+    done = evidence_cli(path, run)
+    assert done.returncode == 0 and "left out: 1 case(s) of report" in done.stdout, done.stdout
+    after = json.loads(path.read_text())
+    assert after["cases"][CASE]["calibration"]["machines"]["card-b"]["speedups"] == [1.3]
+    assert after["cases"][other]["calibration"]["machines"]["card-b"]["speedups"] == [1.3]
     before = path.read_text()
     for args, says in (([run, "--case", "no::such::case"], "no report measured no::such::case"),
                        (["--case", CASE], "--case names the entries whose evidence the reports add")):
@@ -233,7 +239,8 @@ def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) ->
             (["--restart", "no::such::case"], "no::such::case: no such entry in the file"),
             (["--restart", CASE, "--restart", "uncalibrated::case"],
              "uncalibrated::case: cannot restart its evidence: it has no calibrated evidence"),
-            ([report(tmp_path, "run.json", 1.3, "card-b"), "--restart", CASE], "--restart takes no reports")):
+            ([report(tmp_path, "run.json", 1.3, "card-b"), "--restart", CASE, "--case", CASE],
+             "--restart takes the restarted entries' runs alone")):
         done = evidence_cli(path, *args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
         assert path.read_bytes() == before  # the first, restartable entry was not written either
@@ -259,6 +266,48 @@ def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) ->
     done = evidence_cli(path, "--restart", CASE)
     assert done.returncode == 2 and "is not valid JSON" in done.stderr and "left untouched" in done.stderr, done.stderr
     assert path.read_text() == '{"cases": {'
+
+
+def test_restart_from_gate_runs_of_the_new_code_where_the_bless_cannot_be_told_apart(tmp_path: Path) -> None:
+    """The H200 file's flash attention `vs_compile`, 2026-11-29: three of its eight cards read 2.9% low because the
+    timer cut their batches into pieces (fixed since), its bless's process could not be told apart (an earlier
+    speedgate's file), so --restart alone refused; gate runs of the fixed timer on five cards restart it. With
+    reports, --restart keeps those runs alone, whatever order the command line gives them in; runs of fewer than two
+    of the entry's cards are refused, and nothing is written."""
+    doc = bless_one(None, calibrated(6.231, "card-a"))
+    calibration = doc["cases"][CASE]["calibration"]
+    del calibration["machines"]["card-a"]["blessed"]  # an earlier speedgate recorded no bless time
+    for i, speedup in enumerate([6.021, 6.244, 6.027, 6.199]):  # old evidence, two cards cut by the timer
+        calibration = evidence.add_process(calibration, f"old-{i}", speedup, None, f"2026-11-25T00:0{i}:00Z")
+    doc["cases"][CASE] = {**doc["cases"][CASE], "calibration": calibration,
+                          "tolerance": evidence.tolerance_of(calibration)}
+    wide = doc["cases"][CASE]["tolerance"]
+    assert wide > 0.03
+    path = tmp_path / "gpu-x.json"
+    path.write_text(json.dumps(doc))
+    one_card = [report(tmp_path, f"new-{i}.json", speedup, "new-a") for i, speedup in enumerate([6.19, 6.20])]
+    before = path.read_bytes()
+    done = evidence_cli(path, "--restart", CASE, *one_card)
+    assert done.returncode == 2 and "they hold 1 card(s) of it" in done.stderr, done.stderr
+    assert path.read_bytes() == before
+    runs = [*one_card, report(tmp_path, "new-b.json", 6.23, "new-b"), report(tmp_path, "new-c.json", 6.18, "new-c")]
+    done = evidence_cli(path, "--restart", CASE, *runs)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (f"{CASE}: evidence restarted from 4 gate run(s) on 3 cards: tolerance "
+                                           f"{wide:.1%} -> 2.0%")
+    after = json.loads(path.read_text())
+    entry = after["cases"][CASE]
+    assert sorted(entry["calibration"]["machines"]) == ["new-a", "new-b", "new-c"]
+    assert entry["calibration"]["process_speedups"] == [6.19, 6.2, 6.23, 6.18]
+    assert entry["calibration"]["spread"] == calibration["spread"] and entry["speedup"] == 6.231
+    assert entry["tolerance"] == evidence.CALIBRATION_FLOOR
+    assert evidence.judged_against(entry, entry["tolerance"]) == (6.195, 3)  # the new cards' center
+    assert "uncalibrated::case" not in after["cases"]  # the reports' other cases: not added by a restart
+    validate(after, path)
+    # The same reports again: already held, said, and nothing moves.
+    again = evidence_cli(path, *runs)
+    assert again.returncode == 0 and "already in this file's evidence" in again.stdout, again.stdout
+    assert json.loads(path.read_text())["cases"][CASE] == entry
 
 
 def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:

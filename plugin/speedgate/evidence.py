@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import codegen, picks
@@ -274,14 +274,20 @@ def _set_by(entry: Mapping[str, Any]) -> str:
     return f"the spread between runs in one process: {widest[0]:.2%}{card} (the widest of {where})"
 
 
+def _calibrated(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """entry's calibration; ValueError if a calibrating bless never wrote one."""
+    calibration = entry.get("calibration")
+    if not isinstance(calibration, Mapping) or not isinstance(calibration.get("spread"), (int, float)):
+        raise ValueError("it has no calibrated evidence: bless it with --speedgate-calibrate N")
+    return calibration
+
+
 def restart(entry: Mapping[str, Any]) -> dict[str, Any]:
     """entry with its evidence started again from its newest calibrating bless alone (that process's speedup,
     in-process spread and card) and its other picks dropped: for a case whose code changed, so that processes of the
     old code no longer set its tolerance or its center. ValueError if the entry has no calibrating bless to start
     from."""
-    calibration = entry.get("calibration")
-    if not isinstance(calibration, Mapping) or not isinstance(calibration.get("spread"), (int, float)):
-        raise ValueError("it has no calibrated evidence: bless it with --speedgate-calibrate N")
+    calibration = _calibrated(entry)
     when, speedup = calibration.get("measured_at"), entry.get("speedup")
 
     def blessed_here(card: Mapping[str, Any]) -> bool:
@@ -305,6 +311,15 @@ def restart(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {**out, "tolerance": tolerance_of(fresh), "calibration": fresh}
 
 
+def cleared(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """entry with no evidence yet, for a restart from gate runs of the new code (add_reports then adds them): its
+    calibration keeps the bless's run count, in-process spread and time, and holds no card; its other picks are
+    dropped. ValueError if the entry has no calibrated evidence."""
+    calibration = _calibrated(entry)
+    kept = {k: calibration[k] for k in ("runs", "spread", "measured_at") if k in calibration}
+    return {**{k: v for k, v in entry.items() if k != "picks"}, "calibration": {**kept, "machines": {}}}
+
+
 def card_count(calibration: Mapping[str, Any]) -> int:
     """How many recorded cards gave evidence (evidence from before cards were recorded counts as none)."""
     return sum(1 for name in cards(calibration) if name != UNRECORDED)
@@ -326,8 +341,8 @@ def _share(share: Any) -> str:
     return f"{share:.0%}" if isinstance(share, (int, float)) else str(share)
 
 
-def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]], *,
-                facts_only: bool = False) -> tuple[dict[str, Any], list[str], list[str]]:
+def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]], *, facts_only: bool = False,
+                only: Collection[str] = ()) -> tuple[dict[str, Any], list[str], list[str]]:
     """A baseline document with the kernels' codegen facts of gate runs' --speedgate-json reports recorded in the
     entries that have none, or added where an entry's kernels lack a fact the run read and every fact both hold is the
     same (same software; never replacing recorded ones: a re-bless does), and their speedups added
@@ -341,7 +356,9 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]], *,
     not this file's evidence either, nor is any comparison of a test that ran another config than an entry of it
     recorded (an autotuner's other choice: another kernel, on every side it runs), nor a comparison whose
     measurement never settled (settled: false, the device's speed still drifting). A report already in an entry's
-    evidence (the same file given again) is not added twice. facts_only: the facts alone, no speedup added anywhere."""
+    evidence (the same file given again) is not added twice. facts_only: the facts alone, no speedup added anywhere.
+    only: the case ids whose records are read (all when empty); a report is known by its whole content all the same,
+    so that one given again for its other cases is known as held."""
     cases = {k: dict(v) for k, v in doc["cases"].items()}
     again: dict[str, int] = {}
     changed: dict[str, tuple[float, float]] = {}
@@ -364,7 +381,7 @@ def add_reports(doc: Mapping[str, Any], reports: Iterable[Mapping[str, Any]], *,
             continue
         # A bless's report: the entries it wrote hold its processes already (_holds_report).
         blessed_at = str(report.get("run_time")) if (report.get("settings") or {}).get("update_baselines") else None
-        records = report.get("cases", [])
+        records = [r for r in report.get("cases", []) if not only or r.get("case_id") in only]
         other_kernel = set()
         for record in records:
             blessed = (cases.get(record.get("case_id")) or {}).get("config")

@@ -1,6 +1,7 @@
 """`python -m speedgate evidence BASELINE.json REPORT.json ...`: add gate runs' speedups to the evidence of a baseline
 file's calibrated entries (speedgate.evidence.add_reports), under the file's lock; or show the evidence by card; or,
-with --restart CASE_ID, start an entry's evidence again from its newest bless (speedgate.evidence.restart); or, with
+with --restart CASE_ID, start an entry's evidence again from its newest bless (speedgate.evidence.restart) or,
+given reports, from those runs alone (speedgate.evidence.cleared); or, with
 --catch SHARE, say which comparisons a slowdown of SHARE would pass on which card of the evidence (speedgate.catches)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from . import baseline as baseline_file
 from .catches import catches, check_share
 from .catches import lines as catch_lines
-from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, cards, restart
+from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, card_count, cards, cleared, restart
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -32,13 +33,6 @@ def load_report(path: Path) -> dict[str, Any]:
     if isinstance(settings, dict) and settings.get(STUDY_SLOWDOWN) is None and spins.exists():
         settings[STUDY_SLOWDOWN] = f"the share in {spins.name}"
     return doc
-
-
-def _only(report: dict[str, Any], case_ids: Sequence[str]) -> dict[str, Any]:
-    """report with only the named cases' records (all of them when none is named)."""
-    if not case_ids:
-        return report
-    return {**report, "cases": [c for c in report.get("cases") or [] if c.get("case_id") in case_ids]}
 
 
 def show(doc: dict[str, Any]) -> list[str]:
@@ -82,6 +76,39 @@ def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str
     return {**existing, "cases": cases}
 
 
+def _restarted_from(existing: dict[str, Any], case_ids: Sequence[str], reports: Sequence[dict[str, Any]],
+                    said: list[str], notes: list[str]) -> dict[str, Any]:
+    """existing with each named entry's evidence started again from the reports' processes of it alone (the new
+    code's gate runs; the bless stays the entry's speedup, judged against their cards' center): a line each into said,
+    the reports' notes into notes. BaselineError naming the first case id that cannot be (no such entry, none
+    calibrated, or reports of fewer than two of its cards: one card is no kind's center), so that nothing is
+    written."""
+    cases = dict(existing["cases"])
+    before: dict[str, float] = {}
+    for case_id in case_ids:
+        entry = cases.get(case_id)
+        if entry is None:
+            raise baseline_file.BaselineError(f"{case_id}: no such entry in the file")
+        try:
+            cases[case_id] = cleared(entry)
+        except ValueError as exc:
+            raise baseline_file.BaselineError(f"{case_id}: cannot restart its evidence: {exc}") from None
+        before[case_id] = float(entry["tolerance"])
+    doc, _, left_out = add_reports({**existing, "cases": cases}, reports, only=case_ids)
+    for case_id in case_ids:
+        entry = doc["cases"][case_id]
+        count = card_count(entry["calibration"])
+        if count < 2:
+            raise baseline_file.BaselineError(
+                f"{case_id}: cannot restart its evidence from these reports: they hold {count} card(s) of it that "
+                "the file takes, and a kind's center needs two or more")
+        processes = len(entry["calibration"]["process_speedups"])
+        said.append(f"{case_id}: evidence restarted from {processes} gate run(s) on {count} cards: tolerance "
+                    f"{before[case_id]:.1%} -> {entry['tolerance']:.1%}")
+    notes.extend(left_out)
+    return doc
+
+
 def _share_arg(text: str) -> float:
     """--catch's value (catches.check_share), or argparse's own message naming what is wrong with it."""
     try:
@@ -118,7 +145,8 @@ def main(argv: Sequence[str]) -> int:
         "--speedgate-json reports of gate runs")
     parser.add_argument("--restart", metavar="CASE_ID", action="append", default=[],
                         help="start this entry's evidence again from its newest calibrating bless alone, dropping "
-                             "the processes and other picks before it (for a case whose code changed since them); "
+                             "the processes and other picks before it (for a case whose code changed since them), "
+                             "or, with reports, from those gate runs of the new code alone (two cards or more); "
                              "repeat for more entries")
     parser.add_argument("--case", metavar="CASE_ID", action="append", default=[],
                         help="add the reports' evidence of this entry only, the file's other entries left as they "
@@ -132,16 +160,17 @@ def main(argv: Sequence[str]) -> int:
                         help="read only: would a slowdown of the optimized side by SHARE (0.05: 5%%) be caught on each "
                              "card of the evidence? Each card left out in turn, its readings slowed, judged against the "
                              "other cards' center and tolerance; prints the comparisons and cards that would miss it")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # reports after an option, as before it
     if args.catch is not None and (args.reports or args.restart or args.case or args.facts_only):
         parser.exit(2, "speedgate evidence: --catch reads the file's evidence and writes nothing: give it alone\n")
     if args.facts_only and not args.reports:
         parser.exit(2, "speedgate evidence: --facts-only records the facts of reports: give reports\n")
-    if args.restart and args.reports:
-        parser.exit(2, "speedgate evidence: --restart takes no reports: restart first, then add the new code's runs\n")
+    if args.restart and (args.case or args.facts_only):
+        parser.exit(2, "speedgate evidence: --restart takes the restarted entries' runs alone: give it without "
+                       "--case and --facts-only\n")
     if args.case and not args.reports:
         parser.exit(2, "speedgate evidence: --case names the entries whose evidence the reports add: give reports\n")
-    reports = [_only(report, args.case) for report in read_reports(parser, args.reports)]
+    reports = read_reports(parser, args.reports)
     missing = [case for case in args.case if not any(c.get("case_id") == case for r in reports for c in r["cases"])]
     if missing:
         parser.exit(2, f"speedgate evidence: no report measured {missing[0]}; the file was left untouched\n")
@@ -153,8 +182,10 @@ def main(argv: Sequence[str]) -> int:
         if existing is None:
             raise baseline_file.BaselineError(f"{args.baseline}: no such baseline file")
         if args.restart:
+            if reports:
+                return _restarted_from(existing, args.restart, reports, changed, notes)
             return _restarted(existing, args.restart, changed)
-        doc, lines, left_out = add_reports(existing, reports, facts_only=args.facts_only)
+        doc, lines, left_out = add_reports(existing, reports, facts_only=args.facts_only, only=args.case)
         changed.extend(lines)
         notes.extend(left_out)
         return doc if reports else None
@@ -166,7 +197,7 @@ def main(argv: Sequence[str]) -> int:
     if doc is None:
         parser.exit(2, f"speedgate evidence: {args.baseline}: no such baseline file\n")
     if args.restart:
-        for line in changed:
+        for line in [*changed, *notes]:
             print(line)
         return 0
     if args.catch is not None:
