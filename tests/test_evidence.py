@@ -269,12 +269,14 @@ def test_restart_refuses_what_it_cannot_do_and_writes_nothing(tmp_path: Path) ->
 
 
 def test_restart_from_gate_runs_of_the_new_code_where_the_bless_cannot_be_told_apart(tmp_path: Path) -> None:
-    """The H200 file's flash attention `vs_compile`, 2026-11-29: three of its eight cards read 2.9% low because the
-    timer cut their batches into pieces (fixed since), its bless's process could not be told apart (an earlier
-    speedgate's file), so --restart alone refused; gate runs of the fixed timer on five cards restart it. With
-    reports, --restart keeps those runs alone, whatever order the command line gives them in; runs of fewer than two
-    of the entry's cards are refused, and nothing is written."""
+    """An entry some of whose cards were measured another way than the code measures now (the H200 file's flash
+    attention `vs_compile`: the old timer cut some processes' batches into pieces; docs/results/gate-study-h200.md,
+    the twenty-fifth study), in a file whose bless's process cannot be told apart, so that --restart alone refuses.
+    With reports, --restart keeps those runs alone, whatever order the command line gives them in, and leaves the
+    reports' other entries as they were; runs of fewer than two of the entry's cards are refused, nothing written."""
     doc = bless_one(None, calibrated(6.231, "card-a"))
+    other = "uncalibrated::case"  # the reports' second case: calibrated in this file, not restarted
+    doc["cases"][other] = json.loads(json.dumps(doc["cases"][CASE]))
     calibration = doc["cases"][CASE]["calibration"]
     del calibration["machines"]["card-a"]["blessed"]  # an earlier speedgate recorded no bless time
     for i, speedup in enumerate([6.021, 6.244, 6.027, 6.199]):  # old evidence, two cards cut by the timer
@@ -302,12 +304,13 @@ def test_restart_from_gate_runs_of_the_new_code_where_the_bless_cannot_be_told_a
     assert entry["calibration"]["spread"] == calibration["spread"] and entry["speedup"] == 6.231
     assert entry["tolerance"] == evidence.CALIBRATION_FLOOR
     assert evidence.judged_against(entry, entry["tolerance"]) == (6.195, 3)  # the new cards' center
-    assert "uncalibrated::case" not in after["cases"]  # the reports' other cases: not added by a restart
+    assert after["cases"][other] == doc["cases"][other]
     validate(after, path)
-    # The same reports again: already held, said, and nothing moves.
+    # The same reports again: already held for the restarted entry, and nothing moves there; added for the other.
     again = evidence_cli(path, *runs)
     assert again.returncode == 0 and "already in this file's evidence" in again.stdout, again.stdout
-    assert json.loads(path.read_text())["cases"][CASE] == entry
+    again_doc = json.loads(path.read_text())
+    assert again_doc["cases"][CASE] == entry and "new-b" in again_doc["cases"][other]["calibration"]["machines"]
 
 
 def test_a_report_given_twice_is_added_once(tmp_path: Path) -> None:
