@@ -290,7 +290,8 @@ def test_restart_from_gate_runs_of_the_new_code_where_the_bless_cannot_be_told_a
     one_card = [report(tmp_path, f"new-{i}.json", speedup, "new-a") for i, speedup in enumerate([6.19, 6.20])]
     before = path.read_bytes()
     done = evidence_cli(path, "--restart", CASE, *one_card)
-    assert done.returncode == 2 and "they hold 1 card(s) of it" in done.stderr, done.stderr
+    assert done.returncode == 2 and "the file takes 2 of their runs of it, on 1 recorded card(s)" in done.stderr, \
+        done.stderr
     assert path.read_bytes() == before
     runs = [*one_card, report(tmp_path, "new-b.json", 6.23, "new-b"), report(tmp_path, "new-c.json", 6.18, "new-c")]
     done = evidence_cli(path, "--restart", CASE, *runs)

@@ -98,11 +98,13 @@ def _restarted_from(existing: dict[str, Any], case_ids: Sequence[str], reports: 
     for case_id in case_ids:
         entry = doc["cases"][case_id]
         count = card_count(entry["calibration"])
+        processes = len(entry["calibration"].get("process_speedups") or [])
         if count < 2:
+            why = "".join(f"; {line}" for line in left_out)
             raise baseline_file.BaselineError(
-                f"{case_id}: cannot restart its evidence from these reports: they hold {count} card(s) of it that "
-                "the file takes, and a kind's center needs two or more")
-        processes = len(entry["calibration"]["process_speedups"])
+                f"{case_id}: cannot restart its evidence from these reports: the file takes {processes} of their "
+                f"runs of it, on {count} recorded card(s) (a run on the CPU records none), and a kind's center needs "
+                f"two cards or more{why}")
         said.append(f"{case_id}: evidence restarted from {processes} gate run(s) on {count} cards: tolerance "
                     f"{before[case_id]:.1%} -> {entry['tolerance']:.1%}")
     notes.extend(left_out)
