@@ -17,6 +17,7 @@ from . import baseline as baseline_file
 from .catches import catches, check_share
 from .catches import lines as catch_lines
 from .evidence import SPINS_SUFFIX, STUDY_SLOWDOWN, UNRECORDED, add_reports, card_count, cards, cleared, restart
+from .options import number
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -113,10 +114,7 @@ def _restarted_from(existing: dict[str, Any], case_ids: Sequence[str], reports: 
 
 def _share_arg(text: str) -> float:
     """--catch's value (catches.check_share), or argparse's own message naming what is wrong with it."""
-    try:
-        share = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    share = number(text)
     try:
         return check_share(share)
     except ValueError as exc:

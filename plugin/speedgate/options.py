@@ -90,21 +90,24 @@ HELP_SCHEDULE = (
 )
 
 
-def _fraction(text: str) -> float:
+def number(text: str) -> float:
+    """An option's value as a number, or argparse's own error naming the text: the first step of every numeric
+    option's check, here and in the command-line tools."""
     try:
-        value = float(text)
-    except ValueError:
+        return float(text)
+    except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _fraction(text: str) -> float:
+    value = number(text)
     if not (math.isfinite(value) and 0.0 <= value < 1.0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a fraction in [0, 1), e.g. 0.1 for 10 percent")
     return value
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
     return value
@@ -112,10 +115,7 @@ def _positive(text: str) -> float:
 
 def deadline_seconds(text: str) -> float:
     """A deadline in seconds: a finite number >= 0 (0: none)."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text)
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds >= 0 (0: no deadline)")
     return value

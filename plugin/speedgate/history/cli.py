@@ -12,6 +12,7 @@ from typing import Any
 
 from ..baseline import now_iso
 from ..export import REPORT_VERSION
+from ..options import number
 from .changes import DEFAULT_DROP, DEFAULT_PENALTY, DetectorMissing, Series, changes_in, order_by_movement
 from .store import HistoryError, count_runs, group_series, parse_time, read_points, record_report
 
@@ -25,20 +26,14 @@ class ReportError(ValueError):
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text)
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a fraction in (0, 1), e.g. 0.02 for 2 percent")
     return value
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text)
     if not value > 0.0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
