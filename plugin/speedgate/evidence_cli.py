@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,21 +59,29 @@ def _evidence_line(entry: dict[str, Any]) -> str:
     return f"tolerance {entry['tolerance']:.1%}{between}; " + "; ".join(parts)
 
 
+def _started_again(cases: dict[str, Any], case_id: str, start: Callable[[Any], dict[str, Any]]) -> float:
+    """Replaces the named entry in cases by start's (evidence.restart or evidence.cleared) and returns its tolerance
+    before; BaselineError naming the case id where there is no such entry or start refuses it."""
+    entry = cases.get(case_id)
+    if entry is None:
+        raise baseline_file.BaselineError(f"{case_id}: no such entry in the file")
+    try:
+        cases[case_id] = start(entry)
+    except ValueError as exc:
+        raise baseline_file.BaselineError(f"{case_id}: cannot restart its evidence: {exc}") from None
+    return float(entry["tolerance"])
+
+
 def _restarted(existing: dict[str, Any], case_ids: Sequence[str], said: list[str]) -> dict[str, Any]:
     """existing with each named entry's evidence restarted (a line each into said); BaselineError naming the first
     case id that cannot be, so that nothing is written."""
     cases = dict(existing["cases"])
     for case_id in case_ids:
-        entry = cases.get(case_id)
-        if entry is None:
-            raise baseline_file.BaselineError(f"{case_id}: no such entry in the file")
-        try:
-            cases[case_id] = fresh = restart(entry)
-        except ValueError as exc:
-            raise baseline_file.BaselineError(f"{case_id}: cannot restart its evidence: {exc}") from None
+        before = _started_again(cases, case_id, restart)
+        fresh = cases[case_id]
         card = next(iter(cards(fresh["calibration"])))
         said.append(f"{case_id}: evidence restarted from its bless on card {card} ({float(fresh['speedup']):.4g}x): "
-                    f"tolerance {entry['tolerance']:.1%} -> {fresh['tolerance']:.1%}")
+                    f"tolerance {before:.1%} -> {fresh['tolerance']:.1%}")
     return {**existing, "cases": cases}
 
 
@@ -85,16 +93,7 @@ def _restarted_from(existing: dict[str, Any], case_ids: Sequence[str], reports: 
     calibrated, or reports of fewer than two of its cards: one card is no kind's center), so that nothing is
     written."""
     cases = dict(existing["cases"])
-    before: dict[str, float] = {}
-    for case_id in case_ids:
-        entry = cases.get(case_id)
-        if entry is None:
-            raise baseline_file.BaselineError(f"{case_id}: no such entry in the file")
-        try:
-            cases[case_id] = cleared(entry)
-        except ValueError as exc:
-            raise baseline_file.BaselineError(f"{case_id}: cannot restart its evidence: {exc}") from None
-        before[case_id] = float(entry["tolerance"])
+    before = {case_id: _started_again(cases, case_id, cleared) for case_id in case_ids}
     doc, _, left_out = add_reports({**existing, "cases": cases}, reports, only=case_ids)
     for case_id in case_ids:
         entry = doc["cases"][case_id]
